@@ -1,0 +1,75 @@
+"""An actor: one agent instance, alive in this process.
+
+It owns the instance's file (through the harness), its connections and the
+ThinkChat adapter. Frames of one connection are handled in order; the harness
+serializes the state changes of all of them through the file's one writer.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+
+from harness import Agent, Instance, Model, Session
+from protocol import Identity, McpServers, dump_frame
+
+from ._connection import Connection
+from ._thinkchat import ThinkChat
+
+__all__ = ["Actor", "ActorState"]
+
+
+class ActorState(enum.Enum):
+    ACTIVE = "active"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class Actor:
+    def __init__(self, agent_name: str, name: str, instance: Instance, session: Session) -> None:
+        self.agent_name = agent_name
+        self.name = name
+        self.instance = instance
+        self.chat = ThinkChat(session, now_ms=instance.clock.now_ms)
+        self.state = ActorState.ACTIVE
+        self.last_used = time.monotonic()
+
+    @classmethod
+    async def activate(cls, agent_name: str, name: str, path: object, agent: Agent, model: Model) -> Actor:
+        from pathlib import Path
+
+        instance = await Instance.open(Path(str(path)), agent, model)
+        try:
+            session = await instance.session()
+        except BaseException:
+            await instance.close()
+            raise
+        return cls(agent_name, name, instance, session)
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to lose by closing it: no sockets, no running or queued work."""
+        return not self.chat.connections and self.instance.idle
+
+    def attach(self, conn: Connection) -> None:
+        self.touch()
+        self.chat.connect(conn)
+        conn.send(dump_frame(Identity(name=self.name, agent=self.agent_name)))
+        conn.send(dump_frame(McpServers()))
+
+    def detach(self, conn: Connection) -> None:
+        self.touch()
+        self.chat.disconnect(conn)
+
+    async def close(self) -> None:
+        if self.state is not ActorState.ACTIVE:
+            return
+        self.state = ActorState.CLOSING
+        for conn in list(self.chat.connections.values()):
+            conn.close(1001, "server going away")  # 1001: the client reconnects
+        self.chat.close()
+        await self.instance.close()
+        self.state = ActorState.CLOSED

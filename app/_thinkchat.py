@@ -1,0 +1,325 @@
+"""ThinkChat: the ``cf_agent_chat_*`` protocol on top of one harness session.
+
+Frames from a client become harness calls (submit, abort, reset); harness
+events become frames. Every frame is serialized once and queued on each socket
+that should get it. Resume bookkeeping (which sockets wait for an ACK, which
+are parked until a stream starts) lives here, and its critical steps are
+synchronous, so a replay and the live stream never interleave.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from harness import (
+    ChunksCommitted,
+    HarnessEvent,
+    MessagePersisted,
+    OperationSettled,
+    RunStarted,
+    Session,
+    SessionReset,
+    StreamStarted,
+    SubmitRefused,
+)
+from protocol import (
+    ChatClear,
+    ChatClearFrame,
+    ChatMessages,
+    ChatMessagesPush,
+    ChatRequestCancel,
+    ClientFrame,
+    ProtocolError,
+    StreamPending,
+    StreamResumeAck,
+    StreamResumeNone,
+    StreamResumeRequest,
+    StreamResuming,
+    UseChatRequest,
+    dump_chat_response,
+    dump_frame,
+    dump_messages,
+    parse_chat_request_body,
+)
+
+from ._connection import Connection
+
+__all__ = ["ThinkChat"]
+
+log = logging.getLogger("think_server.chat")
+
+FINISHED_STREAM_GRACE_MS = 10 * 60 * 1000
+
+
+@dataclass(slots=True)
+class _Stream:
+    """The wire stream of one operation: every committed chunk body, in order."""
+
+    id: str
+    continuation: bool
+    bodies: list[str] = field(default_factory=list)
+    settled: OperationSettled | None = None
+    finished_at: int = 0
+
+
+class ThinkChat:
+    def __init__(self, session: Session, *, now_ms: Callable[[], int]) -> None:
+        self.session = session
+        self._now_ms = now_ms
+        self.connections: dict[str, Connection] = {}
+        self._awaiting_ack: set[str] = set()  # told `resuming`, excluded from live frames until they ACK
+        self._parked: set[str] = set()  # told `pending`, to be told `resuming` when the stream starts
+        self._active: _Stream | None = None
+        self._finished: dict[str, _Stream] = {}
+        self._requesters: dict[str, str] = {}  # operation id -> connection id that asked for it
+        self._clearing: str | None = None
+        self._unsubscribe = session.subscribe(self._on_event)
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+    # -- connections ------------------------------------------------------------
+
+    def connect(self, conn: Connection) -> None:
+        """Register a socket (a reconnect with the same id replaces the old one) and greet it."""
+        old = self.connections.get(conn.id)
+        if old is not None and old is not conn:
+            old.close(1000, "replaced by a reconnect")
+        self.connections[conn.id] = conn
+        self._awaiting_ack.discard(conn.id)
+        self._parked.discard(conn.id)
+        active = self._active
+        if active is not None and active.bodies and active.settled is None:
+            # A stream is live: the transcript would clobber the in-flight answer it replays.
+            self._awaiting_ack.add(conn.id)
+            conn.send(dump_frame(StreamResuming(id=active.id)))
+        else:
+            conn.send(self._transcript_frame(connect=True))
+
+    def disconnect(self, conn: Connection) -> None:
+        """A closed socket never cancels a turn."""
+        if self.connections.get(conn.id) is conn:
+            del self.connections[conn.id]
+            self._awaiting_ack.discard(conn.id)
+            self._parked.discard(conn.id)
+
+    # -- frames from clients --------------------------------------------------------
+
+    async def handle(self, conn: Connection, frame: ClientFrame) -> None:
+        if isinstance(frame, UseChatRequest):
+            await self._on_chat_request(conn, frame)
+        elif isinstance(frame, StreamResumeRequest):
+            self._on_resume_request(conn, frame.probeId)
+        elif isinstance(frame, StreamResumeAck):
+            self._on_ack(conn, frame.id)
+        elif isinstance(frame, ChatRequestCancel):
+            await self.session.abort(frame.id)
+        elif isinstance(frame, ChatClear):
+            await self._on_clear(conn)
+        elif isinstance(frame, ChatMessagesPush):
+            pass  # the server's transcript is authoritative; client pushes are ignored
+        else:
+            log.debug("ignoring %s frame", getattr(frame, "type", "?"))
+
+    async def _on_chat_request(self, conn: Connection, frame: UseChatRequest) -> None:
+        rid = frame.id
+        if frame.init.method not in (None, "POST"):
+            conn.send(dump_chat_response(rid, f"Invalid chat request: method must be POST, got "
+                                              f"{frame.init.method!r}", done=True, error=True, outcome="error"))
+            return
+        try:
+            body = parse_chat_request_body(frame.init.body)
+        except ProtocolError as exc:
+            conn.send(dump_chat_response(rid, f"Invalid chat request: {exc}", done=True, error=True,
+                                         outcome="error"))
+            return
+        finished = self._finished.get(rid)
+        if finished is not None and finished.settled is not None:
+            # A retry of a request that already ran: answer with its end, do not run it again.
+            conn.send(self._terminal_frame(finished, finished.settled))
+            return
+        regenerate_from = None
+        messages = body.messages
+        if body.trigger == "regenerate-message":
+            regenerate_from = messages[-1].id if messages else None
+        client_tools = None if body.clientTools is None else [t.model_dump(exclude_unset=True)
+                                                              for t in body.clientTools]
+        self._requesters[rid] = conn.id
+        try:
+            receipt = await self.session.submit(
+                messages,
+                operation_id=rid,
+                source="client",
+                regenerate_from=regenerate_from,
+                client_tools=client_tools,
+                body=body.extra or None,
+            )
+        except SubmitRefused as exc:
+            self._requesters.pop(rid, None)
+            conn.send(dump_chat_response(rid, str(exc), done=True, error=True, outcome="error"))
+            return
+        if not receipt.accepted:
+            self._requesters.pop(rid, None) if rid not in self.session.pending() else None
+
+    def _on_resume_request(self, conn: Connection, probe_id: str | None) -> None:
+        active = self._active
+        if active is not None and active.settled is None and active.bodies:
+            self._awaiting_ack.add(conn.id)
+            conn.send(dump_frame(StreamResuming(id=active.id, probeId=probe_id)))
+            return
+        pending = self.session.pending()
+        if pending:
+            self._parked.add(conn.id)
+            conn.send(dump_frame(StreamPending(id=pending[-1], probeId=probe_id)))
+            return
+        conn.send(dump_frame(StreamResumeNone(reason="idle", probeId=probe_id)))
+
+    def _on_ack(self, conn: Connection, request_id: str) -> None:
+        self._awaiting_ack.discard(conn.id)
+        active = self._active
+        if active is not None and active.id == request_id and active.settled is None:
+            # Replay and joining the live stream happen in one synchronous step.
+            self._replay(conn, active)
+            conn.send(dump_chat_response(request_id, "", done=False, replay=True, replay_complete=True,
+                                         continuation=active.continuation))
+            return
+        finished = self._finished.get(request_id)
+        if active is not None and active.id == request_id:
+            finished = active
+        if finished is not None and finished.settled is not None:
+            self._replay(conn, finished)
+            conn.send(self._terminal_frame(finished, finished.settled, replay=True))
+            return
+        conn.send(dump_chat_response(request_id, "", done=True, replay=True))
+
+    def _replay(self, conn: Connection, stream: _Stream) -> None:
+        for seq, body in enumerate(stream.bodies):
+            conn.send(dump_chat_response(stream.id, body, done=False, seq=seq, replay=True,
+                                         continuation=stream.continuation))
+
+    async def _on_clear(self, conn: Connection) -> None:
+        self._clearing = conn.id
+        try:
+            await self.session.reset()
+        finally:
+            self._clearing = None
+
+    # -- harness events -------------------------------------------------------------
+
+    def _on_event(self, event: HarnessEvent) -> None:
+        if isinstance(event, ChunksCommitted):
+            self._on_chunks(event)
+        elif isinstance(event, RunStarted):
+            self._on_run_started(event)
+        elif isinstance(event, StreamStarted):
+            self._on_stream_started(event)
+        elif isinstance(event, OperationSettled):
+            self._on_settled(event)
+        elif isinstance(event, SessionReset):
+            self._on_reset()
+        elif isinstance(event, MessagePersisted):
+            pass  # transcripts go out at the start and the end of a turn
+
+    def _on_run_started(self, event: RunStarted) -> None:
+        self._active = _Stream(event.operation_id, event.continuation)
+        # Other tabs learn the user message now that it is persisted.
+        requester = self._requesters.get(event.operation_id)
+        self._broadcast(self._transcript_frame(), exclude=(requester,) if requester else ())
+
+    def _on_stream_started(self, event: StreamStarted) -> None:
+        if self._active is None or self._active.id != event.operation_id:
+            return
+        frame = dump_frame(StreamResuming(id=event.operation_id))
+        for cid in list(self._parked):
+            conn = self.connections.get(cid)
+            if conn is not None:
+                self._awaiting_ack.add(cid)
+                conn.send(frame)
+        self._parked.clear()
+
+    def _on_chunks(self, event: ChunksCommitted) -> None:
+        active = self._active
+        if active is None or active.id != event.operation_id:
+            return
+        active.bodies.extend(event.bodies)
+        targets = [c for cid, c in self.connections.items() if cid not in self._awaiting_ack]
+        if not targets:
+            return
+        seq = event.first_seq
+        for body in event.bodies:
+            # One serialization per frame, shared by every socket.
+            text = dump_chat_response(active.id, body, done=False, seq=seq, continuation=active.continuation)
+            for conn in targets:
+                conn.send(text)
+            seq += 1
+
+    def _on_settled(self, event: OperationSettled) -> None:
+        stream = self._active if self._active is not None and self._active.id == event.operation_id else None
+        if stream is None:
+            stream = _Stream(event.operation_id, continuation=False)
+        stream.settled = event
+        stream.finished_at = self._now_ms()
+        self._active = None
+        self._finished[stream.id] = stream
+        self._sweep_finished()
+        requester = self._requesters.pop(event.operation_id, None)
+        self._awaiting_ack.clear()  # so sockets that never ACKed still see the end
+        if event.status == "aborted" and not stream.bodies and requester is None:
+            return  # a queued request withdrawn before anyone was told about it
+        if stream.bodies or event.status != "skipped":
+            self._broadcast(self._transcript_frame())
+        self._broadcast(self._terminal_frame(stream, event))
+        if not self.session.pending():
+            self._release_parked()
+
+    def _release_parked(self) -> None:
+        frame = dump_frame(StreamResumeNone())
+        for cid in self._parked:
+            conn = self.connections.get(cid)
+            if conn is not None:
+                conn.send(frame)
+        self._parked.clear()
+
+    def _on_reset(self) -> None:
+        self._active = None
+        self._finished.clear()
+        self._awaiting_ack.clear()
+        self._release_parked()
+        exclude = (self._clearing,) if self._clearing else ()
+        self._broadcast(dump_frame(ChatClearFrame()), exclude=exclude)
+
+    # -- frames ---------------------------------------------------------------------
+
+    def _transcript_frame(self, *, connect: bool = False) -> str:
+        messages = dump_messages(self.session.messages())
+        frame: dict[str, object] = {"type": ChatMessages.model_fields["type"].default, "messages": messages}
+        if connect:
+            frame["connect"] = True
+        return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+
+    def _terminal_frame(self, stream: _Stream, event: OperationSettled, *, replay: bool = False) -> str:
+        ids = list(event.message_ids) or None
+        if event.status == "error":
+            return dump_chat_response(stream.id, event.reason or "The turn failed.", done=True, error=True,
+                                      continuation=stream.continuation, outcome="error", message_ids=ids)
+        outcome = {"completed": "completed", "aborted": "aborted", "skipped": "skipped"}.get(event.status,
+                                                                                            "completed")
+        return dump_chat_response(stream.id, "", done=True, replay=replay, continuation=stream.continuation,
+                                  outcome=outcome, message_ids=ids)
+
+    def _broadcast(self, text: str, *, exclude: Iterable[str] = ()) -> None:
+        skip = set(exclude)
+        for cid, conn in self.connections.items():
+            if cid not in skip:
+                conn.send(text)
+
+    def _sweep_finished(self) -> None:
+        limit = self._now_ms() - FINISHED_STREAM_GRACE_MS
+        for rid in [rid for rid, s in self._finished.items() if s.finished_at < limit]:
+            del self._finished[rid]
+
+    def messages_json(self) -> list[dict[str, object]]:
+        return dump_messages(self.session.messages())

@@ -1,0 +1,130 @@
+"""Group commit of an operation's UI chunks.
+
+Chunks are buffered as the model streams them. Whenever no commit is in
+flight, everything buffered since the last commit goes into one transaction
+(one segment row of the current model call's stream), and only once it has
+committed are the chunks handed to the listeners. So a chunk reaches a client
+only after a crash can no longer take it back, and a fast model produces few,
+large transactions while a slow one gets each chunk out at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from storage import Database, Tx
+
+from ._clock import Clock
+from ._events import ChunksCommitted, HarnessEvent, StreamStarted
+
+__all__ = ["ChunkLog"]
+
+# Past this many buffered chunks the producer waits for the commit in flight:
+# memory stays bounded and the loop gets a turn between batches.
+MAX_BUFFERED = 512
+
+
+@dataclass(slots=True)
+class _Stream:
+    id: str
+    message_id: str
+    continuation: bool
+    first_seq: int
+    inserted: bool = False
+
+
+class ChunkLog:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        *,
+        session_id: str,
+        operation_id: str,
+        publish: Callable[[HarnessEvent], None],
+    ) -> None:
+        self._db = db
+        self._clock = clock
+        self._session_id = session_id
+        self._operation_id = operation_id
+        self._publish = publish
+        self._pending: list[str] = []
+        self._next_seq = 0  # seq of the first pending chunk
+        self._stream: _Stream | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._started = False
+
+    @property
+    def stream_id(self) -> str | None:
+        return None if self._stream is None else self._stream.id
+
+    def open_stream(self, message_id: str, continuation: bool) -> None:
+        """Start the stream of the next model call; its row is written with its first batch."""
+        if self._pending:
+            raise RuntimeError("open_stream() with chunks of the previous model call not committed")
+        self._stream = _Stream(
+            self._clock.new_id(), message_id, continuation, first_seq=self._next_seq + len(self._pending)
+        )
+
+    def add(self, body: str) -> None:
+        """Buffer one chunk (its JSON text); it goes out with the next commit."""
+        self._pending.append(body)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_loop())
+
+    async def backpressure(self) -> None:
+        if len(self._pending) >= MAX_BUFFERED and self._flusher is not None:
+            await asyncio.shield(self._flusher)
+
+    async def commit(self, extra: Callable[[Tx], Awaitable[None]] | None = None) -> None:
+        """Commit every buffered chunk together with ``extra``'s writes, in one transaction."""
+        await self._drain()
+        async with self._db.transaction() as tx:
+            batch, first_seq = await self._write_pending(tx)
+            if extra is not None:
+                await extra(tx)
+        self._announce(batch, first_seq)
+
+    async def _drain(self) -> None:
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+
+    async def _flush_loop(self) -> None:
+        while self._pending:
+            async with self._db.transaction() as tx:
+                batch, first_seq = await self._write_pending(tx)
+            self._announce(batch, first_seq)
+
+    async def _write_pending(self, tx: Tx) -> tuple[list[str], int]:
+        batch, self._pending = self._pending, []
+        first_seq = self._next_seq
+        self._next_seq += len(batch)
+        if not batch or self._stream is None:
+            if batch:
+                raise RuntimeError("chunks added before open_stream()")
+            return batch, first_seq
+        now = self._clock.now_ms()
+        s = self._stream
+        if not s.inserted:
+            await tx.insert_stream(
+                s.id, self._session_id, self._operation_id, self._operation_id, s.message_id, s.continuation,
+                s.first_seq, now,
+            )
+            s.inserted = True
+        await tx.append_chunks(s.id, batch, now)
+        return batch, first_seq
+
+    def _announce(self, batch: list[str], first_seq: int) -> None:
+        if not batch:
+            return
+        if not self._started:
+            self._started = True
+            self._publish(StreamStarted(self._operation_id))
+        self._publish(ChunksCommitted(self._operation_id, first_seq, batch))
+
+    async def finish_stream(self, tx: Tx, status: str) -> None:
+        """Mark the current model call's stream finished (inside ``commit``'s transaction)."""
+        if self._stream is not None and self._stream.inserted:
+            await tx.finish_stream(self._stream.id, status, self._clock.now_ms())

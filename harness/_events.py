@@ -1,0 +1,74 @@
+"""What a session tells its listeners, always after the state it describes is committed.
+
+Listeners are plain callables run synchronously in commit order; they must not
+block (an adapter serializes a frame and puts it on its sockets' queues).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from protocol import UIMessage
+
+__all__ = [
+    "ChunksCommitted",
+    "HarnessEvent",
+    "Listener",
+    "MessagePersisted",
+    "OperationSettled",
+    "RunStarted",
+    "SessionReset",
+    "StreamStarted",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """An operation left the queue and its turn began (before any chunk)."""
+
+    operation_id: str
+    message_id: str
+    continuation: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStarted:
+    """The first chunk of an operation's wire stream is committed."""
+
+    operation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChunksCommitted:
+    """UI chunks (JSON texts) of an operation, numbered from ``first_seq``."""
+
+    operation_id: str
+    first_seq: int
+    bodies: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePersisted:
+    message: UIMessage
+
+
+@dataclass(frozen=True, slots=True)
+class OperationSettled:
+    operation_id: str
+    status: str  # completed | error | aborted | skipped
+    outcome: str  # done | unanswered
+    reason: str | None
+    message_ids: tuple[str, ...]  # the user messages the operation carried
+
+
+@dataclass(frozen=True, slots=True)
+class SessionReset:
+    pass
+
+
+HarnessEvent: TypeAlias = (
+    RunStarted | StreamStarted | ChunksCommitted | MessagePersisted | OperationSettled | SessionReset
+)
+Listener: TypeAlias = Callable[[HarnessEvent], None]

@@ -1,0 +1,174 @@
+"""The model seam: one streaming interface that every provider implements.
+
+A provider turns a :class:`ModelRequest` (system prompt, the transcript as UI
+messages, tool definitions) into an async stream of :data:`ModelEvent` values.
+The harness turns those events into UI chunks, stores them and fans them out;
+it never looks at which provider produced them. The offline scripted model is
+one provider among the others::
+
+    class EchoModel(Model):
+        async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+            yield TextStart("t0")
+            yield TextDelta("t0", "hello")
+            yield TextEnd("t0")
+            yield Finish("stop")
+
+A provider signals failure by raising :class:`ModelError` from the iterator; the
+message is shown to the user, so it must never contain secrets. Abort is plain
+asyncio cancellation of the task iterating the stream: every wait inside a
+provider must be cancellable.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+from protocol import UIMessage
+
+__all__ = [
+    "Finish",
+    "FinishReason",
+    "Model",
+    "ModelError",
+    "ModelEvent",
+    "ModelRequest",
+    "ReasoningDelta",
+    "ReasoningEnd",
+    "ReasoningStart",
+    "TextDelta",
+    "TextEnd",
+    "TextStart",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolInputDelta",
+    "ToolInputStart",
+    "Usage",
+]
+
+FinishReason: TypeAlias = Literal["stop", "length", "content-filter", "tool-calls", "error", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """What the model is told about a tool: never its implementation."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One model call.
+
+    ``messages`` is the active transcript, oldest first. When the harness
+    continues an assistant message (a later step of the same answer, or a
+    recovery after a crash) the last message is that assistant message with
+    the parts it already holds, and the model must continue it rather than
+    repeat it.
+    """
+
+    messages: Sequence[UIMessage]
+    system: str | None = None
+    tools: Sequence[ToolDefinition] = ()
+    tool_choice: Any = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    provider_options: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TextStart:
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class TextEnd:
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningStart:
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningEnd:
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInputStart:
+    tool_call_id: str
+    tool_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInputDelta:
+    tool_call_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """The model finished a tool call's input: the call may now run."""
+
+    tool_call_id: str
+    tool_name: str
+    input: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    finish_reason: FinishReason = "stop"
+    usage: Usage | None = None
+
+
+ModelEvent: TypeAlias = (
+    TextStart
+    | TextDelta
+    | TextEnd
+    | ReasoningStart
+    | ReasoningDelta
+    | ReasoningEnd
+    | ToolInputStart
+    | ToolInputDelta
+    | ToolCall
+    | Finish
+)
+
+
+class ModelError(Exception):
+    """A model call failed. ``str(error)`` is shown to the user as is."""
+
+
+class Model(abc.ABC):
+    """A model provider. Subclasses implement :meth:`stream`."""
+
+    @abc.abstractmethod
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Stream the events of one model call, ending with :class:`Finish`."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, most providers hold nothing
+        """Release what the provider holds (HTTP clients). Called at shutdown."""

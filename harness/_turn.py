@@ -1,0 +1,358 @@
+"""The turn loop: model call, server tools in parallel, model again.
+
+One operation is one assistant message and one wire stream of UI chunks:
+``start``, then per model call ``start-step`` … ``finish-step`` (tool results
+follow as chunks of their own), then one ``finish``. After each model call the
+message is persisted and that call's stream finalized in one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from protocol import (
+    Chunk,
+    FinishChunk,
+    FinishStepChunk,
+    MessageAssembler,
+    ReasoningDeltaChunk,
+    ReasoningEndChunk,
+    ReasoningStartChunk,
+    StartChunk,
+    StartStepChunk,
+    TextDeltaChunk,
+    TextEndChunk,
+    TextStartChunk,
+    ToolApprovalRequestChunk,
+    ToolInputAvailableChunk,
+    ToolInputDeltaChunk,
+    ToolInputStartChunk,
+    ToolOutputAvailableChunk,
+    ToolOutputErrorChunk,
+    ToolPart,
+    UIMessage,
+    dump_chunk,
+    message_text,
+)
+from storage import Tx
+
+from ._agent import Tool
+from ._chunklog import ChunkLog
+from ._model import (
+    Finish,
+    Model,
+    ModelError,
+    ModelEvent,
+    ModelRequest,
+    ReasoningDelta,
+    ReasoningEnd,
+    ReasoningStart,
+    TextDelta,
+    TextEnd,
+    TextStart,
+    ToolCall,
+    ToolInputDelta,
+    ToolInputStart,
+)
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+__all__ = ["Outcome", "Turn", "TurnState"]
+
+log = logging.getLogger("think_server.turn")
+
+
+class TurnState(enum.Enum):
+    CREATED = "created"
+    STREAMING = "streaming"  # a model call is running
+    TOOLS = "tools"  # server tools are running
+    SETTLED = "settled"
+
+
+_TRANSITIONS: dict[TurnState, frozenset[TurnState]] = {
+    TurnState.CREATED: frozenset({TurnState.STREAMING, TurnState.SETTLED}),
+    TurnState.STREAMING: frozenset({TurnState.TOOLS, TurnState.STREAMING, TurnState.SETTLED}),
+    TurnState.TOOLS: frozenset({TurnState.STREAMING, TurnState.SETTLED}),
+    TurnState.SETTLED: frozenset(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: str  # completed | error | aborted | skipped
+    outcome: str  # done | unanswered
+    reason: str | None = None
+    text: str = ""
+
+
+@dataclass(slots=True)
+class _StepResult:
+    finish_reason: str = "stop"
+    calls: list[tuple[str, str, Any]] = field(default_factory=list)  # (toolCallId, name, input)
+
+
+class _Aborted(Exception):
+    pass
+
+
+class Turn:
+    """Runs one operation to its outcome. Created and driven by a :class:`Session`."""
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        operation_id: str,
+        message_ids: Sequence[str],
+        context: list[UIMessage],
+        message_id: str,
+        parent_id: str | None,
+        continuation: bool,
+        model: Model,
+        system: str | None,
+        tools: dict[str, Tool],
+        max_steps: int,
+        existing: UIMessage | None = None,
+    ) -> None:
+        self._session = session
+        self.operation_id = operation_id
+        self.message_ids = tuple(message_ids)
+        self._context = context
+        self.message_id = message_id
+        self._parent_id = parent_id
+        self.continuation = continuation
+        self._model = model
+        self._system = system
+        self._tools = tools
+        self._max_steps = max_steps
+        self._persisted = existing is not None
+        self._assembler = MessageAssembler(
+            message_id,
+            parts=list(existing.parts) if existing else None,
+            metadata=existing.metadata if existing else None,
+        )
+        self._log = ChunkLog(
+            session.db, session.clock, session_id=session.id, operation_id=operation_id, publish=session.publish
+        )
+        self._state = TurnState.CREATED
+        self._inner: asyncio.Task[Any] | None = None
+        self._aborting = False
+
+    @property
+    def state(self) -> TurnState:
+        return self._state
+
+    def _goto(self, new: TurnState) -> None:
+        if new not in _TRANSITIONS[self._state]:
+            raise RuntimeError(f"turn {self.operation_id}: expected a move from {self._state.value} to one of "
+                               f"{sorted(s.value for s in _TRANSITIONS[self._state])}, got {new.value}")
+        self._state = new
+
+    def abort(self) -> None:
+        """Stop promptly: the model stream or the running tools are cancelled."""
+        self._aborting = True
+        if self._inner is not None and not self._inner.done():
+            self._inner.cancel()
+
+    # -- chunks -------------------------------------------------------------
+
+    def _emit(self, chunk: Chunk) -> None:
+        self._assembler.apply(chunk)
+        self._log.add(dump_chunk(chunk))
+
+    async def _run_inner(self, coro: Awaitable[Any]) -> Any:
+        """Run a cancellable piece of the turn; abort() cancels it, not the turn."""
+        if self._aborting:
+            raise _Aborted
+        self._inner = asyncio.ensure_future(coro)
+        try:
+            return await asyncio.shield(self._inner)
+        except asyncio.CancelledError:
+            if self._inner.cancelled() and self._aborting:
+                raise _Aborted from None
+            self._inner.cancel()
+            raise
+        finally:
+            self._inner = None
+
+    # -- the loop -------------------------------------------------------------
+
+    async def run(self) -> Outcome:
+        try:
+            return await self._loop()
+        except _Aborted:
+            return await self._settle_partial("aborted", "completed", "aborted", None)
+        except ModelError as exc:
+            return await self._settle_partial("error", "error", str(exc) or "The model call failed.", exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug or a tool framework failure: never leave the turn open
+            log.exception("turn %s failed", self.operation_id)
+            return await self._settle_partial("error", "error", "The assistant failed with an internal error.", exc)
+
+    async def _loop(self) -> Outcome:
+        last_reason = "stop"
+        for step in range(self._max_steps):
+            self._goto(TurnState.STREAMING)
+            self._log.open_stream(self.message_id, self.continuation or step > 0)
+            if step == 0:
+                self._emit(StartChunk() if self.continuation else StartChunk(messageId=self.message_id))
+            self._emit(StartStepChunk())
+            result: _StepResult = await self._run_inner(self._model_call())
+            self._emit(FinishStepChunk())
+            last_reason = result.finish_reason
+            runnable = [c for c in result.calls if self._is_runnable(c)]
+            if not runnable:
+                return await self._finish(result)
+            await self._commit(stream_status="completed")
+            self._goto(TurnState.TOOLS)
+            await self._run_inner(self._run_tools(runnable))
+        return await self._finish(_StepResult(finish_reason=last_reason))
+
+    def _is_runnable(self, call: tuple[str, str, Any]) -> bool:
+        part = self._tool_part(call[0])
+        return part is not None and part.state == "input-available" and call[1] in self._tools and \
+            not self._tools[call[1]].is_client
+
+    def _tool_part(self, tool_call_id: str) -> ToolPart | None:
+        for p in self._assembler.message.parts:
+            if isinstance(p, ToolPart) and p.toolCallId == tool_call_id:
+                return p
+        return None
+
+    def _request(self) -> ModelRequest:
+        msg = self._assembler.message
+        messages = list(self._context)
+        if any(p.type != "step-start" for p in msg.parts):
+            messages.append(msg.model_copy(deep=True))
+        tools = [t.definition for t in self._tools.values()]
+        return ModelRequest(messages=messages, system=self._system, tools=tools)
+
+    async def _model_call(self) -> _StepResult:
+        result = _StepResult()
+        stream = self._model.stream(self._request())
+        try:
+            async for event in stream:
+                self._on_event(event, result)
+                await self._log.backpressure()
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return result
+
+    def _on_event(self, ev: ModelEvent, result: _StepResult) -> None:
+        match ev:
+            case TextDelta(id=i, delta=d):
+                self._emit(TextDeltaChunk(id=i, delta=d))
+            case TextStart(id=i):
+                self._emit(TextStartChunk(id=i))
+            case TextEnd(id=i):
+                self._emit(TextEndChunk(id=i))
+            case ReasoningStart(id=i):
+                self._emit(ReasoningStartChunk(id=i))
+            case ReasoningDelta(id=i, delta=d):
+                self._emit(ReasoningDeltaChunk(id=i, delta=d))
+            case ReasoningEnd(id=i):
+                self._emit(ReasoningEndChunk(id=i))
+            case ToolInputStart(tool_call_id=c, tool_name=n):
+                self._emit(ToolInputStartChunk(toolCallId=c, toolName=n))
+            case ToolInputDelta(tool_call_id=c, delta=d):
+                self._emit(ToolInputDeltaChunk(toolCallId=c, inputTextDelta=d))
+            case ToolCall(tool_call_id=c, tool_name=n, input=inp):
+                self._on_tool_call(c, n, inp, result)
+            case Finish(finish_reason=r):
+                result.finish_reason = r
+
+    def _on_tool_call(self, call_id: str, name: str, tool_input: Any, result: _StepResult) -> None:
+        self._emit(ToolInputAvailableChunk(toolCallId=call_id, toolName=name, input=tool_input))
+        result.calls.append((call_id, name, tool_input))
+        tool = self._tools.get(name)
+        if tool is None:
+            self._emit(ToolOutputErrorChunk(toolCallId=call_id, errorText=f"Tool {name!r} is not available."))
+        elif not tool.is_client and tool.approval_needed(tool_input):
+            self._emit(ToolApprovalRequestChunk(approvalId=self._session.clock.new_id(), toolCallId=call_id))
+
+    async def _run_tools(self, calls: list[tuple[str, str, Any]]) -> None:
+        async def one(call_id: str, name: str, tool_input: Any) -> None:
+            started = time.perf_counter()
+            try:
+                output = await self._tools[name].run(tool_input)
+                json.dumps(output)  # the output must be JSON to reach the model and the client
+                chunk: Chunk = ToolOutputAvailableChunk(toolCallId=call_id, output=output)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                chunk = ToolOutputErrorChunk(toolCallId=call_id, errorText=str(exc) or type(exc).__name__)
+            log.debug("tool %s took %.1f ms", name, (time.perf_counter() - started) * 1000)
+            self._emit(chunk)
+            await self._commit()
+
+        await asyncio.gather(*(one(*c) for c in calls))
+
+    # -- persistence ----------------------------------------------------------
+
+    async def _commit(self, *, stream_status: str | None = None, outcome: Outcome | None = None) -> None:
+        """One transaction: buffered chunks, the stream's end, the message, the settlement."""
+
+        async def write(tx: Tx) -> None:
+            if stream_status is not None:
+                await self._log.finish_stream(tx, stream_status)
+            await self._write_message(tx)
+            if outcome is not None:
+                await self._session.write_settlement(tx, self.operation_id, outcome)
+
+        await self._log.commit(write)
+        if self._assembler.message.parts:
+            self._session.on_message_persisted(self._assembler.message, self._parent_id)
+
+    async def _write_message(self, tx: Tx) -> None:
+        msg = self._assembler.message
+        if not msg.parts:
+            return
+        content = json.dumps(msg.model_dump(mode="json", exclude_unset=True), separators=(",", ":"),
+                             ensure_ascii=False)
+        now = self._session.clock.now_ms()
+        if self._persisted:
+            await tx.update_message(self._session.id, msg.id, content, now)
+        else:
+            await tx.insert_message(self._session.id, msg.id, self._parent_id, "assistant", content,
+                                    self.operation_id, now)
+            self._persisted = True
+
+    async def _finish(self, result: _StepResult) -> Outcome:
+        msg = self._assembler.message
+        pending = [p for p in msg.parts if isinstance(p, ToolPart) and p.state in ("input-available",
+                                                                                    "approval-requested")]
+        if any(p.state == "approval-requested" for p in pending):
+            outcome = Outcome("completed", "unanswered", "awaiting_approval")
+        elif pending:
+            outcome = Outcome("completed", "unanswered", "awaiting_client_tool")
+        else:
+            outcome = Outcome("completed", "done", None, message_text(msg))
+        self._emit(FinishChunk(finishReason=result.finish_reason))
+        return await self._settle(outcome, stream_status="completed")
+
+    async def _settle_partial(self, status: str, stream_status: str, reason: str, exc: BaseException | None,
+                              ) -> Outcome:
+        self._assembler.settle()
+        outcome = Outcome(status, "unanswered", reason, message_text(self._assembler.message))
+        return await self._settle(outcome, stream_status=stream_status)
+
+    async def _settle(self, outcome: Outcome, *, stream_status: str) -> Outcome:
+        # The settlement must be written even if the session is being torn down.
+        await asyncio.shield(self._commit(stream_status=stream_status, outcome=outcome))
+        self._state = TurnState.SETTLED
+        return outcome
+
+    @property
+    def message(self) -> UIMessage:
+        return self._assembler.message

@@ -1,0 +1,29 @@
+"""Storage: one SQLite file per agent instance, and every SQL statement.
+
+Open a file with :meth:`Database.open`; change it only inside
+``async with db.transaction() as tx:``; read settled rows with ``db.read``.
+"""
+
+from ._db import Database, Reader, StorageError, Tx
+from ._messages import MessageRow
+from ._operations import OperationRow
+from ._paths import InvalidNameError, instance_db_path, validate_agent_name, validate_instance_name
+from ._schema import SCHEMA_VERSION
+from ._sessions import SessionRow
+from ._streams import StreamRow
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Database",
+    "InvalidNameError",
+    "MessageRow",
+    "OperationRow",
+    "Reader",
+    "SessionRow",
+    "StorageError",
+    "StreamRow",
+    "Tx",
+    "instance_db_path",
+    "validate_agent_name",
+    "validate_instance_name",
+]

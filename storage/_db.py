@@ -1,0 +1,106 @@
+"""One instance's SQLite file: opening, migrating, and its one writer.
+
+The concurrency model fits on a screen. aiosqlite gives the file one thread
+that runs statements in order. On top of it, :meth:`Database.transaction`
+holds an asyncio lock from ``BEGIN IMMEDIATE`` to ``COMMIT``, so the
+statements of one state change never interleave with another task's. Reads of
+settled rows go through :attr:`Database.read` without the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiosqlite
+
+from ._messages import MessageReads, MessageWrites
+from ._operations import OperationReads, OperationWrites
+from ._schema import MIGRATIONS, SCHEMA_VERSION
+from ._sessions import SessionReads, SessionWrites
+from ._streams import StreamReads, StreamWrites
+
+__all__ = ["Database", "Reader", "StorageError", "Tx"]
+
+
+class StorageError(Exception):
+    """The file cannot be used: newer schema, unreadable, not a database."""
+
+
+class Reader(MessageReads, OperationReads, SessionReads, StreamReads):
+    """Every read statement."""
+
+
+class Tx(Reader, MessageWrites, OperationWrites, SessionWrites, StreamWrites):
+    """Every statement, inside one open transaction."""
+
+
+class Database:
+    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+        self._conn = conn
+        self.path = path
+        self.read = Reader(conn)
+        self._tx = Tx(conn)
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: Path) -> Database:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves, one per state change.
+        conn = await aiosqlite.connect(path, isolation_level=None)
+        try:
+            # WAL + synchronous=NORMAL: a commit survives a killed process (not a
+            # power cut) without an fsync per commit.
+            for pragma in (
+                "PRAGMA journal_mode=WAL",
+                "PRAGMA synchronous=NORMAL",
+                "PRAGMA foreign_keys=ON",
+                "PRAGMA busy_timeout=5000",
+            ):
+                await conn.execute(pragma)
+            await _migrate(conn, path)
+        except (sqlite3.Error, StorageError) as exc:
+            await conn.close()
+            if isinstance(exc, StorageError):
+                raise
+            raise StorageError(f"cannot open {path.name}: {exc}") from exc
+        return cls(conn, path)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Tx]:
+        """One state change: everything inside commits together or not at all."""
+        async with self._lock:
+            await self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._tx
+            except BaseException:
+                await self._conn.execute("ROLLBACK")
+                raise
+            await self._conn.execute("COMMIT")
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._conn.close()
+
+
+async def _migrate(conn: aiosqlite.Connection, path: Path) -> None:
+    async with conn.execute("PRAGMA user_version") as cur:
+        row = await cur.fetchone()
+    version = int(row[0]) if row else 0
+    if version > SCHEMA_VERSION:
+        raise StorageError(
+            f"{path.name} has schema version {version}, newer than this server's {SCHEMA_VERSION}; "
+            "upgrade the server"
+        )
+    for number in range(version, SCHEMA_VERSION):
+        # Each migration and its version bump commit together.
+        script = f"BEGIN IMMEDIATE;\n{MIGRATIONS[number]}\nPRAGMA user_version = {number + 1};\nCOMMIT;"
+        try:
+            await conn.executescript(script)
+        except BaseException:
+            if conn.in_transaction:
+                await conn.execute("ROLLBACK")
+            raise

@@ -1,0 +1,105 @@
+"""Statements on the message tree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._base import Access
+
+__all__ = ["MessageReads", "MessageRow", "MessageWrites"]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRow:
+    seq: int
+    id: str
+    parent_id: str | None
+    role: str
+    content: str
+    operation_id: str | None
+
+
+_COLUMNS = "seq, id, parent_id, role, content, operation_id"
+
+# The active branch ends at the newest childless row; walk up from it.
+_ACTIVE_PATH = f"""
+WITH RECURSIVE leaf AS (
+  SELECT m.id FROM messages m
+  WHERE m.session_id = :s AND NOT EXISTS (
+    SELECT 1 FROM messages c WHERE c.session_id = m.session_id AND c.parent_id = m.id)
+  ORDER BY m.seq DESC LIMIT 1
+), path(id, depth) AS (
+  SELECT id, 0 FROM leaf
+  UNION ALL
+  SELECT m.parent_id, path.depth + 1 FROM messages m JOIN path ON m.session_id = :s AND m.id = path.id
+  WHERE m.parent_id IS NOT NULL AND path.depth < 100000
+)
+SELECT {", ".join("m." + c.strip() for c in _COLUMNS.split(","))}
+FROM path JOIN messages m ON m.session_id = :s AND m.id = path.id
+ORDER BY path.depth DESC
+"""
+
+
+def _row(r: Any) -> MessageRow:
+    return MessageRow(r[0], r[1], r[2], r[3], r[4], r[5])
+
+
+class MessageReads(Access):
+    async def active_path(self, session_id: str) -> list[MessageRow]:
+        """The active transcript, root first."""
+        return [_row(r) for r in await self._fetchall(_ACTIVE_PATH, {"s": session_id})]
+
+    async def message(self, session_id: str, message_id: str) -> MessageRow | None:
+        r = await self._fetchone(
+            f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND id = ?", (session_id, message_id)
+        )
+        return None if r is None else _row(r)
+
+    async def existing_message_ids(self, session_id: str, ids: list[str]) -> set[str]:
+        """Which of ``ids`` are stored in the session, on any branch."""
+        if not ids:
+            return set()
+        marks = ",".join("?" * len(ids))
+        rows = await self._fetchall(
+            f"SELECT id FROM messages WHERE session_id = ? AND id IN ({marks})", (session_id, *ids)
+        )
+        return {r[0] for r in rows}
+
+    async def children(self, session_id: str, parent_id: str) -> list[MessageRow]:
+        """The answers to a message, oldest first: its branches."""
+        rows = await self._fetchall(
+            f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND parent_id = ? ORDER BY seq",
+            (session_id, parent_id),
+        )
+        return [_row(r) for r in rows]
+
+
+class MessageWrites(Access):
+    async def insert_message(
+        self,
+        session_id: str,
+        message_id: str,
+        parent_id: str | None,
+        role: str,
+        content: str,
+        operation_id: str | None,
+        now: int,
+    ) -> bool:
+        """Insert a message; False (and nothing written) if its id is already stored."""
+        changed = await self._execute(
+            "INSERT INTO messages (session_id, id, parent_id, role, content, operation_id, created_at, "
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, id) DO NOTHING",
+            (session_id, message_id, parent_id, role, content, operation_id, now, now),
+        )
+        return changed > 0
+
+    async def update_message(self, session_id: str, message_id: str, content: str, now: int) -> bool:
+        changed = await self._execute(
+            "UPDATE messages SET content = ?, updated_at = ? WHERE session_id = ? AND id = ?",
+            (content, now, session_id, message_id),
+        )
+        return changed > 0
+
+    async def delete_session_messages(self, session_id: str) -> None:
+        await self._execute("DELETE FROM messages WHERE session_id = ?", (session_id,))

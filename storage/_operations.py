@@ -1,0 +1,106 @@
+"""Statements on operations: the durable, per-session queue of turns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._base import Access
+
+__all__ = ["OperationReads", "OperationRow", "OperationWrites"]
+
+_COLUMNS = (
+    "seq, id, session_id, kind, source, status, outcome, reason, input_json, options_json, "
+    "target_message_id, result_text, attempts, created_at, started_at, completed_at"
+)
+
+OPEN_STATUSES = ("pending", "running")
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRow:
+    seq: int
+    id: str
+    session_id: str
+    kind: str
+    source: str
+    status: str
+    outcome: str | None
+    reason: str | None
+    input_json: str
+    options_json: str | None
+    target_message_id: str | None
+    result_text: str | None
+    attempts: int
+    created_at: int
+    started_at: int | None
+    completed_at: int | None
+
+
+def _row(r: Any) -> OperationRow:
+    return OperationRow(*r)
+
+
+class OperationReads(Access):
+    async def operation(self, operation_id: str) -> OperationRow | None:
+        r = await self._fetchone(f"SELECT {_COLUMNS} FROM operations WHERE id = ?", (operation_id,))
+        return None if r is None else _row(r)
+
+    async def open_operations(self, session_id: str | None = None) -> list[OperationRow]:
+        """Operations not settled yet, oldest first."""
+        if session_id is None:
+            rows = await self._fetchall(
+                f"SELECT {_COLUMNS} FROM operations WHERE status IN ('pending', 'running') ORDER BY seq"
+            )
+        else:
+            rows = await self._fetchall(
+                f"SELECT {_COLUMNS} FROM operations WHERE session_id = ? AND status IN ('pending', 'running') "
+                "ORDER BY seq",
+                (session_id,),
+            )
+        return [_row(r) for r in rows]
+
+
+class OperationWrites(Access):
+    async def insert_operation(
+        self,
+        operation_id: str,
+        session_id: str,
+        kind: str,
+        source: str,
+        input_json: str,
+        options_json: str | None,
+        now: int,
+    ) -> bool:
+        """Record an accepted operation as pending; False if the id is taken."""
+        changed = await self._execute(
+            "INSERT INTO operations (id, session_id, kind, source, status, input_json, options_json, created_at) "
+            "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            (operation_id, session_id, kind, source, input_json, options_json, now),
+        )
+        return changed > 0
+
+    async def start_operation(self, operation_id: str, target_message_id: str | None, now: int) -> bool:
+        changed = await self._execute(
+            "UPDATE operations SET status = 'running', started_at = COALESCE(started_at, ?), "
+            "target_message_id = COALESCE(?, target_message_id) WHERE id = ? AND status IN ('pending', 'running')",
+            (now, target_message_id, operation_id),
+        )
+        return changed > 0
+
+    async def settle_operation(
+        self,
+        operation_id: str,
+        status: str,
+        outcome: str,
+        reason: str | None,
+        result_text: str | None,
+        now: int,
+    ) -> bool:
+        """Move an open operation to a terminal state; a settled one is never changed again."""
+        changed = await self._execute(
+            "UPDATE operations SET status = ?, outcome = ?, reason = ?, result_text = ?, completed_at = ? "
+            "WHERE id = ? AND status IN ('pending', 'running')",
+            (status, outcome, reason, result_text, now, operation_id),
+        )
+        return changed > 0

@@ -1,0 +1,56 @@
+"""Where an agent instance's SQLite file lives.
+
+The file name is derived from the agent and instance names so that nothing a
+client sends can reach outside the data dir: the readable part keeps only
+``[a-z0-9_-]`` and the hash of the exact name keeps two names that differ only
+in case or in dropped characters from sharing a file (case-insensitive file
+systems included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+__all__ = ["InvalidNameError", "instance_db_path", "validate_agent_name", "validate_instance_name"]
+
+_AGENT_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+_UNSAFE = re.compile(r"[^a-z0-9_-]+")
+MAX_INSTANCE_NAME = 256
+
+
+class InvalidNameError(ValueError):
+    """An agent or instance name that cannot address a file."""
+
+
+def validate_agent_name(agent: str) -> str:
+    if not _AGENT_RE.fullmatch(agent):
+        raise InvalidNameError(
+            f"agent name must be 1-64 characters of a-z, 0-9 and '-', starting with a letter or digit; "
+            f"got {agent[:80]!r}"
+        )
+    return agent
+
+
+def validate_instance_name(name: str) -> str:
+    if not name or len(name) > MAX_INSTANCE_NAME:
+        raise InvalidNameError(f"instance name must be 1-{MAX_INSTANCE_NAME} characters; got {len(name)}")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name) or "/" in name or "\\" in name:
+        raise InvalidNameError(f"instance name must not contain '/', '\\' or control characters; got {name[:80]!r}")
+    if name in (".", ".."):
+        raise InvalidNameError(f"instance name {name!r} is reserved")
+    return name
+
+
+def instance_db_path(data_dir: Path, agent: str, name: str) -> Path:
+    """The SQLite file of ``agent``/``name``, always inside ``data_dir``."""
+    validate_agent_name(agent)
+    validate_instance_name(name)
+    readable = _UNSAFE.sub("_", name.lower()).strip("_")[:40] or "_"
+    digest = hashlib.sha256(f"{agent}\0{name}".encode()).hexdigest()[:32]
+    root = data_dir.resolve()
+    path = (root / "agents" / agent / f"{readable}.{digest}.sqlite3").resolve()
+    if root not in path.parents:  # belt and braces: the parts above cannot escape, keep it provable
+        raise InvalidNameError(f"instance path escapes the data dir: {name[:80]!r}")
+    return path

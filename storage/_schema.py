@@ -1,0 +1,114 @@
+"""The schema of an instance file, as an ordered list of migrations.
+
+``PRAGMA user_version`` holds how many migrations a file has had. A migration
+is appended, never edited: a file written by an older server is brought up to
+date the first time a newer server opens it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+
+_V1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+
+CREATE TABLE sessions (
+  id TEXT PRIMARY KEY,
+  client_tools_json TEXT,
+  last_body_json TEXT,
+  last_terminal_json TEXT,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL
+);
+
+-- A tree per session: parent_id links an answer to what it answers. seq, not a
+-- timestamp, orders rows, so the newest leaf is well defined.
+CREATE TABLE messages (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  id TEXT NOT NULL,
+  parent_id TEXT,
+  role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system')),
+  content TEXT NOT NULL,
+  operation_id TEXT,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  UNIQUE (session_id, id)
+);
+CREATE INDEX messages_children ON messages (session_id, parent_id, seq);
+
+CREATE TABLE operations (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT UNIQUE NOT NULL,
+  session_id TEXT NOT NULL,
+  kind TEXT NOT NULL CHECK (kind IN ('input', 'continue', 'regenerate', 'tool_result', 'approval')),
+  source TEXT NOT NULL CHECK (source IN ('server', 'client')),
+  status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'completed', 'error', 'aborted', 'skipped')),
+  outcome TEXT CHECK (outcome IN ('done', 'unanswered')),
+  reason TEXT,
+  input_json TEXT NOT NULL,
+  options_json TEXT,
+  target_message_id TEXT,
+  result_text TEXT,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  next_attempt_at INTEGER,
+  last_progress_at INTEGER,
+  created_at INTEGER NOT NULL,
+  started_at INTEGER,
+  completed_at INTEGER
+);
+CREATE INDEX operations_session_status ON operations (session_id, status, seq);
+
+-- One stream per model call: its chunks are written as they stream, so a
+-- reconnecting client can replay them and a restart can rebuild the message.
+CREATE TABLE streams (
+  id TEXT PRIMARY KEY,
+  session_id TEXT NOT NULL,
+  operation_id TEXT NOT NULL,
+  request_id TEXT NOT NULL,
+  message_id TEXT NOT NULL,
+  is_continuation INTEGER NOT NULL DEFAULT 0,
+  first_seq INTEGER NOT NULL DEFAULT 0,
+  status TEXT NOT NULL CHECK (status IN ('streaming', 'completed', 'error')),
+  next_segment INTEGER NOT NULL DEFAULT 0,
+  chunk_count INTEGER NOT NULL DEFAULT 0,
+  created_at INTEGER NOT NULL,
+  last_chunk_at INTEGER,
+  completed_at INTEGER
+);
+CREATE INDEX streams_status ON streams (status, completed_at);
+CREATE INDEX streams_request ON streams (request_id, created_at);
+
+-- body is a JSON array of chunk objects: one row per committed batch.
+CREATE TABLE stream_chunks (
+  stream_id TEXT NOT NULL REFERENCES streams(id) ON DELETE CASCADE,
+  segment INTEGER NOT NULL,
+  first_chunk INTEGER NOT NULL,
+  body TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (stream_id, segment)
+);
+
+CREATE TABLE tool_calls (
+  session_id TEXT NOT NULL,
+  tool_call_id TEXT NOT NULL,
+  operation_id TEXT NOT NULL,
+  message_id TEXT NOT NULL,
+  tool_name TEXT NOT NULL,
+  kind TEXT NOT NULL CHECK (kind IN ('server', 'client', 'provider')),
+  recovery TEXT NOT NULL DEFAULT 'report' CHECK (recovery IN ('rerun', 'report')),
+  input_json TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('approval_requested', 'approved', 'denied', 'running',
+    'succeeded', 'failed', 'interrupted', 'awaiting_client', 'answered')),
+  approval_id TEXT,
+  attempt INTEGER NOT NULL DEFAULT 0,
+  output_json TEXT,
+  error_text TEXT,
+  started_at INTEGER,
+  finished_at INTEGER,
+  PRIMARY KEY (session_id, tool_call_id)
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1,)
+SCHEMA_VERSION = len(MIGRATIONS)
