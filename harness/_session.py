@@ -167,11 +167,12 @@ class Session:
         if existing is not None:
             return Receipt(op_id, existing.session_id, accepted=False)
         msgs = list(messages)
-        if source == "client":
-            msgs = self._untrusted(msgs)
+        # Messages already stored (on any branch) or queued are dropped, never rewritten.
         stored = await self.db.read.existing_message_ids(self.id, [m.id for m in msgs])
         queued = self._queued_message_ids()
         msgs = [m for m in msgs if m.id not in stored and m.id not in queued]
+        if source == "client":
+            msgs = self._untrusted(msgs)
         kind = "regenerate" if regenerate_from is not None else "input"
         payload = {"messages": [m.model_dump(mode="json", exclude_unset=True) for m in msgs],
                    "regenerate_from": regenerate_from}
