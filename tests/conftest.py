@@ -1,0 +1,153 @@
+"""Shared fixtures: a real uvicorn server on a free port, and WebSocket helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from websockets.asyncio.client import ClientConnection, connect
+
+from app import Settings, create_app
+from harness import Agent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RunningServer:
+    base: str
+    app: Any
+    data_dir: Path
+    server: uvicorn.Server
+    task: asyncio.Task[None]
+
+    @property
+    def ws_base(self) -> str:
+        return "ws" + self.base[len("http"):]
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await asyncio.wait_for(self.task, 15)
+
+
+async def start_server(agents: Mapping[str, Agent], data_dir: Path, **settings: Any) -> RunningServer:
+    app = create_app(agents, Settings(data_dir=data_dir, **settings))
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    for _ in range(200):
+        if server.started:
+            break
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    else:
+        raise RuntimeError("uvicorn did not start")
+    return RunningServer(f"http://127.0.0.1:{port}", app, data_dir, server, task)
+
+
+@pytest.fixture
+async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[RunningServer]]]:
+    """Start the real server (uvicorn on a free port); stopped at the end of the test."""
+    started: list[RunningServer] = []
+
+    async def _serve(agents: Mapping[str, Agent] | None = None, data_dir: Path | None = None,
+                     **settings: Any) -> RunningServer:
+        from tests.conformance_app import agents as conformance_agents
+
+        srv = await start_server(agents or conformance_agents, data_dir or tmp_path / "data", **settings)
+        started.append(srv)
+        return srv
+
+    yield _serve
+    for srv in started:
+        if not srv.task.done():
+            await srv.stop()
+
+
+@dataclass
+class Client:
+    """A WebSocket client that records every frame it receives."""
+
+    ws: ClientConnection
+    frames: list[dict[str, Any]] = field(default_factory=list)
+    raw: list[str] = field(default_factory=list)
+    _reader: asyncio.Task[None] | None = None
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @classmethod
+    async def open(cls, url: str) -> Client:
+        ws = await connect(url, max_size=None)
+        c = cls(ws)
+        c._reader = asyncio.create_task(c._read())
+        return c
+
+    async def _read(self) -> None:
+        with contextlib.suppress(Exception):
+            async for msg in self.ws:
+                text = msg if isinstance(msg, str) else msg.decode()
+                self.raw.append(text)
+                self.frames.append(json.loads(text))
+                self._changed.set()
+        self._changed.set()
+
+    async def send(self, obj: dict[str, Any] | str) -> None:
+        await self.ws.send(obj if isinstance(obj, str) else json.dumps(obj))
+
+    async def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 10.0,
+                       start: int = 0) -> dict[str, Any]:
+        async def _wait() -> dict[str, Any]:
+            i = start
+            while True:
+                while i < len(self.frames):
+                    if pred(self.frames[i]):
+                        return self.frames[i]
+                    i += 1
+                if self._reader is not None and self._reader.done():
+                    raise AssertionError(f"socket closed; frames: {self.frames}")
+                self._changed.clear()
+                await self._changed.wait()
+
+        return await asyncio.wait_for(_wait(), timeout)
+
+    def of_type(self, t: str) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f.get("type") == t]
+
+    async def close(self) -> None:
+        await self.ws.close()
+        if self._reader is not None:
+            await self._reader
+
+
+def chat_request(text: str, history: list[dict[str, Any]] | None = None, *, rid: str | None = None,
+                 trigger: str = "submit-message", **extra: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """A ``cf_agent_use_chat_request`` as the hook builds it: (request id, frame, the user message)."""
+    rid = rid or uuid.uuid4().hex[:8]
+    user = {"id": uuid.uuid4().hex[:16], "role": "user", "parts": [{"type": "text", "text": text}]}
+    body = {"messages": [*(history or []), user], "trigger": trigger, **extra}
+    frame = {"type": "cf_agent_use_chat_request", "id": rid, "init": {"method": "POST", "body": json.dumps(body)}}
+    return rid, frame, user
+
+
+def is_done(rid: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda f: f.get("type") == "cf_agent_use_chat_response" and f.get("id") == rid and f.get("done") is True
+
+
+def chunks_of(client: Client, rid: str) -> list[dict[str, Any]]:
+    return [json.loads(f["body"]) for f in client.frames
+            if f.get("type") == "cf_agent_use_chat_response" and f.get("id") == rid and f.get("body")
+            and not f.get("error") and not f.get("done")]
