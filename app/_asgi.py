@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -21,6 +20,7 @@ from storage import InvalidNameError, StorageError, validate_instance_name
 
 from ._connection import Connection
 from ._registry import ActorRegistry
+from ._thinkchat import error_frame as _error_frame
 from .settings import DEMO_SCRIPT, Settings
 
 __all__ = ["create_app"]
@@ -30,10 +30,6 @@ log = logging.getLogger("think_server.app")
 # Terminal close codes (the client stops reconnecting): 4xxx.
 CLOSE_UNKNOWN_AGENT = 4004
 CLOSE_BAD_NAME = 4000
-
-
-def _error_frame(message: str) -> str:
-    return json.dumps({"type": "cf_agent_error", "error": message}, separators=(",", ":"), ensure_ascii=False)
 
 
 def _resolve_models(agents: Mapping[str, Agent], settings: Settings) -> dict[str, Model]:

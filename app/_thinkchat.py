@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from harness import (
+    Answer,
+    AnswerRefused,
     ChunksCommitted,
     HarnessEvent,
     MessagePersisted,
+    MessageUpdated,
     OperationSettled,
     RunStarted,
     Session,
@@ -38,20 +42,33 @@ from protocol import (
     StreamResumeNone,
     StreamResumeRequest,
     StreamResuming,
+    ToolApprovalFrame,
+    ToolResultFrame,
     UseChatRequest,
     dump_chat_response,
     dump_frame,
     dump_messages,
     parse_chat_request_body,
 )
+from protocol import (
+    MessageUpdated as MessageUpdatedFrame,
+)
 
 from ._connection import Connection
 
-__all__ = ["ThinkChat"]
+__all__ = ["ThinkChat", "error_frame"]
 
 log = logging.getLogger("think_server.chat")
 
 FINISHED_STREAM_GRACE_MS = 10 * 60 * 1000
+
+
+def _error_frame(message: str) -> str:
+    """Our one addition to the protocol: a frame clients that do not know it ignore."""
+    return json.dumps({"type": "cf_agent_error", "error": message}, separators=(",", ":"), ensure_ascii=False)
+
+
+error_frame = _error_frame
 
 
 @dataclass(slots=True)
@@ -76,6 +93,7 @@ class ThinkChat:
         self._finished: dict[str, _Stream] = {}
         self._requesters: dict[str, str] = {}  # operation id -> connection id that asked for it
         self._clearing: str | None = None
+        self._answers: set[str] = set()  # operations that answer a tool call (no request of their own)
         self._unsubscribe = session.subscribe(self._on_event)
 
     def close(self) -> None:
@@ -119,6 +137,16 @@ class ThinkChat:
             await self.session.abort(frame.id)
         elif isinstance(frame, ChatClear):
             await self._on_clear(conn)
+        elif isinstance(frame, ToolResultFrame):
+            is_error = frame.state == "output-error"
+            answer = Answer("tool-result", frame.toolCallId, output=frame.output, error_text=frame.errorText,
+                            is_error=is_error)
+            tools = None if not frame.clientTools else [t.model_dump(exclude_unset=True) for t in frame.clientTools]
+            # The hook never continues after an error result; absent autoContinue means continue.
+            await self._answer(conn, answer, frame.autoContinue is not False and not is_error, tools)
+        elif isinstance(frame, ToolApprovalFrame):
+            answer = Answer("approval", frame.toolCallId, approved=frame.approved)
+            await self._answer(conn, answer, frame.autoContinue is not False, None)
         elif isinstance(frame, ChatMessagesPush):
             pass  # the server's transcript is authoritative; client pushes are ignored
         else:
@@ -163,6 +191,19 @@ class ThinkChat:
             return
         if not receipt.accepted:
             self._requesters.pop(rid, None) if rid not in self.session.pending() else None
+
+    async def _answer(self, conn: Connection, answer: Answer, auto_continue: bool,
+                      client_tools: list[dict[str, object]] | None) -> None:
+        op_id = str(uuid.uuid4())
+        self._requesters[op_id] = conn.id  # the continuation is offered to the tab that caused it
+        self._answers.add(op_id)
+        try:
+            await self.session.answer(answer, operation_id=op_id, source="client", auto_continue=auto_continue,
+                                      client_tools=client_tools)
+        except AnswerRefused as exc:
+            self._requesters.pop(op_id, None)
+            self._answers.discard(op_id)
+            conn.send(_error_frame(f"{answer.kind} refused ({exc.reason}): {exc}"))
 
     def _on_resume_request(self, conn: Connection, probe_id: str | None) -> None:
         active = self._active
@@ -220,14 +261,17 @@ class ThinkChat:
             self._on_settled(event)
         elif isinstance(event, SessionReset):
             self._on_reset()
+        elif isinstance(event, MessageUpdated):
+            self._broadcast(dump_frame(MessageUpdatedFrame(message=event.message)))
         elif isinstance(event, MessagePersisted):
             pass  # transcripts go out at the start and the end of a turn
 
     def _on_run_started(self, event: RunStarted) -> None:
         self._active = _Stream(event.operation_id, event.continuation)
-        # Other tabs learn the user message now that it is persisted.
-        requester = self._requesters.get(event.operation_id)
-        self._broadcast(self._transcript_frame(), exclude=(requester,) if requester else ())
+        if not event.continuation:
+            # Other tabs learn the user message now that it is persisted.
+            requester = self._requesters.get(event.operation_id)
+            self._broadcast(self._transcript_frame(), exclude=(requester,) if requester else ())
 
     def _on_stream_started(self, event: StreamStarted) -> None:
         if self._active is None or self._active.id != event.operation_id:
@@ -267,11 +311,15 @@ class ThinkChat:
         self._sweep_finished()
         requester = self._requesters.pop(event.operation_id, None)
         self._awaiting_ack.clear()  # so sockets that never ACKed still see the end
-        if event.status == "aborted" and not stream.bodies and requester is None:
-            return  # a queued request withdrawn before anyone was told about it
-        if stream.bodies or event.status != "skipped":
+        if stream.bodies:
             self._broadcast(self._transcript_frame())
-        self._broadcast(self._terminal_frame(stream, event))
+            self._broadcast(self._terminal_frame(stream, event))
+        elif requester is not None and event.operation_id not in self._answers:
+            # A chat request that produced no stream still ends, for its sender only.
+            conn = self.connections.get(requester)
+            if conn is not None:
+                conn.send(self._terminal_frame(stream, event))
+        self._answers.discard(event.operation_id)
         if not self.session.pending():
             self._release_parked()
 

@@ -1,12 +1,14 @@
 """The engine: agent definitions, sessions and their durable operations, the turn loop, model providers."""
 
-from ._agent import Agent, Tool
+from ._agent import Agent
+from ._answers import Answer, AnswerRefused
 from ._clock import Clock
 from ._events import (
     ChunksCommitted,
     HarnessEvent,
     Listener,
     MessagePersisted,
+    MessageUpdated,
     OperationSettled,
     RunStarted,
     SessionReset,
@@ -34,10 +36,13 @@ from ._model import (
 from ._providers import ModelSpecError, resolve_model
 from ._scripted import Script, ScriptedModel, ScriptError, load_script
 from ._session import OperationResult, Receipt, Session, SubmitRefused
+from ._tools import Tool, ToolInputError, client_tool, tool
 
 __all__ = [
     "ROOT_SESSION",
     "Agent",
+    "Answer",
+    "AnswerRefused",
     "ChunksCommitted",
     "Clock",
     "Finish",
@@ -45,6 +50,7 @@ __all__ = [
     "Instance",
     "Listener",
     "MessagePersisted",
+    "MessageUpdated",
     "Model",
     "ModelError",
     "ModelEvent",
@@ -71,8 +77,11 @@ __all__ = [
     "ToolCall",
     "ToolDefinition",
     "ToolInputDelta",
+    "ToolInputError",
     "ToolInputStart",
     "Usage",
+    "client_tool",
     "load_script",
     "resolve_model",
+    "tool",
 ]

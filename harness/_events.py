@@ -17,6 +17,7 @@ __all__ = [
     "HarnessEvent",
     "Listener",
     "MessagePersisted",
+    "MessageUpdated",
     "OperationSettled",
     "RunStarted",
     "SessionReset",
@@ -55,6 +56,13 @@ class MessagePersisted:
 
 
 @dataclass(frozen=True, slots=True)
+class MessageUpdated:
+    """A stored message changed outside a turn's stream (a tool answer applied)."""
+
+    message: UIMessage
+
+
+@dataclass(frozen=True, slots=True)
 class OperationSettled:
     operation_id: str
     status: str  # completed | error | aborted | skipped
@@ -69,6 +77,6 @@ class SessionReset:
 
 
 HarnessEvent: TypeAlias = (
-    RunStarted | StreamStarted | ChunksCommitted | MessagePersisted | OperationSettled | SessionReset
+    RunStarted | StreamStarted | ChunksCommitted | MessagePersisted | MessageUpdated | OperationSettled | SessionReset
 )
 Listener: TypeAlias = Callable[[HarnessEvent], None]

@@ -19,10 +19,20 @@ from typing import Any, Literal
 from protocol import UIMessage, parse_message
 from storage import Database, OperationRow, Tx
 
-from ._agent import Agent, Tool
+from ._agent import Agent
+from ._answers import Answer, AnswerRefused, apply_answer, awaiting_calls, check_answer
 from ._clock import Clock
-from ._events import HarnessEvent, Listener, MessagePersisted, OperationSettled, RunStarted, SessionReset
+from ._events import (
+    HarnessEvent,
+    Listener,
+    MessagePersisted,
+    MessageUpdated,
+    OperationSettled,
+    RunStarted,
+    SessionReset,
+)
 from ._model import Model
+from ._tools import Tool
 from ._turn import Outcome, Turn
 
 __all__ = ["OperationResult", "Receipt", "Session", "SubmitRefused"]
@@ -74,12 +84,17 @@ class Session:
         self._running_id: str | None = None
         self._waiters: dict[str, list[asyncio.Future[OperationResult]]] = {}
         self._queued_inputs: dict[str, list[str]] = {}  # message ids of queued submissions
+        self._queued_answers: dict[str, Answer] = {}
+        self._client_tools: list[dict[str, Any]] = []  # schemas a browser declared, kept with the session
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------
 
     async def load(self) -> None:
         """Read the active transcript and the open operations of a freshly opened file."""
+        session_row = await self.db.read.session(self.id)
+        if session_row is not None and session_row.client_tools_json:
+            self._client_tools = json.loads(session_row.client_tools_json)
         rows = await self.db.read.active_path(self.id)
         self._messages = []
         self._parents = {}
@@ -186,6 +201,8 @@ class Session:
                 await tx.set_client_tools(self.id, _dumps(client_tools) if client_tools else None, now)
             await tx.set_last_body(self.id, _dumps(body) if body else None, now)
             await tx.set_last_terminal(self.id, None, now)
+        if client_tools is not None:
+            self._client_tools = list(client_tools)
         self._queued_inputs[op_id] = [m.id for m in msgs]
         self._queue.append(op_id)
         self._kick()
@@ -204,6 +221,42 @@ class Session:
                 m = m.model_copy(update={"metadata": kept or None})
             out.append(m)
         return out
+
+    async def answer(
+        self,
+        answer: Answer,
+        *,
+        operation_id: str | None = None,
+        source: Literal["client", "server"] = "server",
+        auto_continue: bool = True,
+        client_tools: list[dict[str, Any]] | None = None,
+    ) -> Receipt:
+        """Durably queue a tool result or an approval; it continues the turn unless ``auto_continue`` is off.
+
+        An answer that cannot apply (unknown call, a result for a server tool, a
+        call already answered) raises :class:`AnswerRefused` and writes nothing.
+        """
+        op_id = operation_id or self.clock.new_id()
+        if await self.db.read.operation(op_id) is not None:
+            return Receipt(op_id, self.id, accepted=False)
+        check_answer(self._messages, answer, self.agent.tool_map())
+        if any(a.tool_call_id == answer.tool_call_id for a in self._queued_answers.values()):
+            raise AnswerRefused("already_answered", f"tool call {answer.tool_call_id!r} already has an answer queued")
+        kind = "approval" if answer.kind == "approval" else "tool_result"
+        payload = {"answer": answer.to_json(), "autoContinue": auto_continue}
+        now = self.clock.now_ms()
+        async with self.db.transaction() as tx:
+            await tx.ensure_session(self.id, now)
+            if not await tx.insert_operation(op_id, self.id, kind, source, _dumps(payload), None, now):
+                return Receipt(op_id, self.id, accepted=False)
+            if client_tools:
+                await tx.set_client_tools(self.id, _dumps(client_tools), now)
+        if client_tools:
+            self._client_tools = list(client_tools)
+        self._queued_answers[op_id] = answer
+        self._queue.append(op_id)
+        self._kick()
+        return Receipt(op_id, self.id, accepted=True)
 
     async def wait(self, operation_id: str) -> OperationResult:
         row = await self.db.read.operation(operation_id)
@@ -237,70 +290,110 @@ class Session:
                 self._running_id = None
                 self._turn = None
                 self._queued_inputs.pop(op_id, None)
+                self._queued_answers.pop(op_id, None)
 
     async def _run(self, op_id: str) -> None:
         row = await self.db.read.operation(op_id)
         if row is None or row.status not in ("pending", "running"):
             return
         payload = json.loads(row.input_json)
-        new_messages = [parse_message(m) for m in payload.get("messages", [])]
-        regenerate_from: str | None = payload.get("regenerate_from")
-        options = json.loads(row.options_json or "{}")
+        if row.kind in ("tool_result", "approval"):
+            await self._run_answer(op_id, Answer.from_json(payload["answer"]), bool(payload.get("autoContinue")))
+        else:
+            new_messages = [parse_message(m) for m in payload.get("messages", [])]
+            await self._run_input(op_id, new_messages, payload.get("regenerate_from"))
+
+    async def _run_input(self, op_id: str, new_messages: list[UIMessage], regenerate_from: str | None) -> None:
+        ids = [m.id for m in self._messages]
+        if regenerate_from is not None and regenerate_from in ids:
+            # A new branch under the message answered again: the old answer leaves the
+            # active path once the new one is persisted, and the model never sees it.
+            base = self._messages[: ids.index(regenerate_from) + 1]
+        else:
+            base = list(self._messages)
         message_id = self.clock.new_id()
         now = self.clock.now_ms()
+        parent = base[-1].id if base else None
         async with self.db.transaction() as tx:
-            parent = self._messages[-1].id if self._messages else None
-            if regenerate_from is not None:
-                parent = regenerate_from if regenerate_from in self._parents else parent
             for m in new_messages:
                 await tx.insert_message(self.id, m.id, parent, m.role, _content(m), op_id, now)
                 parent = m.id
             await tx.start_operation(op_id, message_id, now)
-        anchor = parent
-        for m in new_messages:
-            self._place(m, self._parents_anchor(m, new_messages))
-        if regenerate_from is not None and anchor is not None:
-            self._truncate_after(anchor)
+        if new_messages:
+            del self._messages[len(base):]  # base is a prefix of the active path
+            prev = base[-1].id if base else None
+            for m in new_messages:
+                self._messages.append(m)
+                self._parents[m.id] = prev
+                prev = m.id
         self.publish(RunStarted(op_id, message_id, continuation=False))
-        if not new_messages and regenerate_from is None:
-            await self._settle_without_turn(op_id, [m.id for m in new_messages])
+        carried = [m.id for m in new_messages]
+        if parent is None or (not new_messages and regenerate_from is None):
+            await self._settle_without_turn(op_id, carried)
             return
-        context = list(self._messages)
-        tools = self._tools(options.get("client_tools"))
-        turn = Turn(
-            self,
-            operation_id=op_id,
-            message_ids=[m.id for m in new_messages] or ([anchor] if anchor else []),
-            context=context,
-            message_id=message_id,
-            parent_id=anchor,
-            continuation=False,
-            model=self.model,
-            system=self.agent.system,
-            tools=tools,
-            max_steps=self.agent.max_steps,
-        )
-        self._turn = turn
+        context = base + new_messages
+        turn = self._turn_for(op_id, carried or [parent], context, message_id, parent, continuation=False)
         outcome = await turn.run()
         self._finish(op_id, outcome, turn.message_ids)
 
-    def _parents_anchor(self, m: UIMessage, batch: list[UIMessage]) -> str | None:
-        i = batch.index(m)
-        if i > 0:
-            return batch[i - 1].id
-        return self._messages[-1].id if self._messages else None
+    def _turn_for(self, op_id: str, carried: list[str], context: list[UIMessage], message_id: str,
+                  parent: str | None, *, continuation: bool, existing: UIMessage | None = None) -> Turn:
+        turn = Turn(
+            self,
+            operation_id=op_id,
+            message_ids=carried,
+            context=context,
+            message_id=message_id,
+            parent_id=parent,
+            continuation=continuation,
+            model=self.model,
+            system=self.agent.system,
+            tools=self._tools(),
+            max_steps=self.agent.max_steps,
+            existing=existing,
+        )
+        self._turn = turn
+        return turn
 
-    def _tools(self, client_tools: list[dict[str, Any]] | None) -> dict[str, Tool]:
+    async def _run_answer(self, op_id: str, answer: Answer, auto_continue: bool) -> None:
+        try:
+            index = check_answer(self._messages, answer, self.agent.tool_map())
+        except AnswerRefused as exc:
+            await self._settle_without_turn(op_id, [], Outcome("error", "unanswered", exc.reason))
+            return
+        updated = apply_answer(self._messages[index], answer)
+        now = self.clock.now_ms()
+        async with self.db.transaction() as tx:
+            await tx.update_message(self.id, updated.id, _content(updated), now)
+            await tx.start_operation(op_id, updated.id, now)
+        self._messages[index] = updated
+        self.publish(MessagePersisted(updated))
+        self.publish(MessageUpdated(updated))
+        last = index == len(self._messages) - 1
+        if not auto_continue or not last or awaiting_calls(updated):
+            # Recorded; the turn continues once every call of the step is answered.
+            await self._settle_without_turn(op_id, [])
+            return
+        self.publish(RunStarted(op_id, updated.id, continuation=True))
+        turn = self._turn_for(op_id, [], self._messages[:index], updated.id, self._parents.get(updated.id),
+                              continuation=True, existing=updated)
+        outcome = await turn.run()
+        self._finish(op_id, outcome, ())
+
+    def _tools(self) -> dict[str, Tool]:
         tools = self.agent.tool_map()
-        for spec in client_tools or []:
+        for spec in self._client_tools:
             name = spec.get("name")
             if isinstance(name, str) and name and name not in tools:  # never replaces a server tool
                 params = spec.get("parameters") or {"type": "object"}
-                tools[name] = Tool(name=name, description=str(spec.get("description") or ""), parameters=params)
+                try:
+                    tools[name] = Tool(name=name, description=str(spec.get("description") or ""), parameters=params)
+                except ValueError:
+                    log.warning("session %r: ignoring client tool with an unusable name %r", self.id, name)
         return tools
 
-    async def _settle_without_turn(self, op_id: str, message_ids: list[str]) -> None:
-        outcome = Outcome("completed", "done", None, "")
+    async def _settle_without_turn(self, op_id: str, message_ids: list[str], outcome: Outcome | None = None) -> None:
+        outcome = outcome or Outcome("completed", "done", None, "")
         async with self.db.transaction() as tx:
             await self.write_settlement(tx, op_id, outcome)
         self._finish(op_id, outcome, tuple(message_ids))
@@ -353,6 +446,8 @@ class Session:
             if op_id in self._queue:
                 self._queue.remove(op_id)
                 self._queued_inputs.pop(op_id, None)
+                self._queued_answers.pop(op_id, None)
+                self._queued_answers.pop(op_id, None)
                 outcome = Outcome("aborted", "unanswered", "aborted")
                 async with self.db.transaction() as tx:
                     await self.write_settlement(tx, op_id, outcome)
@@ -368,6 +463,7 @@ class Session:
         for op_id in list(self._queue):
             self._queue.remove(op_id)
             self._queued_inputs.pop(op_id, None)
+            self._queued_answers.pop(op_id, None)
             outcome = Outcome("skipped", "unanswered", "reset")
             async with self.db.transaction() as tx:
                 await self.write_settlement(tx, op_id, outcome)
@@ -385,6 +481,7 @@ class Session:
             await tx.reset_session(self.id, now)
         self._messages = []
         self._parents = {}
+        self._client_tools = []
         self.publish(SessionReset())
         self._kick()
 

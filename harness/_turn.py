@@ -43,7 +43,6 @@ from protocol import (
 )
 from storage import Tx
 
-from ._agent import Tool
 from ._chunklog import ChunkLog
 from ._model import (
     Finish,
@@ -61,6 +60,7 @@ from ._model import (
     ToolInputDelta,
     ToolInputStart,
 )
+from ._tools import Tool
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -205,9 +205,16 @@ class Turn:
             self._log.open_stream(self.message_id, self.continuation or step > 0)
             if step == 0:
                 self._emit(StartChunk() if self.continuation else StartChunk(messageId=self.message_id))
+                approved = self._approved_calls()
+                if approved:
+                    # Approved calls run first; the model then sees their results.
+                    self._goto(TurnState.TOOLS)
+                    await self._run_inner(self._run_tools(approved))
+                    self._goto(TurnState.STREAMING)
             self._emit(StartStepChunk())
             result: _StepResult = await self._run_inner(self._model_call())
             self._emit(FinishStepChunk())
+            self._assembler.settle()  # a tool call whose input never finished streaming is dropped
             last_reason = result.finish_reason
             runnable = [c for c in result.calls if self._is_runnable(c)]
             if not runnable:
@@ -217,10 +224,18 @@ class Turn:
             await self._run_inner(self._run_tools(runnable))
         return await self._finish(_StepResult(finish_reason=last_reason))
 
+    def _approved_calls(self) -> list[tuple[str, str, Any]]:
+        return [
+            (p.toolCallId, p.tool_name, p.input)
+            for p in self._assembler.message.parts
+            if isinstance(p, ToolPart) and p.state == "approval-responded"
+            and p.tool_name in self._tools and not self._tools[p.tool_name].is_client
+        ]
+
     def _is_runnable(self, call: tuple[str, str, Any]) -> bool:
         part = self._tool_part(call[0])
-        return part is not None and part.state == "input-available" and call[1] in self._tools and \
-            not self._tools[call[1]].is_client
+        return (part is not None and part.state == "input-available" and call[1] in self._tools
+                and not self._tools[call[1]].is_client)
 
     def _tool_part(self, tool_call_id: str) -> ToolPart | None:
         for p in self._assembler.message.parts:

@@ -9,42 +9,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness import Agent, Tool
+from harness import Agent, client_tool, tool
 
 SCRIPT = Path(__file__).parent / "fixtures" / "reference-script.json"
 
 
+@tool(name="getWeather")
 def get_weather(city: str) -> dict[str, Any]:
+    """Get the weather for a city.
+
+    Args:
+        city: The city's name.
+    """
     return {"city": city, "temperature": 22, "condition": "sunny", "unit": "celsius"}
 
 
-def transfer_funds(amount: float, to: str) -> dict[str, Any]:
+@tool(name="transferFunds", needs_approval=True)
+def transfer_funds(amount: int | float, to: str) -> dict[str, Any]:
+    """Transfer money to someone; needs the user's approval."""
     return {"ok": True, "amount": amount, "to": to}
 
+
+get_location = client_tool("getLocation", "Ask the browser where the user is")
 
 agents = {
     "my-agent": Agent(
         model=f"scripted:{SCRIPT}",
         system="You are the conformance agent.",
-        tools=[
-            Tool(
-                name="getWeather",
-                description="Get the weather for a city",
-                parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-                execute=get_weather,
-            ),
-            Tool(name="getLocation", description="Ask the browser where the user is"),
-            Tool(
-                name="transferFunds",
-                description="Transfer money; needs the user's approval",
-                parameters={
-                    "type": "object",
-                    "properties": {"amount": {"type": "number"}, "to": {"type": "string"}},
-                    "required": ["amount", "to"],
-                },
-                execute=transfer_funds,
-                needs_approval=True,
-            ),
-        ],
+        tools=[get_weather, get_location, transfer_funds],
     )
 }

@@ -1,0 +1,126 @@
+"""Answers to tool calls: client tool results and approvals.
+
+Pure functions on messages: find the call an answer refers to, check that the
+answer may be given, and apply it (first write wins: a settled call never
+changes again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from protocol import ToolApproval, ToolPart, UIMessage
+
+from ._tools import Tool
+
+__all__ = [
+    "INTERRUPTED_TOOL_ERROR",
+    "Answer",
+    "AnswerRefused",
+    "apply_answer",
+    "awaiting_calls",
+    "check_answer",
+    "find_call",
+]
+
+INTERRUPTED_TOOL_ERROR = "The tool call was interrupted before a result was recorded."
+DEFAULT_CLIENT_ERROR = "Tool execution denied by user"
+
+
+class AnswerRefused(ValueError):
+    """An answer that cannot apply; ``reason`` is a stable code, ``str()`` the explanation."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A client tool's result (``kind="tool-result"``) or an approval decision (``kind="approval"``)."""
+
+    kind: Literal["tool-result", "approval"]
+    tool_call_id: str
+    output: Any = None
+    error_text: str | None = None
+    is_error: bool = False
+    approved: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "toolCallId": self.tool_call_id, "output": self.output,
+                "errorText": self.error_text, "isError": self.is_error, "approved": self.approved}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Answer:
+        return cls(data["kind"], data["toolCallId"], data.get("output"), data.get("errorText"),
+                   bool(data.get("isError")), bool(data.get("approved")))
+
+
+def find_call(messages: Sequence[UIMessage], tool_call_id: str) -> tuple[int, ToolPart] | None:
+    """The index of the message holding the call, and its part (latest message first)."""
+    for i in range(len(messages) - 1, -1, -1):
+        for part in messages[i].parts:
+            if isinstance(part, ToolPart) and part.toolCallId == tool_call_id:
+                return i, part
+    return None
+
+
+def check_answer(messages: Sequence[UIMessage], answer: Answer, server_tools: Mapping[str, Tool]) -> int:
+    """Raise :class:`AnswerRefused` unless the answer may apply; the index of the message it changes."""
+    found = find_call(messages, answer.tool_call_id)
+    if found is None:
+        raise AnswerRefused("unknown_tool_call", f"no tool call {answer.tool_call_id!r} in this conversation")
+    index, part = found
+    name = part.tool_name
+    if answer.kind == "tool-result":
+        tool = server_tools.get(name)
+        if tool is not None and not tool.is_client:
+            raise AnswerRefused(
+                "not_client_tool",
+                f"tool call {answer.tool_call_id!r} is to the server tool {name!r}; its result comes from running it",
+            )
+        if part.state not in ("input-available", "approval-responded"):
+            raise AnswerRefused(
+                "already_answered" if part.state.startswith("output") else "not_awaiting_result",
+                f"tool call {answer.tool_call_id!r} is {part.state}, not waiting for a result",
+            )
+    elif part.state != "approval-requested":
+        raise AnswerRefused(
+            "not_awaiting_approval",
+            f"tool call {answer.tool_call_id!r} is {part.state}, not waiting for an approval",
+        )
+    return index
+
+
+def apply_answer(message: UIMessage, answer: Answer) -> UIMessage:
+    """A copy of ``message`` with the answer applied to its call's part."""
+    msg = message.model_copy(deep=True)
+    for part in msg.parts:
+        if not (isinstance(part, ToolPart) and part.toolCallId == answer.tool_call_id):
+            continue
+        if answer.kind == "approval":
+            approval_id = part.approval.id if part.approval is not None else answer.tool_call_id
+            part.approval = ToolApproval(id=approval_id, approved=answer.approved)
+            part.state = "approval-responded" if answer.approved else "output-denied"
+        elif answer.is_error:
+            part.state = "output-error"
+            part.errorText = answer.error_text or DEFAULT_CLIENT_ERROR
+        else:
+            part.state = "output-available"
+            part.output = answer.output
+            part.preliminary = False
+        break
+    return msg
+
+
+def awaiting_calls(message: UIMessage) -> list[ToolPart]:
+    """Calls of the message's last step still waiting for a client result or an approval."""
+    last_step: list[ToolPart] = []
+    for part in message.parts:
+        if part.type == "step-start":
+            last_step = []
+        elif isinstance(part, ToolPart):
+            last_step.append(part)
+    return [p for p in last_step if p.state in ("input-available", "approval-requested")]
