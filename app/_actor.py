@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import time
+from pathlib import Path
 
 from harness import Agent, Instance, Model, Session
 from protocol import Identity, McpServers, dump_frame
@@ -35,16 +36,17 @@ class Actor:
         self.last_used = time.monotonic()
 
     @classmethod
-    async def activate(cls, agent_name: str, name: str, path: object, agent: Agent, model: Model) -> Actor:
-        from pathlib import Path
-
-        instance = await Instance.open(Path(str(path)), agent, model)
+    async def activate(cls, agent_name: str, name: str, path: Path, agent: Agent, model: Model, *,
+                       stream_grace_ms: int) -> Actor:
+        instance = await Instance.open(path, agent, model, stream_grace_ms=stream_grace_ms)
         try:
-            session = await instance.session()
+            session = await instance.session(start=False)
         except BaseException:
             await instance.close()
             raise
-        return cls(agent_name, name, instance, session)
+        actor = cls(agent_name, name, instance, session)
+        session.start()  # after ThinkChat listens: recovered work reaches its sockets
+        return actor
 
     def touch(self) -> None:
         self.last_used = time.monotonic()

@@ -65,7 +65,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         models = _resolve_models(routed, settings)
     except ModelSpecError as exc:
         raise ValueError(f"invalid model setting: {exc}") from exc
-    registry = ActorRegistry(Path(settings.data_dir), routed, models, idle_timeout_s=settings.idle_timeout_s)
+    registry = ActorRegistry(Path(settings.data_dir), routed, models, idle_timeout_s=settings.idle_timeout_s,
+                             stream_grace_ms=int(settings.stream_grace_s * 1000))
 
     def check_address(agent: str, name: str) -> str | None:
         if agent not in routed:
@@ -145,6 +146,9 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        resumed = await registry.open_index()
+        if resumed:
+            log.info("resumed %d instance(s) with unfinished work", len(resumed))
         try:
             yield
         finally:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness import Agent, Model
-from storage import instance_db_path
+from storage import WorkIndex, instance_db_path
 
 from ._actor import Actor
 
@@ -27,7 +27,10 @@ class ActorRegistry:
         models: Mapping[str, Model],
         *,
         idle_timeout_s: float = 300.0,
+        stream_grace_ms: int = 10 * 60 * 1000,
     ) -> None:
+        self._stream_grace_ms = stream_grace_ms
+        self._index: WorkIndex | None = None
         self.data_dir = data_dir
         self.agents = agents
         self._models = models
@@ -59,11 +62,36 @@ class ActorRegistry:
             task.add_done_callback(lambda _: self._activating.pop(key, None))
         return await asyncio.shield(task)
 
+    async def open_index(self) -> list[tuple[str, str]]:
+        """Open the data dir's work index and reactivate what it lists (work a crash or a stop left open)."""
+        self._index = await WorkIndex.open(self.data_dir)
+        resumed = []
+        for agent, name in await self._index.marked():
+            if agent not in self.agents:
+                log.warning("work index lists %s/%s, but this server has no agent %r", agent, name, agent)
+                continue
+            try:
+                await self.get(agent, name)
+                resumed.append((agent, name))
+            except Exception:
+                log.exception("reactivating %s/%s failed", agent, name)
+        return resumed
+
     async def _activate(self, agent: str, name: str) -> Actor:
-        actor = await Actor.activate(agent, name, self.path_of(agent, name), self.agents[agent], self._models[agent])
+        if self._index is not None:
+            # Marked before anything can run, so a crash from here on is found at the next start.
+            await self._index.mark(agent, name, int(time.time() * 1000))
+        actor = await Actor.activate(agent, name, self.path_of(agent, name), self.agents[agent],
+                                     self._models[agent], stream_grace_ms=self._stream_grace_ms)
         self._actors[(agent, name)] = actor
         self._ensure_sweeper()
         return actor
+
+    async def _close_actor(self, actor: Actor) -> None:
+        open_work = actor.instance.has_open_work
+        await actor.close()
+        if self._index is not None and not open_work:
+            await self._index.unmark(actor.agent_name, actor.name)
 
     def _ensure_sweeper(self) -> None:
         if self._sweeper is None or self._sweeper.done():
@@ -81,7 +109,7 @@ class ActorRegistry:
         for key, actor in list(self._actors.items()):
             if actor.idle and actor.last_used <= unused_since:
                 del self._actors[key]
-                await actor.close()
+                await self._close_actor(actor)
                 closed += 1
         return closed
 
@@ -100,8 +128,10 @@ class ActorRegistry:
         actors, self._actors = list(self._actors.values()), {}
         for actor in actors:
             try:
-                await actor.close()
+                await self._close_actor(actor)
             except Exception:
                 log.exception("closing %s/%s failed", actor.agent_name, actor.name)
+        if self._index is not None:
+            await self._index.close()
 
 

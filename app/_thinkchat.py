@@ -34,6 +34,7 @@ from protocol import (
     ChatClearFrame,
     ChatMessages,
     ChatMessagesPush,
+    ChatRecovering,
     ChatRequestCancel,
     ClientFrame,
     ProtocolError,
@@ -60,7 +61,6 @@ __all__ = ["ThinkChat", "error_frame"]
 
 log = logging.getLogger("think_server.chat")
 
-FINISHED_STREAM_GRACE_MS = 10 * 60 * 1000
 
 
 def _error_frame(message: str) -> str:
@@ -94,6 +94,8 @@ class ThinkChat:
         self._requesters: dict[str, str] = {}  # operation id -> connection id that asked for it
         self._clearing: str | None = None
         self._answers: set[str] = set()  # operations that answer a tool call (no request of their own)
+        self._acked: dict[str, set[str]] = {}  # connection id -> streams it was replayed (once each)
+        self._recovering: str | None = None  # the operation being continued after an interruption
         self._unsubscribe = session.subscribe(self._on_event)
 
     def close(self) -> None:
@@ -107,6 +109,7 @@ class ThinkChat:
         if old is not None and old is not conn:
             old.close(1000, "replaced by a reconnect")
         self.connections[conn.id] = conn
+        self._acked.pop(conn.id, None)
         self._awaiting_ack.discard(conn.id)
         self._parked.discard(conn.id)
         active = self._active
@@ -116,11 +119,14 @@ class ThinkChat:
             conn.send(dump_frame(StreamResuming(id=active.id)))
         else:
             conn.send(self._transcript_frame(connect=True))
+        if self._recovering is not None:
+            conn.send(dump_frame(ChatRecovering(recovering=True, id=self._recovering)))
 
     def disconnect(self, conn: Connection) -> None:
         """A closed socket never cancels a turn."""
         if self.connections.get(conn.id) is conn:
             del self.connections[conn.id]
+            self._acked.pop(conn.id, None)
             self._awaiting_ack.discard(conn.id)
             self._parked.discard(conn.id)
 
@@ -132,7 +138,8 @@ class ThinkChat:
         elif isinstance(frame, StreamResumeRequest):
             self._on_resume_request(conn, frame.probeId)
         elif isinstance(frame, StreamResumeAck):
-            self._on_ack(conn, frame.id)
+            if not self._on_ack(conn, frame.id):
+                await self._ack_from_storage(conn, frame.id)
         elif isinstance(frame, ChatRequestCancel):
             await self.session.abort(frame.id)
         elif isinstance(frame, ChatClear):
@@ -216,25 +223,59 @@ class ThinkChat:
             self._parked.add(conn.id)
             conn.send(dump_frame(StreamPending(id=pending[-1], probeId=probe_id)))
             return
+        terminal = self.session.last_terminal
+        if terminal is not None:
+            # A turn that failed while this tab was away: the ACK delivers its error.
+            conn.send(dump_frame(StreamResuming(id=str(terminal["operationId"]), probeId=probe_id)))
+            return
         conn.send(dump_frame(StreamResumeNone(reason="idle", probeId=probe_id)))
 
-    def _on_ack(self, conn: Connection, request_id: str) -> None:
+    def _on_ack(self, conn: Connection, request_id: str) -> bool:
+        """Answer an ACK from memory; False when only storage knows the stream."""
         self._awaiting_ack.discard(conn.id)
+        acked = self._acked.setdefault(conn.id, set())
+        if request_id in acked:
+            return True  # this socket was replayed that stream already: never twice
         active = self._active
         if active is not None and active.id == request_id and active.settled is None:
             # Replay and joining the live stream happen in one synchronous step.
+            acked.add(request_id)
             self._replay(conn, active)
             conn.send(dump_chat_response(request_id, "", done=False, replay=True, replay_complete=True,
                                          continuation=active.continuation))
-            return
+            return True
         finished = self._finished.get(request_id)
-        if active is not None and active.id == request_id:
-            finished = active
         if finished is not None and finished.settled is not None:
+            acked.add(request_id)
             self._replay(conn, finished)
             conn.send(self._terminal_frame(finished, finished.settled, replay=True))
-            return
-        conn.send(dump_chat_response(request_id, "", done=True, replay=True))
+            return True
+        return False
+
+    async def _ack_from_storage(self, conn: Connection, request_id: str) -> None:
+        """A stream this process did not see finish (a restart): replay it from its stored chunks."""
+        acked = self._acked.setdefault(conn.id, set())
+        acked.add(request_id)
+        db = self.session.db
+        bodies: list[str] = []
+        continuation = False
+        for row in await db.read.streams_of_request(request_id):
+            if row.session_id != self.session.id:
+                break
+            continuation = continuation or (row.is_continuation and row.first_seq == 0)
+            bodies.extend(await db.read.chunk_bodies(row.id))
+        op = await db.read.operation(request_id)
+        terminal = self.session.last_terminal
+        stream = _Stream(request_id, continuation, bodies)
+        self._replay(conn, stream)
+        if terminal is not None and terminal.get("operationId") == request_id:
+            conn.send(dump_chat_response(request_id, str(terminal.get("body") or "The turn failed."), done=True,
+                                         error=True, continuation=continuation, outcome="error"))
+        elif op is not None and op.status not in ("pending", "running"):
+            settled = OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
+            conn.send(self._terminal_frame(stream, settled, replay=True))
+        else:
+            conn.send(dump_chat_response(request_id, "", done=True, replay=True))
 
     def _replay(self, conn: Connection, stream: _Stream) -> None:
         for seq, body in enumerate(stream.bodies):
@@ -267,8 +308,11 @@ class ThinkChat:
             pass  # transcripts go out at the start and the end of a turn
 
     def _on_run_started(self, event: RunStarted) -> None:
-        self._active = _Stream(event.operation_id, event.continuation)
-        if not event.continuation:
+        self._active = _Stream(event.operation_id, event.continuation, list(event.prior))
+        if event.recovering:
+            self._recovering = event.operation_id
+            self._broadcast(dump_frame(ChatRecovering(recovering=True, id=event.operation_id)))
+        elif not event.continuation:
             # Other tabs learn the user message now that it is persisted.
             requester = self._requesters.get(event.operation_id)
             self._broadcast(self._transcript_frame(), exclude=(requester,) if requester else ())
@@ -320,6 +364,9 @@ class ThinkChat:
             if conn is not None:
                 conn.send(self._terminal_frame(stream, event))
         self._answers.discard(event.operation_id)
+        if self._recovering == event.operation_id:
+            self._recovering = None
+            self._broadcast(dump_frame(ChatRecovering(recovering=False, id=event.operation_id)))
         if not self.session.pending():
             self._release_parked()
 
@@ -365,7 +412,7 @@ class ThinkChat:
                 conn.send(text)
 
     def _sweep_finished(self) -> None:
-        limit = self._now_ms() - FINISHED_STREAM_GRACE_MS
+        limit = self._now_ms() - self.session.stream_grace_ms
         for rid in [rid for rid, s in self._finished.items() if s.finished_at < limit]:
             del self._finished[rid]
 

@@ -34,6 +34,7 @@ from ._model import (
     Usage,
 )
 from ._providers import ModelSpecError, resolve_model
+from ._recovery_policy import RecoveryPolicy
 from ._scripted import Script, ScriptedModel, ScriptError, load_script
 from ._session import OperationResult, Receipt, Session, SubmitRefused
 from ._tools import Tool, ToolInputError, client_tool, tool
@@ -62,6 +63,7 @@ __all__ = [
     "ReasoningEnd",
     "ReasoningStart",
     "Receipt",
+    "RecoveryPolicy",
     "RunStarted",
     "Script",
     "ScriptError",

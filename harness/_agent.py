@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ._model import Model
+from ._recovery_policy import RecoveryPolicy
 from ._tools import Tool
 
 __all__ = ["Agent"]
+
 
 @dataclass(frozen=True)
 class Agent:
@@ -22,6 +24,7 @@ class Agent:
     system: str | None = None
     tools: Sequence[Tool] | Mapping[str, Tool] = ()
     max_steps: int = 10
+    recovery: RecoveryPolicy = field(default_factory=RecoveryPolicy)
 
     def tool_map(self) -> dict[str, Tool]:
         if isinstance(self.tools, Mapping):

@@ -44,6 +44,7 @@ class ChunkLog:
         session_id: str,
         operation_id: str,
         publish: Callable[[HarnessEvent], None],
+        first_seq: int = 0,
     ) -> None:
         self._db = db
         self._clock = clock
@@ -51,7 +52,7 @@ class ChunkLog:
         self._operation_id = operation_id
         self._publish = publish
         self._pending: list[str] = []
-        self._next_seq = 0  # seq of the first pending chunk
+        self._next_seq = first_seq  # seq of the first pending chunk; a resumed operation continues its count
         self._stream: _Stream | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._started = False
@@ -65,7 +66,7 @@ class ChunkLog:
         if self._pending:
             raise RuntimeError("open_stream() with chunks of the previous model call not committed")
         self._stream = _Stream(
-            self._clock.new_id(), message_id, continuation, first_seq=self._next_seq + len(self._pending)
+            self._clock.new_id(), message_id, continuation, first_seq=self._next_seq
         )
 
     def add(self, body: str) -> None:

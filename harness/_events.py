@@ -32,6 +32,8 @@ class RunStarted:
     operation_id: str
     message_id: str
     continuation: bool
+    prior: tuple[str, ...] = ()  # chunks the wire stream already holds (a recovered operation)
+    recovering: bool = False  # the operation is being continued after an interruption
 
 
 @dataclass(frozen=True, slots=True)

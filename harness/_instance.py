@@ -15,11 +15,14 @@ from ._session import Session
 __all__ = ["Instance"]
 
 ROOT_SESSION = ""
+DEFAULT_STREAM_GRACE_MS = 10 * 60 * 1000
 
 
 class Instance:
-    def __init__(self, db: Database, agent: Agent, model: Model, clock: Clock) -> None:
+    def __init__(self, db: Database, agent: Agent, model: Model, clock: Clock,
+                 stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS) -> None:
         self.db = db
+        self.stream_grace_ms = stream_grace_ms
         self.agent = agent
         self.model = model
         self.clock = clock
@@ -27,12 +30,17 @@ class Instance:
         self._opening: dict[str, asyncio.Future[Session]] = {}
 
     @classmethod
-    async def open(cls, path: Path, agent: Agent, model: Model, clock: Clock | None = None) -> Instance:
+    async def open(cls, path: Path, agent: Agent, model: Model, clock: Clock | None = None,
+                   stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS) -> Instance:
         db = await Database.open(path)
-        return cls(db, agent, model, clock or Clock())
+        return cls(db, agent, model, clock or Clock(), stream_grace_ms)
 
-    async def session(self, session_id: str = ROOT_SESSION) -> Session:
-        """The session, loaded from the file the first time it is used."""
+    async def session(self, session_id: str = ROOT_SESSION, *, start: bool = True) -> Session:
+        """The session, loaded from the file the first time it is used.
+
+        With ``start=False`` its queue (recovered work included) waits for
+        :meth:`Session.start`, so a caller can subscribe before anything runs.
+        """
         found = self._sessions.get(session_id)
         if found is not None:
             return found
@@ -42,7 +50,8 @@ class Instance:
         fut: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
         self._opening[session_id] = fut
         try:
-            session = Session(self.db, self.clock, session_id, self.agent, self.model)
+            session = Session(self.db, self.clock, session_id, self.agent, self.model,
+                              stream_grace_ms=self.stream_grace_ms)
             await session.load()
         except BaseException as exc:
             fut.set_exception(exc)
@@ -52,7 +61,13 @@ class Instance:
             self._opening.pop(session_id, None)
         self._sessions[session_id] = session
         fut.set_result(session)
+        if start:
+            session.start()
         return session
+
+    @property
+    def has_open_work(self) -> bool:
+        return any(s.pending() for s in self._sessions.values())
 
     @property
     def idle(self) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from protocol import UIMessage, parse_message
+from protocol import UIMessage, message_text, parse_message
 from storage import Database, OperationRow, Tx
 
 from ._agent import Agent
@@ -32,8 +32,9 @@ from ._events import (
     SessionReset,
 )
 from ._model import Model
+from ._recovery import Recovered, recover_operation
 from ._tools import Tool
-from ._turn import Outcome, Turn
+from ._turn import Outcome, Turn, TurnPlan
 
 __all__ = ["OperationResult", "Receipt", "Session", "SubmitRefused"]
 
@@ -69,8 +70,11 @@ def _content(msg: UIMessage) -> str:
 
 
 class Session:
-    def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model) -> None:
+    def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model, *,
+                 stream_grace_ms: int = 10 * 60 * 1000) -> None:
         self.db = db
+        self.stream_grace_ms = stream_grace_ms
+        self._last_sweep = 0
         self.clock = clock
         self.id = session_id
         self.agent = agent
@@ -85,16 +89,26 @@ class Session:
         self._waiters: dict[str, list[asyncio.Future[OperationResult]]] = {}
         self._queued_inputs: dict[str, list[str]] = {}  # message ids of queued submissions
         self._queued_answers: dict[str, Answer] = {}
+        self._recovered: dict[str, Recovered] = {}
+        self.last_terminal: dict[str, Any] | None = None  # {operationId, body} of the last turn that failed
         self._client_tools: list[dict[str, Any]] = []  # schemas a browser declared, kept with the session
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------
 
     async def load(self) -> None:
-        """Read the active transcript and the open operations of a freshly opened file."""
+        """Read a freshly opened file: recover what a dead process left running, then the transcript."""
+        for op in await self.db.read.open_operations(self.id):
+            if op.status == "running":
+                await self._recover(op)
+            else:
+                self._queue.append(op.id)
         session_row = await self.db.read.session(self.id)
-        if session_row is not None and session_row.client_tools_json:
-            self._client_tools = json.loads(session_row.client_tools_json)
+        if session_row is not None:
+            if session_row.client_tools_json:
+                self._client_tools = json.loads(session_row.client_tools_json)
+            if session_row.last_terminal_json:
+                self.last_terminal = json.loads(session_row.last_terminal_json)
         rows = await self.db.read.active_path(self.id)
         self._messages = []
         self._parents = {}
@@ -106,21 +120,36 @@ class Session:
                 continue
             self._messages.append(msg)
             self._parents[msg.id] = row.parent_id
-        for op in await self.db.read.open_operations(self.id):
-            if op.status == "running":
-                # Crash recovery proper continues the turn; until then a turn cut
-                # short by a crash ends unanswered so no client waits forever.
-                await self._settle_interrupted(op)
-            else:
-                self._queue.append(op.id)
+
+    def start(self) -> None:
+        """Run the queue: recovered operations first, then what was pending."""
         self._kick()
 
-    async def _settle_interrupted(self, op: OperationRow) -> None:
-        now = self.clock.now_ms()
+    async def _recover(self, op: OperationRow) -> None:
+        recovered = await recover_operation(self, op)
+        policy = self.agent.recovery
+        reason = None
+        if recovered.crash_strikes >= policy.crash_limit:
+            reason = "out_of_memory"  # it keeps killing the process: seal it rather than run it again
+        elif recovered.attempts > policy.max_attempts:
+            reason = "interrupted"
+        if reason is not None:
+            log.warning("operation %s: giving up after %d interruptions (%s)", op.id, recovered.attempts, reason)
+            text = message_text(recovered.message) if recovered.message else ""
+            async with self.db.transaction() as tx:
+                await self.write_settlement(tx, op.id, Outcome("error", "unanswered", reason, text))
+            return
+        self._recovered[op.id] = recovered
+        self._queue.appendleft(op.id)
+
+    async def record_interruption(self, operation_id: str, *, crashed: bool) -> int:
+        """Count an interruption without progress; the count so far."""
+        row = await self.db.read.operation(operation_id)
+        attempts = (row.attempts if row else 0) + 1
+        wake = self.clock.now_ms() + int(self.agent.recovery.backoff_s(attempts) * 1000)
         async with self.db.transaction() as tx:
-            for s in await tx.streams_of_request(op.id):
-                await tx.finish_stream(s.id, "error", now)
-            await tx.settle_operation(op.id, "error", "unanswered", "interrupted", None, now)
+            await tx.record_interruption(operation_id, wake, crashed)
+        return attempts
 
     async def close(self) -> None:
         """Stop the worker; the running operation stays ``running`` for the next start to pick up."""
@@ -201,6 +230,7 @@ class Session:
                 await tx.set_client_tools(self.id, _dumps(client_tools) if client_tools else None, now)
             await tx.set_last_body(self.id, _dumps(body) if body else None, now)
             await tx.set_last_terminal(self.id, None, now)
+        self.last_terminal = None
         if client_tools is not None:
             self._client_tools = list(client_tools)
         self._queued_inputs[op_id] = [m.id for m in msgs]
@@ -291,13 +321,21 @@ class Session:
                 self._turn = None
                 self._queued_inputs.pop(op_id, None)
                 self._queued_answers.pop(op_id, None)
+            if self.clock.now_ms() - self._last_sweep > min(self.stream_grace_ms, 60_000):
+                try:
+                    await self.sweep_streams()
+                except Exception:
+                    log.exception("sweeping finished streams failed")
 
     async def _run(self, op_id: str) -> None:
         row = await self.db.read.operation(op_id)
         if row is None or row.status not in ("pending", "running"):
             return
         payload = json.loads(row.input_json)
-        if row.kind in ("tool_result", "approval"):
+        recovered = self._recovered.pop(op_id, None)
+        if recovered is not None:
+            await self._resume(row, recovered)
+        elif row.kind in ("tool_result", "approval"):
             await self._run_answer(op_id, Answer.from_json(payload["answer"]), bool(payload.get("autoContinue")))
         else:
             new_messages = [parse_message(m) for m in payload.get("messages", [])]
@@ -331,29 +369,42 @@ class Session:
         if parent is None or (not new_messages and regenerate_from is None):
             await self._settle_without_turn(op_id, carried)
             return
-        context = base + new_messages
-        turn = self._turn_for(op_id, carried or [parent], context, message_id, parent, continuation=False)
+        plan = TurnPlan(op_id, message_id, parent, base + new_messages, tuple(carried or [parent]))
+        turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(op_id, outcome, turn.message_ids)
 
-    def _turn_for(self, op_id: str, carried: list[str], context: list[UIMessage], message_id: str,
-                  parent: str | None, *, continuation: bool, existing: UIMessage | None = None) -> Turn:
-        turn = Turn(
-            self,
-            operation_id=op_id,
-            message_ids=carried,
-            context=context,
-            message_id=message_id,
-            parent_id=parent,
-            continuation=continuation,
-            model=self.model,
-            system=self.agent.system,
-            tools=self._tools(),
-            max_steps=self.agent.max_steps,
-            existing=existing,
-        )
+    def _turn_for(self, plan: TurnPlan) -> Turn:
+        agent = self.agent
+        turn = Turn(self, plan, model=self.model, system=agent.system, tools=self._tools(),
+                    max_steps=agent.max_steps, recovery=agent.recovery)
         self._turn = turn
         return turn
+
+    async def _resume(self, row: OperationRow, recovered: Recovered) -> None:
+        """Continue an operation a dead process left running, in the same assistant message."""
+        if recovered.next_attempt_at is not None:
+            delay = (recovered.next_attempt_at - self.clock.now_ms()) / 1000
+            if delay > 0:
+                await asyncio.sleep(delay)
+        message_id = row.target_message_id or self.clock.new_id()
+        ids = [m.id for m in self._messages]
+        if message_id in ids:
+            context = self._messages[: ids.index(message_id)]
+        elif recovered.parent_id in ids:
+            context = self._messages[: ids.index(recovered.parent_id) + 1]
+        else:
+            context = list(self._messages)
+        continuation = row.kind in ("tool_result", "approval")
+        payload = json.loads(row.input_json)
+        carried = tuple(m["id"] for m in payload.get("messages", []))
+        self.publish(RunStarted(row.id, message_id, continuation=continuation, prior=tuple(recovered.bodies),
+                                recovering=True))
+        plan = TurnPlan(row.id, message_id, recovered.parent_id, context, carried, continuation,
+                        existing=recovered.message, first_seq=len(recovered.bodies), rerun=tuple(recovered.rerun))
+        turn = self._turn_for(plan)
+        outcome = await turn.run()
+        self._finish(row.id, outcome, turn.message_ids)
 
     async def _run_answer(self, op_id: str, answer: Answer, auto_continue: bool) -> None:
         try:
@@ -375,8 +426,9 @@ class Session:
             await self._settle_without_turn(op_id, [])
             return
         self.publish(RunStarted(op_id, updated.id, continuation=True))
-        turn = self._turn_for(op_id, [], self._messages[:index], updated.id, self._parents.get(updated.id),
-                              continuation=True, existing=updated)
+        plan = TurnPlan(op_id, updated.id, self._parents.get(updated.id), self._messages[:index],
+                        continuation=True, existing=updated)
+        turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(op_id, outcome, ())
 
@@ -404,6 +456,14 @@ class Session:
         if outcome.status == "error":
             terminal = {"operationId": operation_id, "body": outcome.reason}
             await tx.set_last_terminal(self.id, _dumps(terminal), now)
+            self.last_terminal = terminal
+
+    async def sweep_streams(self) -> int:
+        """Delete finished streams past their replay grace, chunks included."""
+        now = self.clock.now_ms()
+        self._last_sweep = now
+        async with self.db.transaction() as tx:
+            return await tx.delete_finished_streams(now - self.stream_grace_ms)
 
     def _finish(self, op_id: str, outcome: Outcome, message_ids: Sequence[str]) -> None:
         self.publish(OperationSettled(op_id, outcome.status, outcome.outcome, outcome.reason, tuple(message_ids)))
@@ -478,10 +538,12 @@ class Session:
             await tx.ensure_session(self.id, now)
             await tx.delete_session_messages(self.id)
             await tx.delete_session_streams(self.id)
+            await tx.delete_session_tool_calls(self.id)
             await tx.reset_session(self.id, now)
         self._messages = []
         self._parents = {}
         self._client_tools = []
+        self.last_terminal = None
         self.publish(SessionReset())
         self._kick()
 

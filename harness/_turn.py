@@ -60,12 +60,13 @@ from ._model import (
     ToolInputDelta,
     ToolInputStart,
 )
+from ._recovery_policy import RecoveryPolicy
 from ._tools import Tool
 
 if TYPE_CHECKING:
     from ._session import Session
 
-__all__ = ["Outcome", "Turn", "TurnState"]
+__all__ = ["Outcome", "Turn", "TurnPlan", "TurnState", "closing_chunks"]
 
 log = logging.getLogger("think_server.turn")
 
@@ -103,45 +104,67 @@ class _Aborted(Exception):
     pass
 
 
+class _Stalled(Exception):
+    """The model stream was silent for the stall timeout."""
+
+
+class _OutOfAttempts(Exception):
+    """Interruptions without progress used up the recovery budget."""
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def closing_chunks(assembler: MessageAssembler) -> list[Chunk]:
+    """The chunks that close what an interrupted model call left open, so its stream stays well formed."""
+    out: list[Chunk] = [TextEndChunk(id=i) for i in assembler.open_text_ids]
+    out += [ReasoningEndChunk(id=i) for i in assembler.open_reasoning_ids]
+    out.append(FinishStepChunk())
+    return out
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    """What one run of an operation starts from."""
+
+    operation_id: str
+    message_id: str
+    parent_id: str | None
+    context: list[UIMessage]  # the transcript before the assistant message
+    message_ids: tuple[str, ...] = ()  # the user messages the operation carried
+    continuation: bool = False  # the wire stream continues an earlier answer
+    existing: UIMessage | None = None  # the assistant message as stored (continuations, recovery)
+    first_seq: int = 0  # chunks the operation's wire stream already holds
+    rerun: tuple[tuple[str, str, Any], ...] = ()  # calls cut short by a crash, to run again
+
+
 class Turn:
     """Runs one operation to its outcome. Created and driven by a :class:`Session`."""
 
-    def __init__(
-        self,
-        session: Session,
-        *,
-        operation_id: str,
-        message_ids: Sequence[str],
-        context: list[UIMessage],
-        message_id: str,
-        parent_id: str | None,
-        continuation: bool,
-        model: Model,
-        system: str | None,
-        tools: dict[str, Tool],
-        max_steps: int,
-        existing: UIMessage | None = None,
-    ) -> None:
+    def __init__(self, session: Session, plan: TurnPlan, *, model: Model, system: str | None,
+                 tools: dict[str, Tool], max_steps: int, recovery: RecoveryPolicy) -> None:
         self._session = session
-        self.operation_id = operation_id
-        self.message_ids = tuple(message_ids)
-        self._context = context
-        self.message_id = message_id
-        self._parent_id = parent_id
-        self.continuation = continuation
+        self._plan = plan
+        self.operation_id = plan.operation_id
+        self.message_ids = plan.message_ids
+        self.message_id = plan.message_id
+        self.continuation = plan.continuation
+        self._parent_id = plan.parent_id
         self._model = model
         self._system = system
         self._tools = tools
         self._max_steps = max_steps
+        self._recovery = recovery
+        existing = plan.existing
         self._persisted = existing is not None
         self._assembler = MessageAssembler(
-            message_id,
+            plan.message_id,
             parts=list(existing.parts) if existing else None,
             metadata=existing.metadata if existing else None,
         )
-        self._log = ChunkLog(
-            session.db, session.clock, session_id=session.id, operation_id=operation_id, publish=session.publish
-        )
+        self._log = ChunkLog(session.db, session.clock, session_id=session.id, operation_id=plan.operation_id,
+                             publish=session.publish, first_seq=plan.first_seq)
         self._state = TurnState.CREATED
         self._inner: asyncio.Task[Any] | None = None
         self._aborting = False
@@ -190,6 +213,8 @@ class Turn:
             return await self._loop()
         except _Aborted:
             return await self._settle_partial("aborted", "completed", "aborted", None)
+        except _OutOfAttempts:
+            return await self._settle_partial("error", "completed", "interrupted", None)
         except ModelError as exc:
             return await self._settle_partial("error", "error", str(exc) or "The model call failed.", exc)
         except asyncio.CancelledError:
@@ -202,27 +227,50 @@ class Turn:
         last_reason = "stop"
         for step in range(self._max_steps):
             self._goto(TurnState.STREAMING)
-            self._log.open_stream(self.message_id, self.continuation or step > 0)
+            self._log.open_stream(self.message_id, self.continuation or step > 0 or self._plan.first_seq > 0)
             if step == 0:
-                self._emit(StartChunk() if self.continuation else StartChunk(messageId=self.message_id))
-                approved = self._approved_calls()
-                if approved:
-                    # Approved calls run first; the model then sees their results.
+                if self._plan.first_seq == 0:
+                    self._emit(StartChunk() if self.continuation else StartChunk(messageId=self.message_id))
+                first = [*self._plan.rerun, *self._approved_calls()]
+                if first:
+                    # Approved calls and calls cut short by a crash run first; the model sees their results.
                     self._goto(TurnState.TOOLS)
-                    await self._run_inner(self._run_tools(approved))
+                    await self._run_inner(self._run_tools(first))
                     self._goto(TurnState.STREAMING)
             self._emit(StartStepChunk())
-            result: _StepResult = await self._run_inner(self._model_call())
+            try:
+                result: _StepResult = await self._run_inner(self._model_call())
+            except _Stalled:
+                await self._interrupted_model_call()
+                continue
             self._emit(FinishStepChunk())
             self._assembler.settle()  # a tool call whose input never finished streaming is dropped
             last_reason = result.finish_reason
             runnable = [c for c in result.calls if self._is_runnable(c)]
             if not runnable:
                 return await self._finish(result)
-            await self._commit(stream_status="completed")
+            await self._commit(stream_status="completed", progress=True)
             self._goto(TurnState.TOOLS)
             await self._run_inner(self._run_tools(runnable))
         return await self._finish(_StepResult(finish_reason=last_reason))
+
+    async def _interrupted_model_call(self) -> None:
+        """A stalled model call: keep what it produced, count the interruption, back off, go on."""
+        for chunk in closing_chunks(self._assembler):
+            self._emit(chunk)
+        self._assembler.settle()
+        attempts = await self._session.record_interruption(self.operation_id, crashed=False)
+
+        async def seal(tx: Tx) -> None:
+            await self._log.finish_stream(tx, "completed")
+            await self._write_message(tx)
+
+        await self._log.commit(seal)
+        if attempts > self._recovery.max_attempts:
+            raise _OutOfAttempts
+        delay = self._recovery.backoff_s(attempts)
+        if delay > 0:
+            await self._run_inner(asyncio.sleep(delay))
 
     def _approved_calls(self) -> list[tuple[str, str, Any]]:
         return [
@@ -245,7 +293,7 @@ class Turn:
 
     def _request(self) -> ModelRequest:
         msg = self._assembler.message
-        messages = list(self._context)
+        messages = list(self._plan.context)
         if any(p.type != "step-start" for p in msg.parts):
             messages.append(msg.model_copy(deep=True))
         tools = [t.definition for t in self._tools.values()]
@@ -254,10 +302,19 @@ class Turn:
     async def _model_call(self) -> _StepResult:
         result = _StepResult()
         stream = self._model.stream(self._request())
+        stall = self._recovery.stall_timeout_s
+        loop = asyncio.get_running_loop()
         try:
-            async for event in stream:
-                self._on_event(event, result)
-                await self._log.backpressure()
+            # One timer re-armed per event: a model silent for the stall timeout is interrupted.
+            async with asyncio.timeout(loop.time() + stall if stall else None) as watchdog:
+                async for event in stream:
+                    self._on_event(event, result)
+                    await self._log.backpressure()
+                    if stall:
+                        watchdog.reschedule(loop.time() + stall)
+        except TimeoutError:
+            log.warning("operation %s: the model sent nothing for %.0f s", self.operation_id, stall)
+            raise _Stalled from None
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
@@ -296,32 +353,50 @@ class Turn:
         elif not tool.is_client and tool.approval_needed(tool_input):
             self._emit(ToolApprovalRequestChunk(approvalId=self._session.clock.new_id(), toolCallId=call_id))
 
-    async def _run_tools(self, calls: list[tuple[str, str, Any]]) -> None:
+    async def _run_tools(self, calls: Sequence[tuple[str, str, Any]]) -> None:
+        # Every call is recorded as running before any of them runs: a crash
+        # from here on finds which calls were cut short.
+        now = self._session.clock.now_ms()
+        async with self._session.db.transaction() as tx:
+            for call_id, name, tool_input in calls:
+                await tx.start_tool_call(self._session.id, call_id, self.operation_id, self.message_id, name,
+                                         self._tools[name].recovery, _dumps(tool_input), now)
+
         async def one(call_id: str, name: str, tool_input: Any) -> None:
             started = time.perf_counter()
             try:
                 output = await self._tools[name].run(tool_input)
-                json.dumps(output)  # the output must be JSON to reach the model and the client
+                text = _dumps(output)  # the output must be JSON to reach the model and the client
                 chunk: Chunk = ToolOutputAvailableChunk(toolCallId=call_id, output=output)
+                record: tuple[str, str | None, str | None] = ("succeeded", text, None)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                chunk = ToolOutputErrorChunk(toolCallId=call_id, errorText=str(exc) or type(exc).__name__)
+                error = str(exc) or type(exc).__name__
+                chunk = ToolOutputErrorChunk(toolCallId=call_id, errorText=error)
+                record = ("failed", None, error)
             log.debug("tool %s took %.1f ms", name, (time.perf_counter() - started) * 1000)
             self._emit(chunk)
-            await self._commit()
+            await self._commit(progress=True, tool_record=(call_id, *record))
 
         await asyncio.gather(*(one(*c) for c in calls))
 
     # -- persistence ----------------------------------------------------------
 
-    async def _commit(self, *, stream_status: str | None = None, outcome: Outcome | None = None) -> None:
-        """One transaction: buffered chunks, the stream's end, the message, the settlement."""
+    async def _commit(self, *, stream_status: str | None = None, outcome: Outcome | None = None,
+                      progress: bool = False, tool_record: tuple[str, str, str | None, str | None] | None = None,
+                      ) -> None:
+        """One transaction: buffered chunks, the stream's end, the message, tool record, progress, settlement."""
 
         async def write(tx: Tx) -> None:
+            now = self._session.clock.now_ms()
             if stream_status is not None:
                 await self._log.finish_stream(tx, stream_status)
             await self._write_message(tx)
+            if tool_record is not None:
+                await tx.finish_tool_call(self._session.id, *tool_record, now)
+            if progress:
+                await tx.record_progress(self.operation_id, now)
             if outcome is not None:
                 await self._session.write_settlement(tx, self.operation_id, outcome)
 
@@ -333,8 +408,7 @@ class Turn:
         msg = self._assembler.message
         if not msg.parts:
             return
-        content = json.dumps(msg.model_dump(mode="json", exclude_unset=True), separators=(",", ":"),
-                             ensure_ascii=False)
+        content = _dumps(msg.model_dump(mode="json", exclude_unset=True))
         now = self._session.clock.now_ms()
         if self._persisted:
             await tx.update_message(self._session.id, msg.id, content, now)
@@ -354,7 +428,7 @@ class Turn:
         else:
             outcome = Outcome("completed", "done", None, message_text(msg))
         self._emit(FinishChunk(finishReason=result.finish_reason))
-        return await self._settle(outcome, stream_status="completed")
+        return await self._settle(outcome, stream_status="completed", progress=True)
 
     async def _settle_partial(self, status: str, stream_status: str, reason: str, exc: BaseException | None,
                               ) -> Outcome:
@@ -362,9 +436,9 @@ class Turn:
         outcome = Outcome(status, "unanswered", reason, message_text(self._assembler.message))
         return await self._settle(outcome, stream_status=stream_status)
 
-    async def _settle(self, outcome: Outcome, *, stream_status: str) -> Outcome:
+    async def _settle(self, outcome: Outcome, *, stream_status: str, progress: bool = False) -> Outcome:
         # The settlement must be written even if the session is being torn down.
-        await asyncio.shield(self._commit(stream_status=stream_status, outcome=outcome))
+        await asyncio.shield(self._commit(stream_status=stream_status, outcome=outcome, progress=progress))
         self._state = TurnState.SETTLED
         return outcome
 

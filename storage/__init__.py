@@ -5,12 +5,14 @@ Open a file with :meth:`Database.open`; change it only inside
 """
 
 from ._db import Database, Reader, StorageError, Tx
+from ._index import WorkIndex
 from ._messages import MessageRow
 from ._operations import OperationRow
 from ._paths import InvalidNameError, instance_db_path, validate_agent_name, validate_instance_name
 from ._schema import SCHEMA_VERSION
 from ._sessions import SessionRow
 from ._streams import StreamRow
+from ._tool_calls import ToolCallRow
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -22,7 +24,9 @@ __all__ = [
     "SessionRow",
     "StorageError",
     "StreamRow",
+    "ToolCallRow",
     "Tx",
+    "WorkIndex",
     "instance_db_path",
     "validate_agent_name",
     "validate_instance_name",

@@ -22,6 +22,7 @@ from ._operations import OperationReads, OperationWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._sessions import SessionReads, SessionWrites
 from ._streams import StreamReads, StreamWrites
+from ._tool_calls import ToolCallReads, ToolCallWrites
 
 __all__ = ["Database", "Reader", "StorageError", "Tx"]
 
@@ -30,11 +31,11 @@ class StorageError(Exception):
     """The file cannot be used: newer schema, unreadable, not a database."""
 
 
-class Reader(MessageReads, OperationReads, SessionReads, StreamReads):
+class Reader(MessageReads, OperationReads, SessionReads, StreamReads, ToolCallReads):
     """Every read statement."""
 
 
-class Tx(Reader, MessageWrites, OperationWrites, SessionWrites, StreamWrites):
+class Tx(Reader, MessageWrites, OperationWrites, SessionWrites, StreamWrites, ToolCallWrites):
     """Every statement, inside one open transaction."""
 
 
@@ -48,7 +49,7 @@ class Database:
 
     @classmethod
     async def open(cls, path: Path) -> Database:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, one per state change.
         conn = await aiosqlite.connect(path, isolation_level=None)
         try:

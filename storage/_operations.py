@@ -11,7 +11,8 @@ __all__ = ["OperationReads", "OperationRow", "OperationWrites"]
 
 _COLUMNS = (
     "seq, id, session_id, kind, source, status, outcome, reason, input_json, options_json, "
-    "target_message_id, result_text, attempts, created_at, started_at, completed_at"
+    "target_message_id, result_text, attempts, created_at, started_at, completed_at, next_attempt_at, "
+    "crash_strikes"
 )
 
 OPEN_STATUSES = ("pending", "running")
@@ -35,6 +36,8 @@ class OperationRow:
     created_at: int
     started_at: int | None
     completed_at: int | None
+    next_attempt_at: int | None
+    crash_strikes: int
 
 
 def _row(r: Any) -> OperationRow:
@@ -87,6 +90,22 @@ class OperationWrites(Access):
             (now, target_message_id, operation_id),
         )
         return changed > 0
+
+    async def record_interruption(self, operation_id: str, next_attempt_at: int | None, crashed: bool) -> None:
+        """One more interruption without progress (a crash also counts as a strike)."""
+        await self._execute(
+            "UPDATE operations SET attempts = attempts + 1, crash_strikes = crash_strikes + ?, next_attempt_at = ? "
+            "WHERE id = ?",
+            (int(crashed), next_attempt_at, operation_id),
+        )
+
+    async def record_progress(self, operation_id: str, now: int) -> None:
+        """A model call or a tool call finished: the interruption budget starts again."""
+        await self._execute(
+            "UPDATE operations SET attempts = 0, crash_strikes = 0, next_attempt_at = NULL, last_progress_at = ? "
+            "WHERE id = ?",
+            (now, operation_id),
+        )
 
     async def settle_operation(
         self,

@@ -110,5 +110,12 @@ CREATE TABLE tool_calls (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+# Recovery bookkeeping: process starts that found the operation still running
+# with no progress since the previous start (the crash-loop breaker).
+_V2 = """
+ALTER TABLE operations ADD COLUMN crash_strikes INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX tool_calls_operation ON tool_calls (operation_id, state);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,127 @@
+"""Recovery of an operation a dead process left ``running``.
+
+Everything here reads durable state only. The model call that was streaming
+is rebuilt from its stored chunks, its open parts are closed (the closing
+chunks are stored too, so a replay stays well formed), and the partial answer
+is persisted. Tool calls recorded as running with no result were cut short:
+``recovery="rerun"`` tools run again, ``"report"`` tools get an interrupted
+error the model sees. All of it is one transaction, so recovering twice gives
+the same result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from protocol import (
+    Chunk,
+    MessageAssembler,
+    ToolOutputErrorChunk,
+    UIMessage,
+    dump_chunk,
+    parse_chunk,
+    parse_message,
+)
+from storage import OperationRow
+
+from ._answers import INTERRUPTED_TOOL_ERROR
+from ._turn import closing_chunks
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+__all__ = ["Recovered", "recover_operation"]
+
+log = logging.getLogger("think_server.recovery")
+
+
+@dataclass(slots=True)
+class Recovered:
+    message: UIMessage | None  # the partial answer, as now persisted
+    parent_id: str | None
+    bodies: list[str] = field(default_factory=list)  # the operation's whole wire stream so far
+    rerun: list[tuple[str, str, Any]] = field(default_factory=list)
+    attempts: int = 0
+    crash_strikes: int = 0
+    next_attempt_at: int | None = None
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _parent_from_input(op: OperationRow) -> str | None:
+    payload = json.loads(op.input_json)
+    messages = payload.get("messages") or []
+    if messages:
+        return str(messages[-1]["id"])
+    regenerate_from = payload.get("regenerate_from")
+    return str(regenerate_from) if regenerate_from else None
+
+
+async def recover_operation(session: Session, op: OperationRow) -> Recovered:
+    """Seal what a crash left of ``op`` and count the interruption; see the module docstring."""
+    db = session.db
+    now = session.clock.now_ms()
+    message_id = op.target_message_id
+    stored = await db.read.message(session.id, message_id) if message_id else None
+    base = parse_message(json.loads(stored.content)) if stored is not None else None
+    parent_id = stored.parent_id if stored is not None else _parent_from_input(op)
+    tools = session.agent.tool_map()
+    async with db.transaction() as tx:
+        streams = await tx.streams_of_request(op.id)
+        assembler = MessageAssembler(message_id or session.clock.new_id(),
+                                     parts=list(base.parts) if base else None,
+                                     metadata=base.metadata if base else None)
+        extra: list[Chunk] = []
+        last_stream = streams[-1].id if streams else None
+        for s in streams:
+            if s.status != "streaming":
+                continue
+            for body in await tx.chunk_bodies(s.id):
+                try:
+                    assembler.apply(parse_chunk(json.loads(body)))
+                except ValueError:
+                    log.warning("operation %s: skipping a stored chunk that does not apply", op.id)
+            closing = closing_chunks(assembler)
+            for c in closing:
+                assembler.apply(c)
+            await tx.append_chunks(s.id, [dump_chunk(c) for c in closing], now)
+            await tx.finish_stream(s.id, "completed", now)
+        assembler.settle()
+        rerun: list[tuple[str, str, Any]] = []
+        for call in await tx.running_tool_calls(session.id, op.id):
+            tool = tools.get(call.tool_name)
+            if tool is not None and tool.recovery == "rerun" and not tool.is_client:
+                rerun.append((call.tool_call_id, call.tool_name, json.loads(call.input_json)))
+                continue
+            chunk = ToolOutputErrorChunk(toolCallId=call.tool_call_id, errorText=INTERRUPTED_TOOL_ERROR)
+            try:
+                assembler.apply(chunk)
+            except ValueError:
+                pass  # the part is not in the message (never persisted): nothing to report on
+            else:
+                extra.append(chunk)
+            await tx.finish_tool_call(session.id, call.tool_call_id, "interrupted", None, INTERRUPTED_TOOL_ERROR, now)
+        if extra and last_stream is not None:
+            await tx.append_chunks(last_stream, [dump_chunk(c) for c in extra], now)
+        message = assembler.message if assembler.message.parts else None
+        if message is not None:
+            content = _dumps(message.model_dump(mode="json", exclude_unset=True))
+            if stored is not None:
+                await tx.update_message(session.id, message.id, content, now)
+            else:
+                await tx.insert_message(session.id, message.id, parent_id, "assistant", content, op.id, now)
+                if not message_id:
+                    await tx.start_operation(op.id, message.id, now)
+        attempts = op.attempts + 1
+        delay_ms = int(session.agent.recovery.backoff_s(attempts) * 1000)
+        wake = max(op.next_attempt_at or 0, now + delay_ms) if delay_ms else op.next_attempt_at
+        await tx.record_interruption(op.id, wake, crashed=True)
+        bodies: list[str] = []
+        for s in streams:
+            bodies.extend(await tx.chunk_bodies(s.id))
+    return Recovered(message, parent_id, bodies, rerun, attempts, op.crash_strikes + 1, wake)
