@@ -1,0 +1,484 @@
+"""`cf_agent_*` WebSocket frames (PROTOCOL §3) and the chat request body (§4).
+
+Client frames are parsed leniently about *which* frames exist (an unknown
+`type` is not an error: the reference forwards it to the app) and strictly
+about the fields of the frames we know, so a malformed frame is reported
+instead of half-handled. Server frames are built in code and dumped with
+optional fields omitted: the client tells "absent" from `null` in places.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar, Final, Literal, TypeAlias, cast
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ._errors import ProtocolError, describe_value, from_validation_error
+from ._messages import PART_TAGS, UIMessage, WireModel, json_string, model_json, parse_messages
+
+__all__ = [
+    "CHAT_CLEAR",
+    "CHAT_MESSAGES",
+    "CHAT_RECOVERING",
+    "CHAT_REQUEST_CANCEL",
+    "IDENTITY",
+    "MCP_SERVERS",
+    "MESSAGE_UPDATED",
+    "RPC",
+    "STATE",
+    "STATE_ERROR",
+    "STREAM_PENDING",
+    "STREAM_RESUME_ACK",
+    "STREAM_RESUME_NONE",
+    "STREAM_RESUME_REQUEST",
+    "STREAM_RESUMING",
+    "TOOL_APPROVAL",
+    "TOOL_RESULT",
+    "USE_CHAT_REQUEST",
+    "USE_CHAT_RESPONSE",
+    "ChatClear",
+    "ChatClearFrame",
+    "ChatMessages",
+    "ChatMessagesPush",
+    "ChatRecovering",
+    "ChatRequestBody",
+    "ChatRequestCancel",
+    "ClientFrame",
+    "ClientToolSchema",
+    "Identity",
+    "McpServers",
+    "MessageUpdated",
+    "RequestInit",
+    "RpcRequest",
+    "RpcResponse",
+    "ServerFrame",
+    "StateError",
+    "StateUpdate",
+    "StreamPending",
+    "StreamResumeAck",
+    "StreamResumeNone",
+    "StreamResumeRequest",
+    "StreamResuming",
+    "ToolApprovalFrame",
+    "ToolResultFrame",
+    "UnknownFrame",
+    "UseChatRequest",
+    "UseChatResponse",
+    "dump_chat_response",
+    "dump_frame",
+    "parse_chat_request_body",
+    "parse_client_frame",
+    "parse_server_frame",
+]
+
+USE_CHAT_REQUEST: Final = "cf_agent_use_chat_request"
+USE_CHAT_RESPONSE: Final = "cf_agent_use_chat_response"
+CHAT_MESSAGES: Final = "cf_agent_chat_messages"
+CHAT_CLEAR: Final = "cf_agent_chat_clear"
+CHAT_REQUEST_CANCEL: Final = "cf_agent_chat_request_cancel"
+STREAM_RESUME_REQUEST: Final = "cf_agent_stream_resume_request"
+STREAM_RESUMING: Final = "cf_agent_stream_resuming"
+STREAM_RESUME_ACK: Final = "cf_agent_stream_resume_ack"
+STREAM_RESUME_NONE: Final = "cf_agent_stream_resume_none"
+STREAM_PENDING: Final = "cf_agent_stream_pending"
+TOOL_RESULT: Final = "cf_agent_tool_result"
+TOOL_APPROVAL: Final = "cf_agent_tool_approval"
+MESSAGE_UPDATED: Final = "cf_agent_message_updated"
+CHAT_RECOVERING: Final = "cf_agent_chat_recovering"
+IDENTITY: Final = "cf_agent_identity"
+STATE: Final = "cf_agent_state"
+STATE_ERROR: Final = "cf_agent_state_error"
+MCP_SERVERS: Final = "cf_agent_mcp_servers"
+RPC: Final = "rpc"
+
+
+# ── client → server ─────────────────────────────────────────────────────────
+
+
+class RequestInit(WireModel):
+    # The reference ignores requests whose method is not POST; absent stays None.
+    method: str | None = None
+    body: str
+
+
+class UseChatRequest(WireModel):
+    type: Literal["cf_agent_use_chat_request"] = "cf_agent_use_chat_request"
+    id: str
+    init: RequestInit
+
+
+class ChatRequestCancel(WireModel):
+    type: Literal["cf_agent_chat_request_cancel"] = "cf_agent_chat_request_cancel"
+    id: str
+
+
+class ChatClear(WireModel):
+    type: Literal["cf_agent_chat_clear"] = "cf_agent_chat_clear"
+
+
+class ChatMessagesPush(WireModel):
+    """A client `setMessages` sync; kept raw because a Think server ignores it (PROTOCOL §3.2.4)."""
+
+    type: Literal["cf_agent_chat_messages"] = "cf_agent_chat_messages"
+    messages: list[Any]
+
+
+class StreamResumeRequest(WireModel):
+    type: Literal["cf_agent_stream_resume_request"] = "cf_agent_stream_resume_request"
+    probeId: str | None = None
+
+
+class StreamResumeAck(WireModel):
+    type: Literal["cf_agent_stream_resume_ack"] = "cf_agent_stream_resume_ack"
+    id: str
+
+
+class ClientToolSchema(WireModel):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON Schema to give the model; the reference defaults a missing one to an object."""
+        return self.parameters if self.parameters is not None else {"type": "object"}
+
+
+class ToolResultFrame(WireModel):
+    type: Literal["cf_agent_tool_result"] = "cf_agent_tool_result"
+    toolCallId: str
+    # May be "" (public `addToolOutput` without a name): match on toolCallId only.
+    toolName: str = ""
+    output: Any = None
+    state: Literal["output-available", "output-error"] | None = None
+    errorText: str | None = None
+    autoContinue: bool | None = None
+    clientTools: list[ClientToolSchema] | None = None
+
+
+class ToolApprovalFrame(WireModel):
+    type: Literal["cf_agent_tool_approval"] = "cf_agent_tool_approval"
+    toolCallId: str
+    approved: bool
+    autoContinue: bool | None = None
+
+
+class StateUpdate(WireModel):
+    """`cf_agent_state` in either direction: the whole agent state."""
+
+    type: Literal["cf_agent_state"] = "cf_agent_state"
+    state: Any = None
+
+
+class RpcRequest(WireModel):
+    type: Literal["rpc"] = "rpc"
+    id: str
+    method: str
+    args: list[Any] = Field(default_factory=list)
+
+
+class UnknownFrame(WireModel):
+    """Any frame whose `type` this package does not know; every field is kept."""
+
+    type: str
+
+
+ClientFrame: TypeAlias = (
+    UseChatRequest
+    | ChatRequestCancel
+    | ChatClear
+    | ChatMessagesPush
+    | StreamResumeRequest
+    | StreamResumeAck
+    | ToolResultFrame
+    | ToolApprovalFrame
+    | StateUpdate
+    | RpcRequest
+    | UnknownFrame
+)
+
+_CLIENT_FRAMES: Final[dict[str, type[WireModel]]] = {
+    USE_CHAT_REQUEST: UseChatRequest,
+    CHAT_REQUEST_CANCEL: ChatRequestCancel,
+    CHAT_CLEAR: ChatClear,
+    CHAT_MESSAGES: ChatMessagesPush,
+    STREAM_RESUME_REQUEST: StreamResumeRequest,
+    STREAM_RESUME_ACK: StreamResumeAck,
+    TOOL_RESULT: ToolResultFrame,
+    TOOL_APPROVAL: ToolApprovalFrame,
+    STATE: StateUpdate,
+    RPC: RpcRequest,
+}
+
+
+# ── server → client ─────────────────────────────────────────────────────────
+
+
+class UseChatResponse(WireModel):
+    type: Literal["cf_agent_use_chat_response"] = "cf_agent_use_chat_response"
+    id: str
+    body: str
+    done: bool
+    error: bool | None = None
+    continuation: bool | None = None
+    replay: bool | None = None
+    replayComplete: bool | None = None
+    seq: int | None = None
+    messageIds: list[str] | None = None
+    outcome: Literal["completed", "error", "aborted", "skipped", "recovering"] | None = None
+
+
+class ChatMessages(WireModel):
+    type: Literal["cf_agent_chat_messages"] = "cf_agent_chat_messages"
+    messages: list[UIMessage]
+    connect: bool | None = None
+
+
+class ChatClearFrame(WireModel):
+    type: Literal["cf_agent_chat_clear"] = "cf_agent_chat_clear"
+
+
+class MessageUpdated(WireModel):
+    type: Literal["cf_agent_message_updated"] = "cf_agent_message_updated"
+    message: UIMessage
+
+
+class StreamResuming(WireModel):
+    type: Literal["cf_agent_stream_resuming"] = "cf_agent_stream_resuming"
+    id: str
+    probeId: str | None = None
+
+
+class StreamResumeNone(WireModel):
+    type: Literal["cf_agent_stream_resume_none"] = "cf_agent_stream_resume_none"
+    reason: Literal["idle", "continuation-owned"] | None = None
+    probeId: str | None = None
+
+
+class StreamPending(WireModel):
+    type: Literal["cf_agent_stream_pending"] = "cf_agent_stream_pending"
+    id: str | None = None
+    probeId: str | None = None
+
+
+class ChatRecovering(WireModel):
+    type: Literal["cf_agent_chat_recovering"] = "cf_agent_chat_recovering"
+    recovering: bool
+    id: str | None = None
+
+
+class Identity(WireModel):
+    type: Literal["cf_agent_identity"] = "cf_agent_identity"
+    name: str
+    agent: str
+    stateFollows: bool | None = None
+
+
+def _empty_mcp() -> dict[str, Any]:
+    return {"prompts": [], "resources": [], "servers": {}, "tools": []}
+
+
+class McpServers(WireModel):
+    dump_defaults: ClassVar[tuple[str, ...]] = ("mcp",)
+
+    type: Literal["cf_agent_mcp_servers"] = "cf_agent_mcp_servers"
+    mcp: dict[str, Any] = Field(default_factory=_empty_mcp)
+
+
+class StateError(WireModel):
+    type: Literal["cf_agent_state_error"] = "cf_agent_state_error"
+    error: str
+
+
+class RpcResponse(WireModel):
+    type: Literal["rpc"] = "rpc"
+    id: str
+    success: bool
+    result: Any = None
+    error: str | None = None
+    done: bool | None = None
+
+
+ServerFrame: TypeAlias = (
+    UseChatResponse
+    | ChatMessages
+    | ChatClearFrame
+    | MessageUpdated
+    | StreamResuming
+    | StreamResumeNone
+    | StreamPending
+    | ChatRecovering
+    | Identity
+    | McpServers
+    | StateUpdate
+    | StateError
+    | RpcResponse
+    | UnknownFrame
+)
+
+_SERVER_FRAMES: Final[dict[str, type[WireModel]]] = {
+    USE_CHAT_RESPONSE: UseChatResponse,
+    CHAT_MESSAGES: ChatMessages,
+    CHAT_CLEAR: ChatClearFrame,
+    MESSAGE_UPDATED: MessageUpdated,
+    STREAM_RESUMING: StreamResuming,
+    STREAM_RESUME_NONE: StreamResumeNone,
+    STREAM_PENDING: StreamPending,
+    CHAT_RECOVERING: ChatRecovering,
+    IDENTITY: Identity,
+    MCP_SERVERS: McpServers,
+    STATE: StateUpdate,
+    STATE_ERROR: StateError,
+    RPC: RpcResponse,
+}
+
+
+# ── parsing and dumping ─────────────────────────────────────────────────────
+
+
+def parse_client_frame(text: str | bytes) -> ClientFrame:
+    """Parse one client text frame. Unknown `type` → `UnknownFrame`; anything malformed → `ProtocolError`."""
+    return cast(ClientFrame, _parse_frame(text, _CLIENT_FRAMES))
+
+
+def parse_server_frame(text: str | bytes) -> ServerFrame:
+    """Parse one server text frame (for clients and tests); same rules as `parse_client_frame`."""
+    return cast(ServerFrame, _parse_frame(text, _SERVER_FRAMES))
+
+
+def _parse_frame(text: str | bytes, known: dict[str, type[WireModel]]) -> WireModel:
+    try:
+        obj = json.loads(text)
+    except (ValueError, TypeError) as exc:
+        raise ProtocolError(f"frame is not JSON text: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"frame is not a JSON object: got {describe_value(obj)}")
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(f"frame field 'type': expected a string, got {describe_value(kind)}")
+    cls = known.get(kind, UnknownFrame)
+    try:
+        return cls.model_validate(obj)
+    except ValidationError as exc:
+        frame_id = obj.get("id")
+        raise from_validation_error(
+            exc,
+            f"invalid {kind} frame",
+            skip=PART_TAGS,
+            frame_type=kind,
+            frame_id=frame_id if isinstance(frame_id, str) else None,
+        ) from None
+
+
+def dump_frame(frame: ServerFrame | ClientFrame) -> str:
+    """Compact JSON text of a frame; optional fields never set are omitted, never `null`."""
+    return model_json(frame)
+
+
+def dump_chat_response(
+    id: str,
+    body: str,
+    *,
+    done: bool,
+    seq: int | None = None,
+    continuation: bool = False,
+    replay: bool = False,
+    replay_complete: bool = False,
+    error: bool = False,
+    outcome: str | None = None,
+    message_ids: list[str] | None = None,
+) -> str:
+    """`cf_agent_use_chat_response` text without pydantic: it is sent once per streamed token.
+
+    Flags are written only when true and `seq`/`outcome`/`messageIds` only when
+    given (PROTOCOL §0.3: optional fields are omitted, never `null`).
+    """
+    text = (
+        '{"type":"cf_agent_use_chat_response","id":'
+        + json_string(id)
+        + ',"body":'
+        + json_string(body)
+        + (',"done":true' if done else ',"done":false')
+    )
+    if error:
+        text += ',"error":true'
+    if continuation:
+        text += ',"continuation":true'
+    if replay:
+        text += ',"replay":true'
+    if replay_complete:
+        text += ',"replayComplete":true'
+    if seq is not None:
+        text += ',"seq":' + str(int(seq))
+    if message_ids is not None:
+        text += ',"messageIds":[' + ",".join(map(json_string, message_ids)) + "]"
+    if outcome is not None:
+        text += ',"outcome":' + json_string(outcome)
+    return text + "}"
+
+
+# ── request body (§4) ───────────────────────────────────────────────────────
+
+
+class ChatRequestBody(BaseModel):
+    """The decoded `init.body` of a chat request. Not a wire model: it is never sent back."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    messages: list[UIMessage]
+    trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
+    # None iff the client sent no tools (absent or null); [] is a real, empty list.
+    clientTools: list[ClientToolSchema] | None = None
+    # Every other top-level key: the app's custom body, handed to the model code.
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+_TRIGGERS: Final[frozenset[str]] = frozenset({"submit-message", "regenerate-message"})
+
+
+def parse_chat_request_body(body: str) -> ChatRequestBody:
+    """Decode and validate a chat request body; `ProtocolError` names what is wrong."""
+    try:
+        obj = json.loads(body)
+    except (ValueError, TypeError) as exc:
+        raise ProtocolError(f"invalid chat request body: not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"invalid chat request body: expected a JSON object, got {describe_value(obj)}")
+    if "messages" not in obj:
+        raise ProtocolError("invalid chat request body: 'messages' is missing")
+    raw_messages = obj.pop("messages")
+    if not isinstance(raw_messages, list):
+        raise ProtocolError(
+            f"invalid chat request body: 'messages' must be an array, got {describe_value(raw_messages)}"
+        )
+    try:
+        messages = parse_messages(raw_messages)
+    except ProtocolError as exc:
+        raise ProtocolError(f"invalid chat request body: {exc}") from None
+    trigger = obj.pop("trigger", None)
+    if trigger is None:
+        trigger = "submit-message"
+    elif trigger not in _TRIGGERS:
+        raise ProtocolError(
+            "invalid chat request body: unknown trigger "
+            f"{describe_value(trigger)} (expected 'submit-message' or 'regenerate-message')"
+        )
+    raw_tools = obj.pop("clientTools", None)
+    tools: list[ClientToolSchema] | None = None
+    if raw_tools is not None:
+        if not isinstance(raw_tools, list):
+            raise ProtocolError(
+                f"invalid chat request body: 'clientTools' must be an array, got {describe_value(raw_tools)}"
+            )
+        tools = []
+        for i, raw in enumerate(raw_tools):
+            if not isinstance(raw, dict):
+                raise ProtocolError(
+                    f"invalid chat request body: clientTools[{i}] must be an object, got {describe_value(raw)}"
+                )
+            try:
+                tools.append(ClientToolSchema.model_validate(raw))
+            except ValidationError as exc:
+                raise from_validation_error(exc, f"invalid chat request body: clientTools[{i}]") from None
+    return ChatRequestBody(messages=messages, trigger=trigger, clientTools=tools, extra=obj)
