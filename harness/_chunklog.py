@@ -52,9 +52,11 @@ class ChunkLog:
         self._operation_id = operation_id
         self._publish = publish
         self._pending: list[str] = []
+        self._held: list[str] = []  # for the next commit() only
         self._next_seq = first_seq  # seq of the first pending chunk; a resumed operation continues its count
         self._stream: _Stream | None = None
         self._flusher: asyncio.Task[None] | None = None
+        self._committers = 0  # commit() calls in progress: they take the buffer themselves
         self._started = False
 
     @property
@@ -63,16 +65,24 @@ class ChunkLog:
 
     def open_stream(self, message_id: str, continuation: bool) -> None:
         """Start the stream of the next model call; its row is written with its first batch."""
-        if self._pending:
+        if self._pending or self._held:
             raise RuntimeError("open_stream() with chunks of the previous model call not committed")
         self._stream = _Stream(
             self._clock.new_id(), message_id, continuation, first_seq=self._next_seq
         )
 
-    def add(self, body: str) -> None:
-        """Buffer one chunk (its JSON text); it goes out with the next commit."""
+    def add(self, body: str, *, hold: bool = False) -> None:
+        """Buffer one chunk (its JSON text); it goes out with the next commit.
+
+        ``hold`` keeps it for the caller's next :meth:`commit`, so it lands in
+        the same transaction as that commit's writes (the ``finish`` chunk and
+        the settlement, say).
+        """
+        if hold or self._held:
+            self._held.append(body)  # order is kept: nothing overtakes a held chunk
+            return
         self._pending.append(body)
-        if self._flusher is None or self._flusher.done():
+        if self._committers == 0 and (self._flusher is None or self._flusher.done()):
             self._flusher = asyncio.create_task(self._flush_loop())
 
     async def backpressure(self) -> None:
@@ -81,25 +91,34 @@ class ChunkLog:
 
     async def commit(self, extra: Callable[[Tx], Awaitable[None]] | None = None) -> None:
         """Commit every buffered chunk together with ``extra``'s writes, in one transaction."""
-        await self._drain()
-        async with self._db.transaction() as tx:
-            batch, first_seq = await self._write_pending(tx)
-            if extra is not None:
-                await extra(tx)
-        self._announce(batch, first_seq)
+        self._committers += 1
+        try:
+            await self._drain()  # the flusher stops after the transaction it is in
+            async with self._db.transaction() as tx:
+                batch, first_seq = await self._write_pending(tx, with_held=True)
+                if extra is not None:
+                    await extra(tx)
+            self._announce(batch, first_seq)
+        finally:
+            self._committers -= 1
+            if self._pending and self._committers == 0 and (self._flusher is None or self._flusher.done()):
+                self._flusher = asyncio.create_task(self._flush_loop())
 
     async def _drain(self) -> None:
         while self._flusher is not None and not self._flusher.done():
             await asyncio.shield(self._flusher)
 
     async def _flush_loop(self) -> None:
-        while self._pending:
+        while self._pending and self._committers == 0:
             async with self._db.transaction() as tx:
                 batch, first_seq = await self._write_pending(tx)
             self._announce(batch, first_seq)
 
-    async def _write_pending(self, tx: Tx) -> tuple[list[str], int]:
+    async def _write_pending(self, tx: Tx, *, with_held: bool = False) -> tuple[list[str], int]:
         batch, self._pending = self._pending, []
+        if with_held:
+            batch += self._held
+            self._held = []
         first_seq = self._next_seq
         self._next_seq += len(batch)
         if not batch or self._stream is None:

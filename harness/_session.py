@@ -90,6 +90,7 @@ class Session:
         self._queued_inputs: dict[str, list[str]] = {}  # message ids of queued submissions
         self._queued_answers: dict[str, Answer] = {}
         self._recovered: dict[str, Recovered] = {}
+        self._abort_requested: set[str] = set()
         self.last_terminal: dict[str, Any] | None = None  # {operationId, body} of the last turn that failed
         self._client_tools: list[dict[str, Any]] = []  # schemas a browser declared, kept with the session
         self._closed = False
@@ -289,14 +290,22 @@ class Session:
         return Receipt(op_id, self.id, accepted=True)
 
     async def wait(self, operation_id: str) -> OperationResult:
-        row = await self.db.read.operation(operation_id)
-        if row is None:
-            raise KeyError(f"unknown operation {operation_id!r}")
-        if row.status not in ("pending", "running"):
-            return _result(row.outcome, row.result_text, row.reason)
+        # Registered before the read: a settlement committed while the read is in flight still finds it.
         fut: asyncio.Future[OperationResult] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(operation_id, []).append(fut)
-        return await fut
+        waiters = self._waiters.setdefault(operation_id, [])
+        waiters.append(fut)
+        try:
+            row = await self.db.read.operation(operation_id)
+            if row is None:
+                raise KeyError(f"unknown operation {operation_id!r}")
+            if row.status not in ("pending", "running") and not fut.done():
+                fut.set_result(_result(row.outcome, row.result_text, row.reason))
+            return await fut
+        finally:
+            if fut in waiters:
+                waiters.remove(fut)
+            if not waiters:
+                self._waiters.pop(operation_id, None)
 
     # -- the worker -------------------------------------------------------------
 
@@ -316,11 +325,13 @@ class Session:
                 raise
             except Exception:
                 log.exception("operation %s failed outside its turn", op_id)
+                await self._fail(op_id)
             finally:
                 self._running_id = None
                 self._turn = None
                 self._queued_inputs.pop(op_id, None)
                 self._queued_answers.pop(op_id, None)
+                self._abort_requested.discard(op_id)
             if self.clock.now_ms() - self._last_sweep > min(self.stream_grace_ms, 60_000):
                 try:
                     await self.sweep_streams()
@@ -379,6 +390,8 @@ class Session:
         turn = Turn(self, plan, model=self.model, system=agent.system, tools=self._tools(),
                     max_steps=agent.max_steps, recovery=agent.recovery)
         self._turn = turn
+        if plan.operation_id in self._abort_requested:
+            turn.abort()
         return turn
 
     async def _resume(self, row: OperationRow, recovered: Recovered) -> None:
@@ -458,6 +471,16 @@ class Session:
             await tx.set_last_terminal(self.id, _dumps(terminal), now)
             self.last_terminal = terminal
 
+    async def _fail(self, op_id: str) -> None:
+        """Settle an operation whose run broke outside the turn: no client may wait for it forever."""
+        outcome = Outcome("error", "unanswered", "The assistant failed with an internal error.")
+        try:
+            async with self.db.transaction() as tx:
+                await self.write_settlement(tx, op_id, outcome)
+        except Exception:
+            log.exception("operation %s: recording the failure failed too", op_id)
+        self._finish(op_id, outcome, ())
+
     async def sweep_streams(self) -> int:
         """Delete finished streams past their replay grace, chunks included."""
         now = self.clock.now_ms()
@@ -494,8 +517,10 @@ class Session:
                 return
 
     def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None:
-        self._place(msg, parent_id)
-        self.publish(MessagePersisted(msg))
+        # A snapshot: the turn's live message keeps growing with parts not committed yet.
+        snapshot = msg.model_copy(deep=True)
+        self._place(snapshot, parent_id)
+        self.publish(MessagePersisted(snapshot))
 
     # -- abort and reset ------------------------------------------------------------
 
@@ -513,8 +538,11 @@ class Session:
                     await self.write_settlement(tx, op_id, outcome)
                 self._finish(op_id, outcome, ())
                 hit = True
-        if self._turn is not None and (operation_id is None or operation_id == self._running_id):
-            self._turn.abort()
+        if self._running_id is not None and (operation_id is None or operation_id == self._running_id):
+            # Between leaving the queue and building its turn the operation is only a flag away.
+            self._abort_requested.add(self._running_id)
+            if self._turn is not None:
+                self._turn.abort()
             hit = True
         return hit
 
@@ -529,9 +557,11 @@ class Session:
                 await self.write_settlement(tx, op_id, outcome)
             self._finish(op_id, outcome, ())
         worker = self._worker
-        if self._turn is not None:
-            self._turn.abort()
-            if worker is not None:
+        if self._running_id is not None:
+            self._abort_requested.add(self._running_id)
+            if self._turn is not None:
+                self._turn.abort()
+            if worker is not None and worker is not asyncio.current_task():
                 await asyncio.shield(asyncio.wait({worker}))
         now = self.clock.now_ms()
         async with self.db.transaction() as tx:

@@ -43,6 +43,7 @@ from protocol import (
 )
 from storage import Tx
 
+from ._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from ._chunklog import ChunkLog
 from ._model import (
     Finish,
@@ -168,6 +169,7 @@ class Turn:
         self._state = TurnState.CREATED
         self._inner: asyncio.Task[Any] | None = None
         self._aborting = False
+        self._running_calls: dict[str, str] = {}  # server tool calls started and not finished
 
     @property
     def state(self) -> TurnState:
@@ -187,13 +189,15 @@ class Turn:
 
     # -- chunks -------------------------------------------------------------
 
-    def _emit(self, chunk: Chunk) -> None:
+    def _emit(self, chunk: Chunk, *, hold: bool = False) -> None:
         self._assembler.apply(chunk)
-        self._log.add(dump_chunk(chunk))
+        self._log.add(dump_chunk(chunk), hold=hold)
 
     async def _run_inner(self, coro: Awaitable[Any]) -> Any:
         """Run a cancellable piece of the turn; abort() cancels it, not the turn."""
         if self._aborting:
+            if asyncio.iscoroutine(coro):
+                coro.close()  # never started: do not leave it unawaited
             raise _Aborted
         self._inner = asyncio.ensure_future(coro)
         try:
@@ -252,6 +256,10 @@ class Turn:
             await self._commit(stream_status="completed", progress=True)
             self._goto(TurnState.TOOLS)
             await self._run_inner(self._run_tools(runnable))
+            if awaiting_calls(self._assembler.message):
+                # A call of this step waits for the client or an approval: the model must not
+                # be called with a call that has no result.
+                return await self._finish(result)
         return await self._finish(_StepResult(finish_reason=last_reason))
 
     async def _interrupted_model_call(self) -> None:
@@ -364,6 +372,7 @@ class Turn:
 
         async def one(call_id: str, name: str, tool_input: Any) -> None:
             started = time.perf_counter()
+            self._running_calls[call_id] = name
             try:
                 output = await self._tools[name].run(tool_input)
                 text = _dumps(output)  # the output must be JSON to reach the model and the client
@@ -376,15 +385,16 @@ class Turn:
                 chunk = ToolOutputErrorChunk(toolCallId=call_id, errorText=error)
                 record = ("failed", None, error)
             log.debug("tool %s took %.1f ms", name, (time.perf_counter() - started) * 1000)
+            del self._running_calls[call_id]
             self._emit(chunk)
-            await self._commit(progress=True, tool_record=(call_id, *record))
+            await self._commit(progress=True, tool_records=[(call_id, *record)])
 
         await asyncio.gather(*(one(*c) for c in calls))
 
     # -- persistence ----------------------------------------------------------
 
     async def _commit(self, *, stream_status: str | None = None, outcome: Outcome | None = None,
-                      progress: bool = False, tool_record: tuple[str, str, str | None, str | None] | None = None,
+                      progress: bool = False, tool_records: Sequence[tuple[str, str, str | None, str | None]] = (),
                       ) -> None:
         """One transaction: buffered chunks, the stream's end, the message, tool record, progress, settlement."""
 
@@ -393,8 +403,8 @@ class Turn:
             if stream_status is not None:
                 await self._log.finish_stream(tx, stream_status)
             await self._write_message(tx)
-            if tool_record is not None:
-                await tx.finish_tool_call(self._session.id, *tool_record, now)
+            for record in tool_records:
+                await tx.finish_tool_call(self._session.id, *record, now)
             if progress:
                 await tx.record_progress(self.operation_id, now)
             if outcome is not None:
@@ -427,14 +437,23 @@ class Turn:
             outcome = Outcome("completed", "unanswered", "awaiting_client_tool")
         else:
             outcome = Outcome("completed", "done", None, message_text(msg))
-        self._emit(FinishChunk(finishReason=result.finish_reason))
+        self._emit(FinishChunk(finishReason=result.finish_reason), hold=True)
         return await self._settle(outcome, stream_status="completed", progress=True)
 
     async def _settle_partial(self, status: str, stream_status: str, reason: str, exc: BaseException | None,
                               ) -> Outcome:
+        # Calls cut short by the abort or the failure end as errors, in the message and in their records.
+        records = []
+        for call_id in list(self._running_calls):
+            error = "The tool call was aborted." if status == "aborted" else INTERRUPTED_TOOL_ERROR
+            self._emit(ToolOutputErrorChunk(toolCallId=call_id, errorText=error), hold=True)
+            records.append((call_id, "interrupted", None, error))
+        self._running_calls.clear()
         self._assembler.settle()
         outcome = Outcome(status, "unanswered", reason, message_text(self._assembler.message))
-        return await self._settle(outcome, stream_status=stream_status)
+        await asyncio.shield(self._commit(stream_status=stream_status, outcome=outcome, tool_records=records))
+        self._state = TurnState.SETTLED
+        return outcome
 
     async def _settle(self, outcome: Outcome, *, stream_status: str, progress: bool = False) -> Outcome:
         # The settlement must be written even if the session is being torn down.
