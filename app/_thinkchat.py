@@ -28,6 +28,7 @@ from harness import (
     SessionReset,
     StreamStarted,
     SubmitRefused,
+    describe_reason,
 )
 from protocol import (
     ChatClear,
@@ -399,7 +400,7 @@ class ThinkChat:
     def _terminal_frame(self, stream: _Stream, event: OperationSettled, *, replay: bool = False) -> str:
         ids = list(event.message_ids) or None
         if event.status == "error":
-            return dump_chat_response(stream.id, event.reason or "The turn failed.", done=True, error=True,
+            return dump_chat_response(stream.id, describe_reason(event.reason), done=True, error=True,
                                       continuation=stream.continuation, outcome="error", message_ids=ids)
         outcome = {"completed": "completed", "aborted": "aborted", "skipped": "skipped"}.get(event.status,
                                                                                             "completed")

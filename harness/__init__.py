@@ -36,7 +36,7 @@ from ._model import (
 from ._providers import ModelSpecError, resolve_model
 from ._recovery_policy import RecoveryPolicy
 from ._scripted import Script, ScriptedModel, ScriptError, load_script
-from ._session import OperationResult, Receipt, Session, SubmitRefused
+from ._session import OperationResult, Receipt, Session, SubmitRefused, describe_reason
 from ._tools import Tool, ToolInputError, client_tool, tool
 
 __all__ = [
@@ -83,6 +83,7 @@ __all__ = [
     "ToolInputStart",
     "Usage",
     "client_tool",
+    "describe_reason",
     "load_script",
     "resolve_model",
     "tool",

@@ -36,7 +36,7 @@ from ._recovery import Recovered, recover_operation
 from ._tools import Tool
 from ._turn import Outcome, Turn, TurnPlan
 
-__all__ = ["OperationResult", "Receipt", "Session", "SubmitRefused"]
+__all__ = ["OperationResult", "Receipt", "Session", "SubmitRefused", "describe_reason"]
 
 log = logging.getLogger("think_server.session")
 
@@ -467,7 +467,7 @@ class Session:
         now = self.clock.now_ms()
         await tx.settle_operation(operation_id, outcome.status, outcome.outcome, outcome.reason, outcome.text, now)
         if outcome.status == "error":
-            terminal = {"operationId": operation_id, "body": outcome.reason}
+            terminal = {"operationId": operation_id, "body": describe_reason(outcome.reason)}
             await tx.set_last_terminal(self.id, _dumps(terminal), now)
             self.last_terminal = terminal
 
@@ -576,6 +576,20 @@ class Session:
         self.last_terminal = None
         self.publish(SessionReset())
         self._kick()
+
+
+_REASON_TEXT = {
+    "interrupted": "The assistant was interrupted and could not recover. Please try again.",
+    "out_of_memory": "The assistant kept failing on this turn and stopped trying. Please try again.",
+    "client_role": "Client input may only add user messages.",
+}
+
+
+def describe_reason(reason: str | None) -> str:
+    """The text a user is shown for an operation that ended unanswered."""
+    if not reason:
+        return "The turn failed."
+    return _REASON_TEXT.get(reason, reason)
 
 
 def _result(outcome: str | None, text: str | None, reason: str | None) -> OperationResult:

@@ -1,0 +1,258 @@
+"""Kill the real server with SIGKILL mid-turn, start it again, and check the turn is finished right.
+
+The server runs as a subprocess on a data dir that outlives it; clients are
+real WebSockets. After each restart: the user message is kept, the turn has
+exactly one assistant message, its text is complete with nothing repeated,
+the operation is terminal, and a reconnecting client is told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from storage import instance_db_path
+from tests.conftest import Client, chat_request, free_port, is_done
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = "crash-agent"
+SLOW_TEXT = "".join(f"w{i} " for i in range(40))
+
+
+class Server:
+    def __init__(self, data_dir: Path, log_path: Path) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def ws(self, name: str, pk: str) -> str:
+        return f"ws://127.0.0.1:{self.port}/agents/{AGENT}/{name}?_pk={pk}"
+
+    async def start(self) -> None:
+        env = {**os.environ, "THINK_CRASH_LOG": str(self.data_dir / "tool-runs.log")}
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "app", "serve", "--app", "tests.crash_app:agents", "--host", "127.0.0.1",
+                 "--port", str(self.port), "--data-dir", str(self.data_dir), "--log-level", "info"],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            )
+        for _ in range(300):
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited: {self.log_path.read_text()[-3000:]}")
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                writer.close()
+                return
+            except OSError:
+                await asyncio.sleep(0.05)
+        raise AssertionError("server did not listen")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def tool_runs(self) -> list[str]:
+        path = self.data_dir / "tool-runs.log"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def operation(self, name: str, op_id: str) -> tuple[str, str | None, str | None]:
+        path = instance_db_path(self.data_dir, AGENT, name)
+        with sqlite3.connect(path) as db:
+            row = db.execute("SELECT status, outcome, reason FROM operations WHERE id = ?", (op_id,)).fetchone()
+        assert row is not None, f"operation {op_id} not stored"
+        return row
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    srv = Server(tmp_path / "data", tmp_path / "server.log")
+    await srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+async def get_messages(srv: Server, name: str) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient() as http:
+        r = await http.get(f"{srv.base}/agents/{AGENT}/{name}/get-messages")
+        r.raise_for_status()
+        result: list[dict[str, Any]] = r.json()
+        return result
+
+
+def deltas(frames: list[dict[str, Any]], rid: str) -> str:
+    out = []
+    for f in frames:
+        if f.get("type") == "cf_agent_use_chat_response" and f.get("id") == rid and f.get("body") \
+                and not f.get("error"):
+            chunk = json.loads(f["body"])
+            if chunk.get("type") == "text-delta":
+                out.append(chunk["delta"])
+    return "".join(out)
+
+
+def body_has(rid: str, needle: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda f: f.get("id") == rid and needle in f.get("body", "")
+
+
+async def reconnect_and_finish(srv: Server, name: str, rid: str, *, may_be_done: bool = False) -> Client:
+    """A reloaded tab: probe, ACK when offered, wait for the request's end.
+
+    With ``may_be_done`` the recovered turn may have finished before the tab
+    connects: then the transcript it got on connect must already hold the answer.
+    """
+    c = await Client.open(srv.ws(name, str(uuid.uuid4())))
+    await c.send({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
+    answer = await c.wait_for(lambda f: f.get("probeId") == "p1", timeout=10)
+    if may_be_done and answer["type"] == "cf_agent_stream_resume_none":
+        greeting = next(f for f in c.frames if f.get("type") == "cf_agent_chat_messages")
+        assert greeting["messages"] == await get_messages(srv, name)
+        return c
+    assert answer["type"] in ("cf_agent_stream_resuming", "cf_agent_stream_pending"), answer
+    if answer["type"] == "cf_agent_stream_pending":
+        answer = await c.wait_for(lambda f: f.get("type") == "cf_agent_stream_resuming", timeout=30)
+    assert answer["id"] == rid
+    await c.send({"type": "cf_agent_stream_resume_ack", "id": rid})
+    await c.wait_for(is_done(rid), timeout=30)
+    return c
+
+
+def check_one_answer(msgs: list[dict[str, Any]], user: dict[str, Any]) -> dict[str, Any]:
+    assert msgs[0] == user, "the user message is kept as sent"
+    assert [m["role"] for m in msgs] == ["user", "assistant"], "exactly one assistant message for the turn"
+    answer = msgs[1]
+    assert not [p for p in answer["parts"] if p.get("state") in ("streaming", "input-streaming")]
+    return answer
+
+
+def text_of(message: dict[str, Any]) -> str:
+    return "".join(p["text"] for p in message["parts"] if p["type"] == "text")
+
+
+@pytest.mark.parametrize("seen", [1, 12, 33])
+async def test_killed_mid_stream_continues_the_same_message(server: Server, seen: int) -> None:
+    name = f"stream-{seen}"
+    a = await Client.open(server.ws(name, "tab-a"))
+    rid, frame, user = chat_request("slow")
+    await a.send(frame)
+    await a.wait_for(body_has(rid, f'"w{seen - 1} "'), timeout=15)
+    server.kill()
+    seen_before = deltas(a.frames, rid)
+    assert SLOW_TEXT.startswith(seen_before) and len(seen_before) < len(SLOW_TEXT)
+
+    await server.start()
+    b = await reconnect_and_finish(server, name, rid)
+    assert deltas(b.frames, rid) == SLOW_TEXT, "replay + continuation spell the answer once, in order"
+    seqs = [f["seq"] for f in b.frames if f.get("id") == rid and "seq" in f]
+    assert seqs == list(range(len(seqs)))
+    assert {"type": "cf_agent_chat_recovering", "recovering": False, "id": rid} in b.frames
+    done = next(f for f in b.frames if is_done(rid)(f))
+    assert done.get("outcome") == "completed" and not done.get("error")
+    answer = check_one_answer(await get_messages(server, name), user)
+    assert text_of(answer) == SLOW_TEXT
+    assert server.operation(name, rid) == ("completed", "done", None)
+    await b.close()
+
+
+async def test_killed_mid_tool_call_reruns_a_rerun_tool(server: Server) -> None:
+    name = "rerun"
+    a = await Client.open(server.ws(name, "tab-a"))
+    rid, frame, user = chat_request("rerun it")
+    await a.send(frame)
+    await a.wait_for(body_has(rid, "tool-input-available"), timeout=15)
+    for _ in range(100):
+        if server.tool_runs() == ["slowRerun start"]:
+            break
+        await asyncio.sleep(0.02)
+    server.kill()
+    assert server.tool_runs() == ["slowRerun start"]
+
+    await server.start()
+    b = await reconnect_and_finish(server, name, rid)
+    assert server.tool_runs() == ["slowRerun start", "slowRerun start", "slowRerun end"], "ran again, once"
+    answer = check_one_answer(await get_messages(server, name), user)
+    tool = next(p for p in answer["parts"] if p["type"] == "tool-slowRerun")
+    assert tool["state"] == "output-available" and tool["output"] == {"double": 14}
+    assert text_of(answer) == 'Result: {"double":14}.'
+    assert server.operation(name, rid) == ("completed", "done", None)
+    await b.close()
+
+
+async def test_killed_mid_tool_call_reports_a_report_tool_as_interrupted(server: Server) -> None:
+    name = "report"
+    a = await Client.open(server.ws(name, "tab-a"))
+    rid, frame, user = chat_request("report it")
+    await a.send(frame)
+    await a.wait_for(body_has(rid, "tool-input-available"), timeout=15)
+    for _ in range(100):
+        if server.tool_runs() == ["slowReport start"]:
+            break
+        await asyncio.sleep(0.02)
+    server.kill()
+
+    await server.start()
+    b = await reconnect_and_finish(server, name, rid, may_be_done=True)
+    assert server.tool_runs() == ["slowReport start"], "a report tool never runs twice"
+    answer = check_one_answer(await get_messages(server, name), user)
+    tool = next(p for p in answer["parts"] if p["type"] == "tool-slowReport")
+    assert tool["state"] == "output-error" and "interrupted" in tool["errorText"]
+    assert text_of(answer).startswith("Saw: ") and "interrupted" in text_of(answer), "the model saw the error"
+    assert server.operation(name, rid) == ("completed", "done", None)
+    await b.close()
+
+
+async def test_a_turn_that_keeps_killing_the_process_is_sealed(server: Server) -> None:
+    name = "crash-loop"
+    a = await Client.open(server.ws(name, "tab-a"))
+    rid, frame, user = chat_request("hang")
+    await a.send(frame)
+    await a.wait_for(body_has(rid, "tool-input-available"), timeout=15)
+    for restart in range(3):
+        for _ in range(200):
+            if server.tool_runs().count("hangRerun start") == restart + 1:
+                break
+            await asyncio.sleep(0.02)
+        assert server.tool_runs().count("hangRerun start") == restart + 1
+        server.kill()
+        await server.start()
+    # The third start found the operation still running without progress: sealed, not run again.
+    status, outcome, reason = server.operation(name, rid)
+    assert (status, outcome, reason) == ("error", "unanswered", "out_of_memory")
+    assert server.tool_runs().count("hangRerun start") == 3
+    c = await Client.open(server.ws(name, "tab-c"))
+    await c.send({"type": "cf_agent_stream_resume_request", "probeId": "p9"})
+    offer = await c.wait_for(lambda f: f.get("probeId") == "p9")
+    assert offer == {"type": "cf_agent_stream_resuming", "id": rid, "probeId": "p9"}, "the client is told"
+    await c.send({"type": "cf_agent_stream_resume_ack", "id": rid})
+    end = await c.wait_for(is_done(rid))
+    assert end["error"] is True and "stopped trying" in end["body"]
+    msgs = await get_messages(server, name)
+    assert msgs[0] == user and len(msgs) == 2, "the partial answer is kept"
+    await c.close()
