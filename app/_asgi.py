@@ -21,7 +21,8 @@ from storage import InvalidNameError, StorageError, validate_instance_name
 from ._connection import Connection
 from ._registry import ActorRegistry
 from ._thinkchat import error_frame as _error_frame
-from .settings import DEMO_SCRIPT, Settings
+from .demo import DEMO_SCRIPT
+from .settings import Settings
 
 __all__ = ["create_app"]
 

@@ -14,12 +14,10 @@ from typing import Any
 from harness import Agent
 
 from ._asgi import create_app
+from .demo import DEMO_AGENTS
 from .settings import Settings
 
 __all__ = ["load_agents", "main"]
-
-DEMO_AGENTS: dict[str, Agent] = {"assistant": Agent(system="You are a helpful assistant.")}
-
 
 class CliError(Exception):
     pass

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DEMO_SCRIPT", "Settings"]
-
-DEMO_SCRIPT = Path(__file__).parent / "demo" / "assistant.json"
+__all__ = ["Settings"]
 
 
 @dataclass(frozen=True)
