@@ -51,7 +51,10 @@ class Database:
     async def open(cls, path: Path) -> Database:
         await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, one per state change.
-        conn = await aiosqlite.connect(path, isolation_level=None)
+        try:
+            conn = await aiosqlite.connect(path, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open {path.name}: {exc}") from exc
         try:
             # WAL + synchronous=NORMAL: a commit survives a killed process (not a
             # power cut) without an fsync per commit.
@@ -63,18 +66,27 @@ class Database:
             ):
                 await conn.execute(pragma)
             await _migrate(conn, path)
-        except (sqlite3.Error, StorageError) as exc:
+        except BaseException as exc:
             await conn.close()
-            if isinstance(exc, StorageError):
-                raise
-            raise StorageError(f"cannot open {path.name}: {exc}") from exc
+            if isinstance(exc, sqlite3.Error):
+                raise StorageError(f"cannot open {path.name}: {exc}") from exc
+            raise
         return cls(conn, path)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
         """One state change: everything inside commits together or not at all."""
         async with self._lock:
-            await self._conn.execute("BEGIN IMMEDIATE")
+            begin = asyncio.ensure_future(self._conn.execute("BEGIN IMMEDIATE"))
+            try:
+                # Shielded: a cancelled caller must not leave a BEGIN running that nobody owns.
+                await asyncio.shield(begin)
+            except BaseException:
+                with contextlib.suppress(BaseException):
+                    await begin
+                if self._conn.in_transaction:
+                    await self._conn.execute("ROLLBACK")
+                raise
             try:
                 yield self._tx
             except BaseException:

@@ -8,9 +8,12 @@ a shutdown left with work, without opening every file.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 
 import aiosqlite
+
+from ._db import StorageError
 
 __all__ = ["WorkIndex"]
 
@@ -25,13 +28,23 @@ class WorkIndex:
     @classmethod
     async def open(cls, data_dir: Path) -> WorkIndex:
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
-        conn = await aiosqlite.connect(data_dir / INDEX_FILE, isolation_level=None)
-        await conn.execute("PRAGMA journal_mode=WAL")
-        await conn.execute("PRAGMA synchronous=NORMAL")
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS active_instances (agent TEXT NOT NULL, name TEXT NOT NULL, "
-            "marked_at INTEGER NOT NULL, PRIMARY KEY (agent, name))"
-        )
+        path = data_dir / INDEX_FILE
+        try:
+            conn = await aiosqlite.connect(path, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open {path}: {exc}") from exc
+        try:
+            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute("PRAGMA synchronous=NORMAL")
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS active_instances (agent TEXT NOT NULL, name TEXT NOT NULL, "
+                "marked_at INTEGER NOT NULL, PRIMARY KEY (agent, name))"
+            )
+        except BaseException as exc:
+            await conn.close()  # its thread would keep the process alive
+            if isinstance(exc, sqlite3.Error):
+                raise StorageError(f"cannot use the work index {path} (delete it to rebuild): {exc}") from exc
+            raise
         return cls(conn)
 
     async def mark(self, agent: str, name: str, now: int) -> None:

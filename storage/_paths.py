@@ -36,8 +36,12 @@ def validate_agent_name(agent: str) -> str:
 def validate_instance_name(name: str) -> str:
     if not name or len(name) > MAX_INSTANCE_NAME:
         raise InvalidNameError(f"instance name must be 1-{MAX_INSTANCE_NAME} characters; got {len(name)}")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name) or "/" in name or "\\" in name:
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in name) or "/" in name or "\\" in name:
         raise InvalidNameError(f"instance name must not contain '/', '\\' or control characters; got {name[:80]!r}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidNameError("instance name must be valid Unicode text (it has a lone surrogate)") from None
     if name in (".", ".."):
         raise InvalidNameError(f"instance name {name!r} is reserved")
     return name

@@ -1,0 +1,64 @@
+"""The data dir's work index: which instances may hold unfinished work."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from storage import WorkIndex
+from storage._index import INDEX_FILE
+
+
+@contextlib.asynccontextmanager
+async def _index(data_dir: Path) -> AsyncIterator[WorkIndex]:
+    index = await WorkIndex.open(data_dir)
+    try:
+        yield index
+    finally:
+        await index.close()
+
+
+async def test_open_creates_the_data_dir_and_an_empty_index(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data" / "nested"
+    async with _index(data_dir) as index:
+        assert (data_dir / INDEX_FILE).is_file()
+        assert await index.marked() == []
+
+
+async def test_mark_and_unmark(tmp_path: Path) -> None:
+    async with _index(tmp_path) as index:
+        await index.mark("chat", "alice", 1)
+        await index.mark("chat", "bob", 2)
+        await index.mark("other", "alice", 3)
+        assert await index.marked() == [("chat", "alice"), ("chat", "bob"), ("other", "alice")]
+        await index.unmark("chat", "alice")
+        assert await index.marked() == [("chat", "bob"), ("other", "alice")]
+        await index.unmark("chat", "nobody")  # harmless
+        assert await index.marked() == [("chat", "bob"), ("other", "alice")]
+
+
+async def test_marked_is_ordered_by_first_mark(tmp_path: Path) -> None:
+    async with _index(tmp_path) as index:
+        await index.mark("chat", "zeta", 100)
+        await index.mark("chat", "alpha", 300)
+        await index.mark("chat", "zeta", 500)  # already marked: keeps its first time
+        await index.mark("chat", "mid", 200)
+        assert await index.marked() == [("chat", "zeta"), ("chat", "mid"), ("chat", "alpha")]
+
+
+async def test_marks_survive_reopening(tmp_path: Path) -> None:
+    async with _index(tmp_path) as index:
+        await index.mark("chat", "Ünïcode / name", 1)
+        await index.mark("chat", "gone", 2)
+        await index.unmark("chat", "gone")
+    async with _index(tmp_path) as index:
+        assert await index.marked() == [("chat", "Ünïcode / name")]
+
+
+async def test_names_are_exact(tmp_path: Path) -> None:
+    async with _index(tmp_path) as index:
+        await index.mark("chat", "Alice", 1)
+        await index.mark("chat", "alice", 2)
+        await index.unmark("chat", "ALICE")
+        assert await index.marked() == [("chat", "Alice"), ("chat", "alice")]
