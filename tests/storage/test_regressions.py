@@ -1,7 +1,4 @@
-"""Regressions: bugs found while writing the storage tests, each pinned by a test."""
-
-Once fixed, move the test next to the module it covers.
-"""
+"""Regressions: bugs found while writing the storage tests, each pinned by a test so it stays fixed."""
 
 from __future__ import annotations
 
