@@ -16,6 +16,7 @@ from protocol import Identity, McpServers, dump_frame
 
 from ._connection import Connection
 from ._thinkchat import ThinkChat
+from .settings import Settings
 
 __all__ = ["Actor", "ActorState"]
 
@@ -27,24 +28,24 @@ class ActorState(enum.Enum):
 
 
 class Actor:
-    def __init__(self, agent_name: str, name: str, instance: Instance, session: Session) -> None:
+    def __init__(self, agent_name: str, name: str, instance: Instance, session: Session, settings: Settings) -> None:
         self.agent_name = agent_name
         self.name = name
         self.instance = instance
-        self.chat = ThinkChat(session, now_ms=instance.clock.now_ms)
+        self.chat = ThinkChat(session, now_ms=instance.clock.now_ms, limits=settings)
         self.state = ActorState.ACTIVE
         self.last_used = time.monotonic()
 
     @classmethod
     async def activate(cls, agent_name: str, name: str, path: Path, agent: Agent, model: Model, *,
-                       stream_grace_ms: int) -> Actor:
-        instance = await Instance.open(path, agent, model, stream_grace_ms=stream_grace_ms)
+                       settings: Settings) -> Actor:
+        instance = await Instance.open(path, agent, model, stream_grace_ms=int(settings.stream_grace_s * 1000))
         try:
             session = await instance.session(start=False)
         except BaseException:
             await instance.close()
             raise
-        actor = cls(agent_name, name, instance, session)
+        actor = cls(agent_name, name, instance, session, settings)
         session.start()  # after ThinkChat listens: recovered work reaches its sockets
         return actor
 
@@ -70,8 +71,9 @@ class Actor:
         if self.state is not ActorState.ACTIVE:
             return
         self.state = ActorState.CLOSING
-        for conn in list(self.chat.connections.values()):
-            conn.close(1001, "server going away")  # 1001: the client reconnects
-        self.chat.close()
+        # A running turn is suspended first: what it streamed is committed for the next start.
         await self.instance.close()
+        for conn in list(self.chat.connections.values()):
+            conn.close(1012, "server restarting")  # 1012: not terminal, the client reconnects and resumes
+        self.chat.close()
         self.state = ActorState.CLOSED

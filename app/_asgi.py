@@ -1,36 +1,37 @@
-"""The ASGI edge: routes, the WebSocket loop, get-messages."""
+"""The ASGI edge: routes, middleware, get-messages, health and metrics."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
+import os
+import tempfile
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from harness import Agent, Model, ModelSpecError, ScriptedModel, resolve_model
-from protocol import ProtocolError, agent_name_to_kebab, parse_client_frame
-from storage import InvalidNameError, StorageError, validate_instance_name
+from protocol import agent_name_to_kebab
+from storage import InvalidNameError, validate_instance_name
 
-from ._connection import Connection
-from ._registry import ActorRegistry
-from ._thinkchat import error_frame as _error_frame
+from ._actor import Actor
+from ._auth import Authenticator, AuthError
+from ._metrics import CONTENT_TYPE_LATEST, Metrics
+from ._registry import ActorRegistry, CapacityError
+from ._socket import serve_socket
 from .demo import DEMO_SCRIPT
 from .settings import Settings
 
 __all__ = ["create_app"]
 
 log = logging.getLogger("think_server.app")
-
-# Terminal close codes (the client stops reconnecting): 4xxx.
-CLOSE_UNKNOWN_AGENT = 4004
-CLOSE_BAD_NAME = 4000
 
 
 def _resolve_models(agents: Mapping[str, Agent], settings: Settings) -> dict[str, Model]:
@@ -50,10 +51,19 @@ def _resolve_models(agents: Mapping[str, Agent], settings: Settings) -> dict[str
     return models
 
 
+def _web_routes(agent_names: list[str]) -> list[BaseRoute]:
+    try:
+        from ._web import web_routes
+    except ImportError:
+        return []
+    return web_routes(agent_names)
+
+
 def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) -> Starlette:
     """An ASGI app serving ``agents`` (name -> definition) under ``/agents/{kebab(name)}/{instance}``.
 
-    Mount it in another Starlette or FastAPI app, or run it with uvicorn.
+    Run it with uvicorn, or mount it in another Starlette or FastAPI app (then
+    run its lifespan too: it opens the work index and closes instances).
     """
     settings = settings or Settings()
     routed: dict[str, Agent] = {}
@@ -66,8 +76,15 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         models = _resolve_models(routed, settings)
     except ModelSpecError as exc:
         raise ValueError(f"invalid model setting: {exc}") from exc
-    registry = ActorRegistry(Path(settings.data_dir), routed, models, idle_timeout_s=settings.idle_timeout_s,
-                             stream_grace_ms=int(settings.stream_grace_s * 1000))
+    registry = ActorRegistry(Path(settings.data_dir), routed, models, settings)
+    metrics = Metrics(lambda: len(registry))
+
+    def watch(actor: Actor) -> None:
+        actor.chat.session.subscribe(metrics.on_event)
+
+    registry.on_activate = watch
+    auth = Authenticator(settings)
+    ready = {"recovered": False}
 
     def check_address(agent: str, name: str) -> str | None:
         if agent not in routed:
@@ -78,54 +95,24 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             return str(exc)
         return None
 
+    def refused(request: Request) -> Response | None:
+        try:
+            auth.check(request.headers, request.query_params)
+        except AuthError as exc:
+            metrics.refusals.labels("auth").inc()
+            return JSONResponse({"error": f"unauthorized: {exc}"}, status_code=401,
+                                headers={"WWW-Authenticate": "Bearer"})
+        return None
+
     async def chat_socket(ws: WebSocket) -> None:
         agent, name = ws.path_params["agent"], ws.path_params["name"]
-        problem = check_address(agent, name)
-        await ws.accept()
-        if problem is not None:
-            await ws.send_text(_error_frame(problem))
-            await ws.close(CLOSE_UNKNOWN_AGENT if agent not in routed else CLOSE_BAD_NAME, problem[:120])
-            return
-        try:
-            actor = await registry.get(agent, name)
-        except (StorageError, OSError) as exc:
-            log.exception("cannot activate %s/%s", agent, name)
-            await ws.send_text(_error_frame(f"the agent instance cannot be opened: {exc}"))
-            await ws.close(1011)
-            return
-        conn_id = ws.query_params.get("_pk") or str(uuid.uuid4())
-        conn = Connection(ws, conn_id[:128], max_queue=settings.max_send_queue)
-        actor.attach(conn)
-        try:
-            while True:
-                message = await ws.receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-                text = message.get("text")
-                if text is None:
-                    conn.send(_error_frame("binary frames are not part of the chat protocol; send JSON text"))
-                    continue
-                if len(text) > settings.max_frame_bytes:
-                    conn.send(_error_frame(f"frame of {len(text)} bytes is over the limit of "
-                                           f"{settings.max_frame_bytes}; it was ignored"))
-                    continue
-                try:
-                    frame = parse_client_frame(text)
-                except ProtocolError as exc:
-                    conn.send(_error_frame(str(exc)))
-                    continue
-                try:
-                    await actor.chat.handle(conn, frame)
-                except Exception:
-                    log.exception("handling %s on %s/%s failed", frame.type, agent, name)
-                    conn.send(_error_frame(f"the server failed to handle a {frame.type} frame"))
-        except WebSocketDisconnect:
-            pass
-        finally:
-            actor.detach(conn)
-            await conn.finished()
+        await serve_socket(ws, agent=agent, name=name, problem=check_address(agent, name), registry=registry,
+                           auth=auth, settings=settings, metrics=metrics)
 
     async def agent_http(request: Request) -> Response:
+        denied = refused(request)
+        if denied is not None:
+            return denied
         agent, name = request.path_params["agent"], request.path_params["name"]
         rest = request.path_params.get("rest", "")
         problem = check_address(agent, name)
@@ -139,15 +126,39 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         if actor is None:
             if not registry.path_of(agent, name).exists():
                 return JSONResponse([])  # an unknown instance: answer without creating its file
-            actor = await registry.get(agent, name)
+            try:
+                actor = await registry.get(agent, name)
+            except CapacityError as exc:
+                return PlainTextResponse(str(exc), status_code=503, headers={"Retry-After": "1"})
         return JSONResponse(actor.chat.messages_json())
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
+    async def readyz(request: Request) -> Response:
+        problems = []
+        if not ready["recovered"]:
+            problems.append("the recovery scan has not finished")
+        try:
+            with tempfile.NamedTemporaryFile(dir=settings.data_dir, prefix=".ready-"):
+                pass
+        except OSError as exc:
+            problems.append(f"the data dir is not writable: {exc.strerror}")
+        if problems:
+            return JSONResponse({"ready": False, "problems": problems}, status_code=503)
+        return JSONResponse({"ready": True})
+
+    async def metrics_endpoint(request: Request) -> Response:
+        denied = refused(request)
+        if denied is not None:
+            return denied
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        os.makedirs(settings.data_dir, exist_ok=True)
         resumed = await registry.open_index()
+        ready["recovered"] = True
         if resumed:
             log.info("resumed %d instance(s) with unfinished work", len(resumed))
         try:
@@ -157,14 +168,29 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             for model in {id(m): m for m in models.values()}.values():
                 await model.aclose()
 
+    middleware = []
+    if settings.cors_origins:
+        middleware.append(Middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "HEAD", "OPTIONS"],
+            allow_headers=["*"],
+            allow_credentials="*" not in settings.cors_origins,
+            max_age=86400,
+        ))
     app = Starlette(
         routes=[
             Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/metrics", metrics_endpoint),
             WebSocketRoute("/agents/{agent}/{name}", chat_socket),
             Route("/agents/{agent}/{name}/{rest:path}", agent_http, methods=["GET", "POST", "HEAD"]),
+            *_web_routes(sorted(routed)),
         ],
+        middleware=middleware,
         lifespan=lifespan,
     )
     app.state.registry = registry
     app.state.settings = settings
+    app.state.metrics = metrics
     return app

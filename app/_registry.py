@@ -6,35 +6,35 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from harness import Agent, Model
 from storage import WorkIndex, instance_db_path
 
 from ._actor import Actor
+from .settings import Settings
 
-__all__ = ["ActorRegistry"]
+__all__ = ["ActorRegistry", "CapacityError"]
 
 log = logging.getLogger("think_server.registry")
 
 
+class CapacityError(RuntimeError):
+    """No room for another open agent instance."""
+
+
 class ActorRegistry:
-    def __init__(
-        self,
-        data_dir: Path,
-        agents: Mapping[str, Agent],
-        models: Mapping[str, Model],
-        *,
-        idle_timeout_s: float = 300.0,
-        stream_grace_ms: int = 10 * 60 * 1000,
-    ) -> None:
-        self._stream_grace_ms = stream_grace_ms
+    def __init__(self, data_dir: Path, agents: Mapping[str, Agent], models: Mapping[str, Model],
+                 settings: Settings) -> None:
+        self.settings = settings
+        self._stream_grace_ms = int(settings.stream_grace_s * 1000)
         self._index: WorkIndex | None = None
         self.data_dir = data_dir
         self.agents = agents
         self._models = models
-        self._idle_timeout_s = idle_timeout_s
+        self._idle_timeout_s = settings.idle_timeout_s
+        self.on_activate: Callable[[Actor], None] | None = None
         self._actors: dict[tuple[str, str], Actor] = {}
         self._activating: dict[tuple[str, str], asyncio.Task[Actor]] = {}
         self._sweeper: asyncio.Task[None] | None = None
@@ -77,12 +77,28 @@ class ActorRegistry:
                 log.exception("reactivating %s/%s failed", agent, name)
         return resumed
 
+    async def _make_room(self) -> None:
+        """Keep under the cap: close the least recently used idle actors; refuse if none is idle."""
+        while len(self._actors) >= self.settings.max_actors:
+            idle = [a for a in self._actors.values() if a.idle]
+            if not idle:
+                raise CapacityError(
+                    f"this server has {len(self._actors)} agent instances open (the limit) and all are busy; "
+                    "try again later"
+                )
+            oldest = min(idle, key=lambda a: a.last_used)
+            del self._actors[(oldest.agent_name, oldest.name)]
+            await self._close_actor(oldest)
+
     async def _activate(self, agent: str, name: str) -> Actor:
+        await self._make_room()
         if self._index is not None:
             # Marked before anything can run, so a crash from here on is found at the next start.
             await self._index.mark(agent, name, int(time.time() * 1000))
         actor = await Actor.activate(agent, name, self.path_of(agent, name), self.agents[agent],
-                                     self._models[agent], stream_grace_ms=self._stream_grace_ms)
+                                     self._models[agent], settings=self.settings)
+        if self.on_activate is not None:
+            self.on_activate(actor)
         self._actors[(agent, name)] = actor
         self._ensure_sweeper()
         return actor

@@ -46,9 +46,11 @@ from protocol import (
     StreamResuming,
     ToolApprovalFrame,
     ToolResultFrame,
+    UIMessage,
     UseChatRequest,
     dump_chat_response,
     dump_frame,
+    dump_message,
     dump_messages,
     parse_chat_request_body,
 )
@@ -57,6 +59,7 @@ from protocol import (
 )
 
 from ._connection import Connection
+from .settings import Settings
 
 __all__ = ["ThinkChat", "error_frame"]
 
@@ -84,8 +87,9 @@ class _Stream:
 
 
 class ThinkChat:
-    def __init__(self, session: Session, *, now_ms: Callable[[], int]) -> None:
+    def __init__(self, session: Session, *, now_ms: Callable[[], int], limits: Settings | None = None) -> None:
         self.session = session
+        self._limits = limits or Settings()
         self._now_ms = now_ms
         self.connections: dict[str, Connection] = {}
         self._awaiting_ack: set[str] = set()  # told `resuming`, excluded from live frames until they ACK
@@ -172,6 +176,11 @@ class ThinkChat:
             conn.send(dump_chat_response(rid, f"Invalid chat request: {exc}", done=True, error=True,
                                          outcome="error"))
             return
+        too_big = self._over_limits(body.messages)
+        if too_big is not None:
+            conn.send(dump_chat_response(rid, f"Invalid chat request: {too_big}", done=True, error=True,
+                                         outcome="error"))
+            return
         finished = self._finished.get(rid)
         if finished is not None and finished.settled is not None:
             # A retry of a request that already ran: answer with its end, do not run it again.
@@ -200,6 +209,16 @@ class ThinkChat:
         if not receipt.accepted:
             self._requesters.pop(rid, None) if rid not in self.session.pending() else None
 
+    def _over_limits(self, messages: list[UIMessage]) -> str | None:
+        limits = self._limits
+        if len(messages) > limits.max_messages_per_request:
+            return f"{len(messages)} messages is over the limit of {limits.max_messages_per_request} per request"
+        for m in messages:
+            size = len(json.dumps(dump_message(m), ensure_ascii=False).encode())
+            if size > limits.max_message_bytes:
+                return f"message {m.id!r} has {size} bytes, over the limit of {limits.max_message_bytes}"
+        return None
+
     async def _answer(self, conn: Connection, answer: Answer, auto_continue: bool,
                       client_tools: list[dict[str, object]] | None) -> None:
         op_id = str(uuid.uuid4())
@@ -216,7 +235,9 @@ class ThinkChat:
     def _on_resume_request(self, conn: Connection, probe_id: str | None) -> None:
         active = self._active
         if active is not None and active.settled is None and active.bodies:
-            self._awaiting_ack.add(conn.id)
+            if active.id not in self._acked.get(conn.id, ()):
+                self._awaiting_ack.add(conn.id)
+            # else: the socket is attached and live already; its ACK changes nothing, so keep it live
             conn.send(dump_frame(StreamResuming(id=active.id, probeId=probe_id)))
             return
         pending = self.session.pending()
@@ -260,8 +281,9 @@ class ThinkChat:
         db = self.session.db
         bodies: list[str] = []
         continuation = False
+        expired = self._now_ms() - self.session.stream_grace_ms
         for row in await db.read.streams_of_request(request_id):
-            if row.session_id != self.session.id:
+            if row.session_id != self.session.id or (row.completed_at is not None and row.completed_at < expired):
                 break
             continuation = continuation or (row.is_continuation and row.first_seq == 0)
             bodies.extend(await db.read.chunk_bodies(row.id))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -14,8 +13,9 @@ from typing import Any
 from harness import Agent
 
 from ._asgi import create_app
+from ._logging import configure_logging
 from .demo import DEMO_AGENTS
-from .settings import Settings
+from .settings import Settings, SettingsError
 
 __all__ = ["load_agents", "main"]
 
@@ -50,30 +50,38 @@ def load_agents(target: str) -> Mapping[str, Agent]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="think-server", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve agents over HTTP and WebSocket")
+    serve = sub.add_parser("serve", help="serve agents over HTTP and WebSocket",
+                           description="Every flag can also be set as THINK_<FLAG> (e.g. THINK_DATA_DIR); "
+                                       "a flag wins over the environment.")
     serve.add_argument("--app", help="module:attribute, a mapping of agent names to Agent (default: the demo)")
-    serve.add_argument("--host", default=os.environ.get("THINK_HOST", "127.0.0.1"))
-    serve.add_argument("--port", type=int, default=int(os.environ.get("THINK_PORT", "8000")))
-    serve.add_argument("--data-dir", type=Path, default=Path(os.environ.get("THINK_DATA_DIR", "data")))
-    serve.add_argument("--model", default=os.environ.get("THINK_MODEL"),
-                       help="model of every agent that names none, e.g. scripted:script.json")
-    serve.add_argument("--idle-timeout", type=float, default=300.0, help="seconds before an idle instance closes")
-    serve.add_argument("--log-level", default=os.environ.get("THINK_LOG_LEVEL", "info"))
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--data-dir", type=Path)
+    serve.add_argument("--model", help="model of every agent that names none, e.g. scripted:script.json")
+    serve.add_argument("--idle-timeout", dest="idle_timeout_s", type=float,
+                       help="seconds before an idle instance closes")
+    serve.add_argument("--max-actors", type=int, help="most agent instances open at once")
+    serve.add_argument("--auth-token", help="require this bearer token (prefer THINK_AUTH_TOKEN)")
+    serve.add_argument("--cors-origins", help="comma-separated origins allowed to call the HTTP API")
+    serve.add_argument("--log-level")
+    serve.add_argument("--log-json", action="store_const", const=True, help="one JSON object per log line")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = vars(_parser().parse_args(argv))
+    args.pop("command")
+    target = args.pop("app") or os.environ.get("THINK_APP")
     try:
-        agents = load_agents(args.app) if args.app else DEMO_AGENTS
-        settings = Settings(data_dir=args.data_dir, model=args.model, idle_timeout_s=args.idle_timeout)
+        settings = Settings.load(args)
+        configure_logging(settings.log_level, settings.log_json)
+        agents = load_agents(target) if target else DEMO_AGENTS
         app = create_app(agents, settings)
-    except (CliError, ValueError) as exc:
+    except (CliError, SettingsError, ValueError) as exc:
         print(f"think-server: {exc}", file=sys.stderr)
         return 2
     import uvicorn
 
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
-                ws_max_size=settings.max_frame_bytes)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                ws_max_size=settings.max_frame_bytes, log_config=None, timeout_graceful_shutdown=10)
     return 0

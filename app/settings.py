@@ -1,33 +1,131 @@
-"""Server settings, validated when the server starts."""
+"""Server settings: environment variables (prefix ``THINK_``) and CLI flags, validated at start.
+
+Every field below can be set as ``THINK_<FIELD IN UPPER CASE>``, e.g.
+``THINK_DATA_DIR=/var/lib/think`` or ``THINK_CORS_ORIGINS=https://a.example,https://b.example``.
+A CLI flag wins over the environment. A bad value stops the server with a
+message naming the variable, what it expects and what it got.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["Settings"]
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = ["ENV_PREFIX", "Settings", "SettingsError"]
+
+ENV_PREFIX = "THINK_"
+_SECRETS = frozenset({"auth_token", "jwt_secret", "jwt_public_key"})
 
 
-@dataclass(frozen=True)
-class Settings:
-    data_dir: Path = field(default_factory=lambda: Path("data"))
-    #: The model of every agent that names none, e.g. ``scripted:script.json``.
+class SettingsError(ValueError):
+    """Settings that cannot start a server; the message says which and why."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # -- where and what ------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    #: One SQLite file per agent instance lives under it.
+    data_dir: Path = Path("data")
+    #: The model of every agent that names none, e.g. ``scripted:script.json`` or ``openai:gpt-4.1-mini``.
     model: str | None = None
-    #: An actor with no sockets and no open work is closed after this long.
-    idle_timeout_s: float = 300.0
-    #: Largest text frame a client may send.
-    max_frame_bytes: int = 4 * 1024 * 1024
-    #: Frames queued for one socket before it is closed as too slow.
-    max_send_queue: int = 4096
-    #: How long a finished stream stays replayable for a late ACK, then is swept with its chunks.
-    stream_grace_s: float = 600.0
 
-    def __post_init__(self) -> None:
-        if self.idle_timeout_s <= 0:
-            raise ValueError(f"idle_timeout_s must be positive, got {self.idle_timeout_s}")
-        if self.max_frame_bytes < 1024:
-            raise ValueError(f"max_frame_bytes must be at least 1024, got {self.max_frame_bytes}")
-        if self.stream_grace_s < 0:
-            raise ValueError(f"stream_grace_s must not be negative, got {self.stream_grace_s}")
-        if self.max_send_queue < 16:
-            raise ValueError(f"max_send_queue must be at least 16, got {self.max_send_queue}")
+    # -- lifetimes -------------------------------------------------------------
+    #: An actor with no sockets and no open work is closed after this many seconds.
+    idle_timeout_s: float = Field(300.0, gt=0)
+    #: How long a finished stream stays replayable for a late ACK; then it is swept with its chunks.
+    stream_grace_s: float = Field(600.0, ge=0)
+    #: Most agent instances open at once; the least recently used idle ones are closed first.
+    max_actors: int = Field(1000, ge=1)
+
+    # -- limits on what clients send ---------------------------------------------
+    max_frame_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    max_message_bytes: int = Field(1024 * 1024, ge=256)
+    max_messages_per_request: int = Field(1000, ge=1)
+    #: Frames per second one connection may send (a token bucket with ``rate_burst`` tokens).
+    rate_limit_per_s: float = Field(50.0, gt=0)
+    rate_burst: int = Field(200, ge=1)
+    #: Frames queued for one socket before it is closed as too slow.
+    max_send_queue: int = Field(4096, ge=16)
+
+    # -- auth and browsers ---------------------------------------------------------
+    #: A static bearer token every request must carry (header, or ``?token=`` on WebSockets).
+    auth_token: str | None = None
+    #: HS256 secret for JWT bearer tokens.
+    jwt_secret: str | None = None
+    #: RS256 public key (PEM text, or a path to a PEM file) for JWT bearer tokens.
+    jwt_public_key: str | None = None
+    jwt_audience: str | None = None
+    jwt_issuer: str | None = None
+    #: Origins allowed to call the HTTP API from a browser (CORS); ``*`` for any. Empty: CORS off.
+    cors_origins: tuple[str, ...] = ()
+
+    # -- logs ----------------------------------------------------------------------
+    log_level: str = "info"
+    log_json: bool = False
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(o.strip() for o in value.split(",") if o.strip())
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        if value.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
+            raise ValueError(f"expected one of critical, error, warning, info, debug, trace; got {value!r}")
+        return value.lower()
+
+    @field_validator("jwt_public_key")
+    @classmethod
+    def _pem(cls, value: str | None) -> str | None:
+        if value is None or "BEGIN" in value:
+            return value
+        path = Path(value)
+        if not path.is_file():
+            raise ValueError("expected PEM text or the path of a PEM file")
+        return path.read_text()
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> Settings:
+        if sum(x is not None for x in (self.auth_token, self.jwt_secret, self.jwt_public_key)) > 1:
+            raise ValueError("set only one of auth_token, jwt_secret and jwt_public_key")
+        return self
+
+    @property
+    def auth_enabled(self) -> bool:
+        return any(x is not None for x in (self.auth_token, self.jwt_secret, self.jwt_public_key))
+
+    @classmethod
+    def load(cls, overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from ``THINK_*`` variables, then ``overrides`` (CLI flags; ``None`` values ignored)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is not None and raw != "":
+                values[name] = raw
+        for name, value in (overrides or {}).items():
+            if value is not None:
+                values[name] = value
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors():
+                field = ".".join(str(p) for p in err["loc"]) or "settings"
+                where = f"{field} ({ENV_PREFIX}{field.upper()})" if field in cls.model_fields else field
+                if field not in cls.model_fields:  # a rule across fields: its input holds every value
+                    problems.append(f"{err['msg']}"[:300])
+                    continue
+                got = "[redacted]" if field in _SECRETS else repr(err.get("input"))
+                problems.append(f"{where}: {err['msg']}; got {got}"[:300])
+            raise SettingsError("invalid settings: " + "; ".join(problems)) from None

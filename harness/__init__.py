@@ -9,10 +9,12 @@ from ._events import (
     Listener,
     MessagePersisted,
     MessageUpdated,
+    ModelCallFinished,
     OperationSettled,
     RunStarted,
     SessionReset,
     StreamStarted,
+    ToolCallFinished,
 )
 from ._instance import ROOT_SESSION, Instance
 from ._model import (
@@ -53,6 +55,7 @@ __all__ = [
     "MessagePersisted",
     "MessageUpdated",
     "Model",
+    "ModelCallFinished",
     "ModelError",
     "ModelEvent",
     "ModelRequest",
@@ -77,6 +80,7 @@ __all__ = [
     "TextStart",
     "Tool",
     "ToolCall",
+    "ToolCallFinished",
     "ToolDefinition",
     "ToolInputDelta",
     "ToolInputError",

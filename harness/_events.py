@@ -18,10 +18,12 @@ __all__ = [
     "Listener",
     "MessagePersisted",
     "MessageUpdated",
+    "ModelCallFinished",
     "OperationSettled",
     "RunStarted",
     "SessionReset",
     "StreamStarted",
+    "ToolCallFinished",
 ]
 
 
@@ -78,7 +80,32 @@ class SessionReset:
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class ModelCallFinished:
+    """A model call ended (``outcome``: completed, error, aborted, stalled) after ``seconds``."""
+
+    operation_id: str
+    seconds: float
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallFinished:
+    operation_id: str
+    tool: str
+    seconds: float
+    ok: bool
+
+
 HarnessEvent: TypeAlias = (
-    RunStarted | StreamStarted | ChunksCommitted | MessagePersisted | MessageUpdated | OperationSettled | SessionReset
+    RunStarted
+    | StreamStarted
+    | ChunksCommitted
+    | MessagePersisted
+    | MessageUpdated
+    | OperationSettled
+    | SessionReset
+    | ModelCallFinished
+    | ToolCallFinished
 )
 Listener: TypeAlias = Callable[[HarnessEvent], None]

@@ -9,6 +9,7 @@ turns before it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections import deque
@@ -34,7 +35,7 @@ from ._events import (
 from ._model import Model
 from ._recovery import Recovered, recover_operation
 from ._tools import Tool
-from ._turn import Outcome, Turn, TurnPlan
+from ._turn import Outcome, Turn, TurnPlan, TurnSuspended
 
 __all__ = ["OperationResult", "Receipt", "Session", "SubmitRefused", "describe_reason"]
 
@@ -122,6 +123,8 @@ class Session:
             self._messages.append(msg)
             self._parents[msg.id] = row.parent_id
 
+        await self.sweep_streams()
+
     def start(self) -> None:
         """Run the queue: recovered operations first, then what was pending."""
         self._kick()
@@ -152,12 +155,21 @@ class Session:
             await tx.record_interruption(operation_id, wake, crashed)
         return attempts
 
-    async def close(self) -> None:
-        """Stop the worker; the running operation stays ``running`` for the next start to pick up."""
+    async def close(self, grace_s: float = 5.0) -> None:
+        """Stop the worker; the running operation stays ``running`` for the next start to pick up.
+
+        A running turn is suspended first, so what it streamed is committed.
+        """
         self._closed = True
-        if self._worker is not None:
-            self._worker.cancel()
-            await asyncio.gather(self._worker, return_exceptions=True)
+        worker = self._worker
+        if worker is None or worker.done():
+            return
+        if self._turn is not None:
+            self._turn.suspend()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(worker), grace_s)
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
 
     # -- reading --------------------------------------------------------------
 
@@ -321,6 +333,8 @@ class Session:
             self._running_id = op_id
             try:
                 await self._run(op_id)
+            except TurnSuspended:
+                return  # shutting down: the operation stays running
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -45,6 +45,7 @@ from storage import Tx
 
 from ._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from ._chunklog import ChunkLog
+from ._events import ModelCallFinished, ToolCallFinished
 from ._model import (
     Finish,
     Model,
@@ -67,7 +68,7 @@ from ._tools import Tool
 if TYPE_CHECKING:
     from ._session import Session
 
-__all__ = ["Outcome", "Turn", "TurnPlan", "TurnState", "closing_chunks"]
+__all__ = ["Outcome", "Turn", "TurnPlan", "TurnState", "TurnSuspended", "closing_chunks"]
 
 log = logging.getLogger("think_server.turn")
 
@@ -103,6 +104,10 @@ class _StepResult:
 
 class _Aborted(Exception):
     pass
+
+
+class TurnSuspended(Exception):
+    """The turn stopped for a shutdown; its operation stays running and the next start recovers it."""
 
 
 class _Stalled(Exception):
@@ -169,6 +174,7 @@ class Turn:
         self._state = TurnState.CREATED
         self._inner: asyncio.Task[Any] | None = None
         self._aborting = False
+        self._suspending = False
         self._running_calls: dict[str, str] = {}  # server tool calls started and not finished
 
     @property
@@ -187,6 +193,12 @@ class Turn:
         if self._inner is not None and not self._inner.done():
             self._inner.cancel()
 
+    def suspend(self) -> None:
+        """Stop for a shutdown: what streamed is committed, the operation stays running for the next start."""
+        self._suspending = True
+        if self._inner is not None and not self._inner.done():
+            self._inner.cancel()
+
     # -- chunks -------------------------------------------------------------
 
     def _emit(self, chunk: Chunk, *, hold: bool = False) -> None:
@@ -195,14 +207,16 @@ class Turn:
 
     async def _run_inner(self, coro: Awaitable[Any]) -> Any:
         """Run a cancellable piece of the turn; abort() cancels it, not the turn."""
-        if self._aborting:
+        if self._aborting or self._suspending:
             if asyncio.iscoroutine(coro):
                 coro.close()  # never started: do not leave it unawaited
-            raise _Aborted
+            raise TurnSuspended if self._suspending else _Aborted
         self._inner = asyncio.ensure_future(coro)
         try:
             return await asyncio.shield(self._inner)
         except asyncio.CancelledError:
+            if self._inner.cancelled() and self._suspending:
+                raise TurnSuspended from None
             if self._inner.cancelled() and self._aborting:
                 raise _Aborted from None
             self._inner.cancel()
@@ -213,8 +227,12 @@ class Turn:
     # -- the loop -------------------------------------------------------------
 
     async def run(self) -> Outcome:
+        """The operation's outcome; raises :class:`TurnSuspended` if :meth:`suspend` stopped it."""
         try:
             return await self._loop()
+        except TurnSuspended:
+            await asyncio.shield(self._log.commit())  # keep what streamed; recovery continues from it
+            raise
         except _Aborted:
             return await self._settle_partial("aborted", "completed", "aborted", None)
         except _OutOfAttempts:
@@ -242,11 +260,17 @@ class Turn:
                     await self._run_inner(self._run_tools(first))
                     self._goto(TurnState.STREAMING)
             self._emit(StartStepChunk())
+            started = time.perf_counter()
             try:
                 result: _StepResult = await self._run_inner(self._model_call())
             except _Stalled:
+                self._model_finished(started, "stalled")
                 await self._interrupted_model_call()
                 continue
+            except (ModelError, _Aborted) as exc:
+                self._model_finished(started, "error" if isinstance(exc, ModelError) else "aborted")
+                raise
+            self._model_finished(started, "completed")
             self._emit(FinishStepChunk())
             self._assembler.settle()  # a tool call whose input never finished streaming is dropped
             last_reason = result.finish_reason
@@ -261,6 +285,9 @@ class Turn:
                 # be called with a call that has no result.
                 return await self._finish(result)
         return await self._finish(_StepResult(finish_reason=last_reason))
+
+    def _model_finished(self, started: float, outcome: str) -> None:
+        self._session.publish(ModelCallFinished(self.operation_id, time.perf_counter() - started, outcome))
 
     async def _interrupted_model_call(self) -> None:
         """A stalled model call: keep what it produced, count the interruption, back off, go on."""
@@ -384,7 +411,8 @@ class Turn:
                 error = str(exc) or type(exc).__name__
                 chunk = ToolOutputErrorChunk(toolCallId=call_id, errorText=error)
                 record = ("failed", None, error)
-            log.debug("tool %s took %.1f ms", name, (time.perf_counter() - started) * 1000)
+            self._session.publish(ToolCallFinished(self.operation_id, name, time.perf_counter() - started,
+                                                   record[0] == "succeeded"))
             del self._running_calls[call_id]
             self._emit(chunk)
             await self._commit(progress=True, tool_records=[(call_id, *record)])

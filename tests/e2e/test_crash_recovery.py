@@ -172,7 +172,8 @@ async def test_killed_mid_stream_continues_the_same_message(server: Server, seen
     assert deltas(b.frames, rid) == SLOW_TEXT, "replay + continuation spell the answer once, in order"
     seqs = [f["seq"] for f in b.frames if f.get("id") == rid and "seq" in f]
     assert seqs == list(range(len(seqs)))
-    assert {"type": "cf_agent_chat_recovering", "recovering": False, "id": rid} in b.frames
+    assert {"type": "cf_agent_chat_recovering", "recovering": True, "id": rid} in b.frames
+    await b.wait_for(lambda f: f == {"type": "cf_agent_chat_recovering", "recovering": False, "id": rid})
     done = next(f for f in b.frames if is_done(rid)(f))
     assert done.get("outcome") == "completed" and not done.get("error")
     answer = check_one_answer(await get_messages(server, name), user)

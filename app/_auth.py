@@ -1,0 +1,69 @@
+"""Auth, off by default: a static bearer token, or a JWT (HS256 or RS256).
+
+The token comes from ``Authorization: Bearer …`` or, because browsers cannot
+set headers on a WebSocket, from a ``token`` query parameter. A failed check
+answers before any actor is touched.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+
+import jwt
+from starlette.datastructures import Headers, QueryParams
+
+from .settings import Settings
+
+__all__ = ["AuthError", "Authenticator"]
+
+
+class AuthError(Exception):
+    """Why a request was refused (safe to show: it names no secret)."""
+
+
+@dataclass(frozen=True)
+class Authenticator:
+    settings: Settings
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.auth_enabled
+
+    @staticmethod
+    def token_of(headers: Headers, query: QueryParams) -> str | None:
+        auth = headers.get("authorization")
+        if auth:
+            scheme, _, value = auth.partition(" ")
+            if scheme.lower() == "bearer" and value.strip():
+                return value.strip()
+        return query.get("token") or None
+
+    def check(self, headers: Headers, query: QueryParams) -> None:
+        """Raise :class:`AuthError` unless the request carries a valid token (a no-op when auth is off)."""
+        if not self.enabled:
+            return
+        token = self.token_of(headers, query)
+        if token is None:
+            raise AuthError("missing bearer token (Authorization header or ?token=)")
+        s = self.settings
+        if s.auth_token is not None:
+            if not hmac.compare_digest(token.encode(), s.auth_token.encode()):
+                raise AuthError("invalid token")
+            return
+        key, algorithm = (s.jwt_secret, "HS256") if s.jwt_secret is not None else (s.jwt_public_key, "RS256")
+        assert key is not None
+        try:
+            jwt.decode(
+                token,
+                key,
+                algorithms=[algorithm],
+                audience=s.jwt_audience,
+                issuer=s.jwt_issuer,
+                options={"require": ["exp"], "verify_aud": s.jwt_audience is not None},
+                leeway=30,
+            )
+        except jwt.ExpiredSignatureError:
+            raise AuthError("token expired") from None
+        except jwt.InvalidTokenError as exc:
+            raise AuthError(f"invalid token: {exc}") from None

@@ -1,0 +1,43 @@
+"""Logging: plain lines, or one JSON object per line when asked.
+
+Records carry the ids that locate them (agent, instance, session, operation)
+as ``extra`` fields; message content and secrets are never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+__all__ = ["JsonFormatter", "configure_logging"]
+
+_CONTEXT = ("agent", "instance", "session", "operation", "connection")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, object] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in _CONTEXT:
+            value = getattr(record, key, None)
+            if value is not None:
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(level: str, as_json: bool) -> None:
+    handler = logging.StreamHandler()
+    if as_json:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel("DEBUG" if level == "trace" else level.upper())

@@ -1,0 +1,53 @@
+"""Prometheus metrics: one registry per app, fed by harness events and the edge."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from harness import (
+    ChunksCommitted,
+    HarnessEvent,
+    ModelCallFinished,
+    OperationSettled,
+    RunStarted,
+    ToolCallFinished,
+)
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+_LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    def __init__(self, open_actors: Callable[[], int]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.actors = Gauge("think_open_actors", "Agent instances open in this process", registry=r)
+        self.actors.set_function(lambda: float(open_actors()))
+        self.connections = Gauge("think_connections", "Open WebSocket connections", registry=r)
+        self.turns = Counter("think_turns", "Operations settled, by outcome", ["outcome"], registry=r)
+        self.chunks = Counter("think_chunks_streamed", "UI chunks committed and streamed", registry=r)
+        self.model_latency = Histogram("think_model_call_seconds", "Model call duration", ["outcome"],
+                                       buckets=_LATENCY_BUCKETS, registry=r)
+        self.tool_latency = Histogram("think_tool_call_seconds", "Server tool call duration", ["tool", "outcome"],
+                                      buckets=_LATENCY_BUCKETS, registry=r)
+        self.recoveries = Counter("think_recovery_events", "Interrupted operations resumed", registry=r)
+        self.refusals = Counter("think_refusals", "Requests refused, by reason", ["reason"], registry=r)
+
+    def on_event(self, event: HarnessEvent) -> None:
+        if isinstance(event, ChunksCommitted):
+            self.chunks.inc(len(event.bodies))
+        elif isinstance(event, OperationSettled):
+            self.turns.labels(event.status).inc()
+        elif isinstance(event, ModelCallFinished):
+            self.model_latency.labels(event.outcome).observe(event.seconds)
+        elif isinstance(event, ToolCallFinished):
+            self.tool_latency.labels(event.tool, "ok" if event.ok else "error").observe(event.seconds)
+        elif isinstance(event, RunStarted) and event.recovering:
+            self.recoveries.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
