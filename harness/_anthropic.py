@@ -313,6 +313,8 @@ class _Block:
     tool_name: str = ""
     first_input: Any = None
     json: list[str] = field(default_factory=list)
+    signature: str = ""  # a thinking block's, from signature_delta
+    redacted: str | None = None  # a redacted_thinking block's data
 
 
 class _StreamReader:
@@ -396,6 +398,10 @@ class _StreamReader:
             return [TextStart(part.part_id), *([TextDelta(part.part_id, text)] if text else [])]
         if kind in ("thinking", "redacted_thinking"):
             part = self._blocks[index] = _Block("reasoning", f"reasoning-{index}")
+            if kind == "redacted_thinking" and isinstance(block.get("data"), str):
+                part.redacted = block["data"]
+            if isinstance(block.get("signature"), str):
+                part.signature = block["signature"]
             thinking = block.get("thinking")
             return [ReasoningStart(part.part_id), *([ReasoningDelta(part.part_id, thinking)] if thinking else [])]
         if kind == "tool_use":
@@ -427,8 +433,12 @@ class _StreamReader:
             if isinstance(piece, str) and piece:
                 part.json.append(piece)
                 return [ToolInputDelta(part.part_id, piece)]
-        # signature_delta: the signature Anthropic needs to accept a thinking block back. The
-        # seam's ReasoningEnd has no field to carry it to the stored message, so it goes no further.
+        if kind == "signature_delta" and part.kind == "reasoning":
+            # Anthropic accepts a thinking block back only with its signature: kept with the part.
+            signature = delta.get("signature")
+            if isinstance(signature, str):
+                part.signature += signature
+            return []
         # citations_delta and deltas added later: nothing to show.
         return []
 
@@ -440,6 +450,10 @@ class _StreamReader:
         if part.kind == "text":
             return [TextEnd(part.part_id)]
         if part.kind == "reasoning":
+            if part.redacted is not None:
+                return [ReasoningEnd(part.part_id, {"anthropic": {"redactedData": part.redacted}})]
+            if part.signature:
+                return [ReasoningEnd(part.part_id, {"anthropic": {"signature": part.signature}})]
             return [ReasoningEnd(part.part_id)]
         if part.kind == "tool":
             return [ToolCall(part.part_id, part.tool_name, self._tool_input(part))]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from httpx_sse import EventSource, ServerSentEvent
+from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from ._model import Model, ModelError
 
@@ -148,11 +148,16 @@ class HttpModel(Model):
                     if response.status_code in RETRY_STATUSES and attempt < self.settings.max_retries:
                         raise _Retry
                     raise self._fail(f"{_error_text(body, response.status_code)} (HTTP {response.status_code})")
-                events = EventSource(response).aiter_sse()
                 try:
+                    events = EventSource(response).aiter_sse()
                     first = await events.__anext__()
                 except StopAsyncIteration:
+                    await response.aclose()
                     raise self._fail("the response ended before any event") from None
+                except SSEError:
+                    await response.aclose()
+                    kind = response.headers.get("content-type", "no content type")
+                    raise self._fail(f"expected an event stream, got {kind}") from None
             except _Retry:
                 pass
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,

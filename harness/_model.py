@@ -105,6 +105,7 @@ class TextEnd:
 @dataclass(frozen=True, slots=True)
 class ReasoningStart:
     id: str
+    provider_metadata: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +116,11 @@ class ReasoningDelta:
 
 @dataclass(frozen=True, slots=True)
 class ReasoningEnd:
+    """``provider_metadata`` is kept with the reasoning part and sent back to the
+    provider on the next call (Anthropic's thinking signature, say)."""
+
     id: str
+    provider_metadata: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

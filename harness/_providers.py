@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+from ._anthropic import anthropic_from_spec
 from ._model import Model
 from ._scripted import ScriptedModel, ScriptError
 
@@ -27,4 +29,18 @@ def resolve_model(spec: str, *, base_dir: Path | None = None) -> Model:
             return ScriptedModel(path)
         except ScriptError as exc:
             raise ModelSpecError(str(exc)) from exc
-    raise ModelSpecError(f"unknown model provider {provider!r} in {spec!r}; known: scripted")
+    http = _HTTP_PROVIDERS.get(provider)
+    if http is None:
+        raise ModelSpecError(f"unknown model provider {provider!r} in {spec!r}; known: {', '.join(KNOWN)}")
+    try:
+        return http(arg)
+    except ModelSpecError:
+        raise
+    except ValueError as exc:
+        raise ModelSpecError(str(exc)) from exc
+
+
+_HTTP_PROVIDERS: dict[str, Callable[[str], Model]] = {
+    "anthropic": anthropic_from_spec,
+}
+KNOWN = ("scripted", *_HTTP_PROVIDERS)

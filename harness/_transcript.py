@@ -107,7 +107,8 @@ def _assistant_turns(message: UIMessage) -> list[ModelTurn]:
         for part in step:
             if isinstance(part, TextPart) and part.text:
                 said.append(ModelText(part.text))
-            elif isinstance(part, ReasoningPart) and part.text:
+            elif isinstance(part, ReasoningPart) and (part.text or part.providerMetadata):
+                # Reasoning without text still matters when it carries provider data (a redacted block).
                 said.append(ModelReasoning(part.text, part.providerMetadata))
             elif isinstance(part, ToolPart):
                 result = _result_of(part)

@@ -364,12 +364,16 @@ class Turn:
                 self._emit(TextStartChunk(id=i))
             case TextEnd(id=i):
                 self._emit(TextEndChunk(id=i))
-            case ReasoningStart(id=i):
+            case ReasoningStart(id=i, provider_metadata=None):
                 self._emit(ReasoningStartChunk(id=i))
+            case ReasoningStart(id=i, provider_metadata=meta):
+                self._emit(ReasoningStartChunk(id=i, providerMetadata=meta))
             case ReasoningDelta(id=i, delta=d):
                 self._emit(ReasoningDeltaChunk(id=i, delta=d))
-            case ReasoningEnd(id=i):
+            case ReasoningEnd(id=i, provider_metadata=None):
                 self._emit(ReasoningEndChunk(id=i))
+            case ReasoningEnd(id=i, provider_metadata=meta):
+                self._emit(ReasoningEndChunk(id=i, providerMetadata=meta))
             case ToolInputStart(tool_call_id=c, tool_name=n):
                 self._emit(ToolInputStartChunk(toolCallId=c, toolName=n))
             case ToolInputDelta(tool_call_id=c, delta=d):
