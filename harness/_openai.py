@@ -194,8 +194,7 @@ def _error_message(error: Any) -> str | None:
     if isinstance(error, dict):
         message = error.get("message") or error.get("msg")
         if isinstance(message, str) and message:
-            code = error.get("code")
-            return f"{message} ({code})" if isinstance(code, str) and code and code not in message else message
+            return message
         return json.dumps(error)[:300]
     if isinstance(error, str) and error:
         return error
@@ -438,7 +437,7 @@ class OpenAIChatModel(_OpenAIBase):
             for event in [*parts.close(), *self._flush(order)]:
                 yield event
         reason_out: FinishReason = _CHAT_FINISH.get(finish, "other") if finish else "stop"
-        if order and reason_out == "stop":
+        if calls and reason_out == "stop":
             reason_out = "tool-calls"
         yield Finish(reason_out, usage)
 
@@ -745,7 +744,7 @@ def _spec_error(message: str) -> ValueError:
 def _require(name: str, what: str) -> str:
     value = read_secret(name)
     if not value:
-        raise _spec_error(f"{what} needs the environment variable {name} (or a {name}= line in $THINK_SECRETS_FILE)")
+        raise _spec_error(f"{what} needs the environment variable {name} (or a line {name}=... in $THINK_SECRETS_FILE)")
     return value
 
 

@@ -1,4 +1,13 @@
-"""Model spec strings: ``scripted:path/to/script.json`` and, later, the HTTP providers."""
+"""Model settings: ``provider:argument`` strings naming a provider and its model.
+
+    scripted:path/to/script.json            the offline scripted model
+    openai:gpt-4.1-mini                      OpenAI Chat Completions ($OPENAI_API_KEY)
+    openai:responses/gpt-4.1-mini            OpenAI Responses API
+    openai-compatible:http://host:8000/v1#model   any Chat Completions server (vLLM, llama.cpp, ...)
+    workers-ai:@cf/moonshotai/kimi-k2.6      Cloudflare Workers AI ($CLOUDFLARE_ACCOUNT_ID, $CLOUDFLARE_API_TOKEN)
+    ollama:llama3.2                          Ollama ($OLLAMA_BASE_URL, default http://127.0.0.1:11434/v1)
+    anthropic:claude-sonnet-4-5              Anthropic Messages ($ANTHROPIC_API_KEY)
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,7 @@ from pathlib import Path
 
 from ._anthropic import anthropic_from_spec
 from ._model import Model
+from ._openai import ollama_from_spec, openai_compatible_from_spec, openai_from_spec, workers_ai_from_spec
 from ._scripted import ScriptedModel, ScriptError
 
 __all__ = ["ModelSpecError", "resolve_model"]
@@ -41,6 +51,10 @@ def resolve_model(spec: str, *, base_dir: Path | None = None) -> Model:
 
 
 _HTTP_PROVIDERS: dict[str, Callable[[str], Model]] = {
+    "openai": openai_from_spec,
+    "openai-compatible": openai_compatible_from_spec,
+    "workers-ai": workers_ai_from_spec,
+    "ollama": ollama_from_spec,
     "anthropic": anthropic_from_spec,
 }
 KNOWN = ("scripted", *_HTTP_PROVIDERS)
