@@ -33,6 +33,7 @@ class _Stream:
     continuation: bool
     first_seq: int
     inserted: bool = False
+    inserting: bool = False  # its row is written by the transaction in progress
 
 
 class ChunkLog:
@@ -53,6 +54,7 @@ class ChunkLog:
         self._publish = publish
         self._pending: list[str] = []
         self._held: list[str] = []  # for the next commit() only
+        self._in_flight = 0  # buffered chunks the transaction in progress is writing
         self._next_seq = first_seq  # seq of the first pending chunk; a resumed operation continues its count
         self._stream: _Stream | None = None
         self._flusher: asyncio.Task[None] | None = None
@@ -86,19 +88,19 @@ class ChunkLog:
             self._flusher = asyncio.create_task(self._flush_loop())
 
     async def backpressure(self) -> None:
-        if len(self._pending) >= MAX_BUFFERED and self._flusher is not None:
+        if len(self._pending) - self._in_flight >= MAX_BUFFERED and self._flusher is not None:
             await asyncio.shield(self._flusher)
 
     async def commit(self, extra: Callable[[Tx], Awaitable[None]] | None = None) -> None:
-        """Commit every buffered chunk together with ``extra``'s writes, in one transaction."""
+        """Commit every buffered chunk together with ``extra``'s writes, in one transaction.
+
+        If the transaction does not commit (an error, a cancel), nothing is lost:
+        the chunks stay buffered for the next commit.
+        """
         self._committers += 1
         try:
             await self._drain()  # the flusher stops after the transaction it is in
-            async with self._db.transaction() as tx:
-                batch, first_seq = await self._write_pending(tx, with_held=True)
-                if extra is not None:
-                    await extra(tx)
-            self._announce(batch, first_seq)
+            await self._commit_batch(with_held=True, extra=extra)
         finally:
             self._committers -= 1
             if self._pending and self._committers == 0 and (self._flusher is None or self._flusher.done()):
@@ -110,31 +112,41 @@ class ChunkLog:
 
     async def _flush_loop(self) -> None:
         while self._pending and self._committers == 0:
-            async with self._db.transaction() as tx:
-                batch, first_seq = await self._write_pending(tx)
-            self._announce(batch, first_seq)
+            await self._commit_batch(with_held=False)
 
-    async def _write_pending(self, tx: Tx, *, with_held: bool = False) -> tuple[list[str], int]:
-        batch, self._pending = self._pending, []
-        if with_held:
-            batch += self._held
-            self._held = []
-        first_seq = self._next_seq
-        self._next_seq += len(batch)
-        if not batch or self._stream is None:
-            if batch:
-                raise RuntimeError("chunks added before open_stream()")
-            return batch, first_seq
-        now = self._clock.now_ms()
+    async def _commit_batch(self, *, with_held: bool, extra: Callable[[Tx], Awaitable[None]] | None = None) -> None:
+        # The buffer is only taken once the transaction has committed.
+        n_pending = len(self._pending)
+        n_held = len(self._held) if with_held else 0
+        batch = self._pending[:n_pending] + self._held[:n_held]
+        if batch and self._stream is None:
+            raise RuntimeError("chunks added before open_stream()")
         s = self._stream
-        if not s.inserted:
-            await tx.insert_stream(
-                s.id, self._session_id, self._operation_id, self._operation_id, s.message_id, s.continuation,
-                s.first_seq, now,
-            )
+        first_seq = self._next_seq
+        self._in_flight = n_pending
+        try:
+            async with self._db.transaction() as tx:
+                if batch and s is not None:
+                    now = self._clock.now_ms()
+                    if not s.inserted:
+                        s.inserting = True
+                        await tx.insert_stream(
+                            s.id, self._session_id, self._operation_id, self._operation_id, s.message_id,
+                            s.continuation, s.first_seq, now,
+                        )
+                    await tx.append_chunks(s.id, batch, now)
+                if extra is not None:
+                    await extra(tx)
+        finally:
+            self._in_flight = 0
+            if s is not None:
+                s.inserting = False
+        if s is not None and batch:
             s.inserted = True
-        await tx.append_chunks(s.id, batch, now)
-        return batch, first_seq
+        del self._pending[:n_pending]
+        del self._held[:n_held]
+        self._next_seq += len(batch)
+        self._announce(batch, first_seq)
 
     def _announce(self, batch: list[str], first_seq: int) -> None:
         if not batch:
@@ -146,5 +158,5 @@ class ChunkLog:
 
     async def finish_stream(self, tx: Tx, status: str) -> None:
         """Mark the current model call's stream finished (inside ``commit``'s transaction)."""
-        if self._stream is not None and self._stream.inserted:
+        if self._stream is not None and (self._stream.inserted or self._stream.inserting):
             await tx.finish_stream(self._stream.id, status, self._clock.now_ms())

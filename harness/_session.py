@@ -92,6 +92,7 @@ class Session:
         self._queued_answers: dict[str, Answer] = {}
         self._recovered: dict[str, Recovered] = {}
         self._abort_requested: set[str] = set()
+        self._resetting = False  # the worker takes no new operation until the transcript is cleared
         self.last_terminal: dict[str, Any] | None = None  # {operationId, body} of the last turn that failed
         self._client_tools: list[dict[str, Any]] = []  # schemas a browser declared, kept with the session
         self._closed = False
@@ -308,8 +309,8 @@ class Session:
         waiters.append(fut)
         try:
             row = await self.db.read.operation(operation_id)
-            if row is None:
-                raise KeyError(f"unknown operation {operation_id!r}")
+            if row is None or row.session_id != self.id:
+                raise KeyError(f"unknown operation {operation_id!r} in session {self.id!r}")
             if row.status not in ("pending", "running") and not fut.done():
                 fut.set_result(_result(row.outcome, row.result_text, row.reason))
             return await fut
@@ -322,13 +323,13 @@ class Session:
     # -- the worker -------------------------------------------------------------
 
     def _kick(self) -> None:
-        if self._closed or not self._queue:
+        if self._closed or self._resetting or not self._queue:
             return
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._work(), name=f"session-worker:{self.id}")
 
     async def _work(self) -> None:
-        while self._queue and not self._closed:
+        while self._queue and not self._closed and not self._resetting:
             op_id = self._queue.popleft()
             self._running_id = op_id
             try:
@@ -562,6 +563,14 @@ class Session:
 
     async def reset(self) -> None:
         """Abort everything open and clear the transcript."""
+        self._resetting = True
+        try:
+            await self._reset()
+        finally:
+            self._resetting = False
+            self._kick()  # what was submitted during the reset runs on the empty transcript
+
+    async def _reset(self) -> None:
         for op_id in list(self._queue):
             self._queue.remove(op_id)
             self._queued_inputs.pop(op_id, None)

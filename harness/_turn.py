@@ -176,6 +176,7 @@ class Turn:
         self._aborting = False
         self._suspending = False
         self._running_calls: dict[str, str] = {}  # server tool calls started and not finished
+        self._unrecorded: dict[str, tuple[str, str, str | None, str | None]] = {}  # finished, not committed
 
     @property
     def state(self) -> TurnState:
@@ -418,8 +419,11 @@ class Turn:
             self._session.publish(ToolCallFinished(self.operation_id, name, time.perf_counter() - started,
                                                    record[0] == "succeeded"))
             del self._running_calls[call_id]
+            # Until its commit lands, the result is kept here: an abort in between still records it.
+            self._unrecorded[call_id] = (call_id, *record)
             self._emit(chunk)
-            await self._commit(progress=True, tool_records=[(call_id, *record)])
+            await self._commit(progress=True, tool_records=[self._unrecorded[call_id]])
+            self._unrecorded.pop(call_id, None)
 
         await asyncio.gather(*(one(*c) for c in calls))
 
@@ -475,7 +479,8 @@ class Turn:
     async def _settle_partial(self, status: str, stream_status: str, reason: str, exc: BaseException | None,
                               ) -> Outcome:
         # Calls cut short by the abort or the failure end as errors, in the message and in their records.
-        records = []
+        records = list(self._unrecorded.values())
+        self._unrecorded.clear()
         for call_id in list(self._running_calls):
             error = "The tool call was aborted." if status == "aborted" else INTERRUPTED_TOOL_ERROR
             self._emit(ToolOutputErrorChunk(toolCallId=call_id, errorText=error), hold=True)
