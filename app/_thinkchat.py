@@ -207,7 +207,21 @@ class ThinkChat:
             conn.send(dump_chat_response(rid, str(exc), done=True, error=True, outcome="error"))
             return
         if not receipt.accepted:
-            self._requesters.pop(rid, None) if rid not in self.session.pending() else None
+            await self._answer_retry(conn, rid)
+
+    async def _answer_retry(self, conn: Connection, rid: str) -> None:
+        """A request id this session already has: it ends with its own terminal frame, not a second turn."""
+        if rid in self.session.pending():
+            self._requesters[rid] = conn.id  # still queued or running: its end reaches this socket too
+            return
+        self._requesters.pop(rid, None)
+        op = await self.session.db.read.operation(rid)
+        if op is None or op.session_id != self.session.id:
+            conn.send(dump_chat_response(rid, "Invalid chat request: that request id belongs to another "
+                                              "conversation", done=True, error=True, outcome="error"))
+            return
+        settled = OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
+        conn.send(self._terminal_frame(_Stream(rid, continuation=False), settled))
 
     def _over_limits(self, messages: list[UIMessage]) -> str | None:
         limits = self._limits

@@ -449,10 +449,18 @@ class Session:
         self.publish(MessagePersisted(updated))
         self.publish(MessageUpdated(updated))
         last = index == len(self._messages) - 1
-        if not auto_continue or not last or awaiting_calls(updated):
-            # Recorded; the turn continues once every call of the step is answered.
-            await self._settle_without_turn(op_id, [])
+        waiting = bool(awaiting_calls(updated))
+        # The intent to continue is durable: a sibling answered later without autoContinue
+        # (an error result, say) still continues a turn an earlier answer asked to continue.
+        wants = auto_continue or (last and not waiting
+                                  and await self.db.read.has_deferred_continuation(self.id, updated.id))
+        if not wants or not last or waiting:
+            deferred = auto_continue and last and waiting
+            await self._settle_without_turn(
+                op_id, [], Outcome("completed", "done", "continue_deferred" if deferred else None))
             return
+        async with self.db.transaction() as tx:
+            await tx.consume_deferred_continuations(self.id, updated.id)
         self.publish(RunStarted(op_id, updated.id, continuation=True))
         plan = TurnPlan(op_id, updated.id, self._parents.get(updated.id), self._messages[:index],
                         continuation=True, existing=updated)

@@ -64,7 +64,25 @@ class OperationReads(Access):
         return [_row(r) for r in rows]
 
 
+    async def has_deferred_continuation(self, session_id: str, message_id: str) -> bool:
+        """Did an answer to a call of this message ask to continue while a sibling call was still open?"""
+        r = await self._fetchone(
+            "SELECT 1 FROM operations WHERE session_id = ? AND target_message_id = ? AND reason = 'continue_deferred' "
+            "LIMIT 1",
+            (session_id, message_id),
+        )
+        return r is not None
+
+
 class OperationWrites(Access):
+    async def consume_deferred_continuations(self, session_id: str, message_id: str) -> None:
+        """The turn continues now: the intents recorded for this message are fulfilled."""
+        await self._execute(
+            "UPDATE operations SET reason = 'continued' WHERE session_id = ? AND target_message_id = ? "
+            "AND reason = 'continue_deferred'",
+            (session_id, message_id),
+        )
+
     async def insert_operation(
         self,
         operation_id: str,
