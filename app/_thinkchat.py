@@ -236,14 +236,20 @@ class ThinkChat:
     async def _answer(self, conn: Connection, answer: Answer, auto_continue: bool,
                       client_tools: list[dict[str, object]] | None) -> None:
         op_id = str(uuid.uuid4())
-        self._requesters[op_id] = conn.id  # the continuation is offered to the tab that caused it
+        self._requesters[op_id] = conn.id
         self._answers.add(op_id)
+        if auto_continue:
+            # The continuation is offered to the tab that caused it (resuming, then its ACK), never
+            # pushed to it live before that: the hook would render it twice.
+            self._parked.add(conn.id)
         try:
             await self.session.answer(answer, operation_id=op_id, source="client", auto_continue=auto_continue,
                                       client_tools=client_tools)
         except AnswerRefused as exc:
             self._requesters.pop(op_id, None)
             self._answers.discard(op_id)
+            if auto_continue:
+                self._parked.discard(conn.id)
             conn.send(_error_frame(f"{answer.kind} refused ({exc.reason}): {exc}"))
 
     def _on_resume_request(self, conn: Connection, probe_id: str | None) -> None:

@@ -7,7 +7,10 @@
 * ``think_server``: starts ``python -m app serve`` on a free loopback port with
   the scripted model loaded from ``tests/fixtures/reference-script.json`` and
   a fresh data directory, waits until it accepts connections, and stops it
-  afterwards.
+  afterwards. It serves the default app (agent ``assistant``).
+* ``conformance_server``: the same, serving ``tests.conformance_app:agents``
+  (agent ``my-agent`` with the tools getWeather, getLocation -- a client tool
+  -- and transferFunds, which needs approval).
 
 Both are meant to be reused by later browser tests.
 """
@@ -35,6 +38,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_DIR = REPO / "tests" / "e2e" / "client"
 REFERENCE_SCRIPT = REPO / "tests" / "fixtures" / "reference-script.json"
+#: ``--app`` of the conformance agent ``my-agent`` (tests/conformance_app.py).
+CONFORMANCE_APP = "tests.conformance_app:agents"
 
 #: Node versions older than this lack pieces the client needs (global WebSocket).
 MIN_NODE_MAJOR = 22
@@ -304,8 +309,13 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def run_think_server(tmp_path: Path, *, host: str = "127.0.0.1", model: str | None = None) -> Iterator[ThinkServer]:
-    """Start the real server on a free port; yield once it accepts connections; always stop it."""
+def run_think_server(
+    tmp_path: Path, *, host: str = "127.0.0.1", model: str | None = None, app: str | None = None
+) -> Iterator[ThinkServer]:
+    """Start the real server on a free port; yield once it accepts connections; always stop it.
+
+    ``app`` is a ``module:attribute`` for ``--app`` (default: the server's own default app).
+    """
     port = free_port(host)
     data_dir = tmp_path / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -324,6 +334,8 @@ def run_think_server(tmp_path: Path, *, host: str = "127.0.0.1", model: str | No
         "--model",
         model or f"scripted:{REFERENCE_SCRIPT}",
     ]
+    if app is not None:
+        cmd += ["--app", app]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     server = ThinkServer(proc=proc, host=host, port=port, data_dir=data_dir, log_path=log_path)
@@ -349,14 +361,24 @@ def run_think_server(tmp_path: Path, *, host: str = "127.0.0.1", model: str | No
 EXTERNAL_BASE_ENV = "THINK_E2E_EXTERNAL_BASE"
 
 
-@pytest.fixture
-def think_server(tmp_path: Path) -> Iterator[ThinkServer]:
-    """The real server with the reference script, in a fresh data directory."""
+def _server(tmp_path: Path, *, app: str | None = None) -> Iterator[ThinkServer]:
     external = os.environ.get(EXTERNAL_BASE_ENV)
     if external:
         url = urllib.parse.urlsplit(external)
         host, port = url.hostname or "127.0.0.1", url.port or 80
         yield ThinkServer(proc=None, host=host, port=port, data_dir=tmp_path, log_path=tmp_path / "server.log")
         return
-    with run_think_server(tmp_path) as server:
+    with run_think_server(tmp_path, app=app) as server:
         yield server
+
+
+@pytest.fixture
+def think_server(tmp_path: Path) -> Iterator[ThinkServer]:
+    """The real server with the reference script, in a fresh data directory."""
+    yield from _server(tmp_path)
+
+
+@pytest.fixture
+def conformance_server(tmp_path: Path) -> Iterator[ThinkServer]:
+    """The real server serving the conformance agent ``my-agent`` (scripted, reference script)."""
+    yield from _server(tmp_path, app=CONFORMANCE_APP)

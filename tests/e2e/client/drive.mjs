@@ -43,11 +43,56 @@
 //   {"sleep": 200}            wait that many ms
 //   {"dump": true}            print the messages (also printed after every step)
 //
+// Tools (the hook's own APIs: `onToolCall` + its `addToolOutput`, and
+// `addToolApprovalResponse`; `autoContinueAfterToolResult` stays at its
+// default, true, so the server continues the turn by itself):
+//   {"answerTool": {"toolName": "getLocation", "output": {...}}}
+//                             register how the `onToolCall` callback answers
+//                             calls of that tool (register before "send");
+//                             optional "delayMs" before answering, and
+//                             "state": "output-error" + "errorText" to answer
+//                             with an error. Calls of a tool with no
+//                             registered answer are reported and left open.
+//   {"approve": true} / {"approve": false}
+//                             wait for a tool part in state
+//                             "approval-requested" (optional "toolName"), then
+//                             call addToolApprovalResponse({id: part.approval.id,
+//                             approved}); "whenIdle": true first waits until
+//                             status is "ready" and no server stream runs (by
+//                             default it answers as soon as the part shows,
+//                             which can be before the asking turn has ended)
+//   {"toolOutput": {"toolName": "getLocation", "output": {...}}}
+//                             wait for a tool part in "input-available", then
+//                             call the hook's top-level addToolOutput for it
+//   {"waitPart": {"toolName": "getLocation", "state": "output-available"}}
+//                             wait until a tool part of that tool (any tool
+//                             without "toolName") is in that state
+//
+// Network:
+//   {"delayRecv": {"afterChunk": "tool-approval-request", "ms": 300}}
+//                             once (register before "send"): when a frame with
+//                             a chunk of that type arrives, the frames after
+//                             it reach the client `ms` later, in order, like a
+//                             latency spike. "recv" events still show arrival
+//                             order (flagged "held"); "hold" and "release"
+//                             events bracket the delay.
+//   {"delaySend": {"type": "cf_agent_stream_resume_request",
+//                  "afterType": "cf_agent_tool_approval", "ms": 100}}
+//                             once (register before "send"): the first frame of
+//                             that type sent after a frame of type afterType
+//                             (any time without it) leaves `ms` later; frames
+//                             sent meanwhile wait behind it. "send" events show
+//                             when the client sent (flagged "held");
+//                             "hold-send"/"release-send" bracket the delay.
+//
 // Events printed: start, ws (open/close, and send/recv frames with --frames),
 // http (fetch calls: get-messages), identity, suspended, mount, status, text
-// (latest assistant text when it changes), finish (AI SDK onFinish),
-// turn-end (agents onTurnEnd), messages, error, console, step, step-done,
-// unmount, fatal, end.
+// (latest assistant text when it changes), flags (isServerStreaming,
+// isToolContinuation, isStreaming when they change), part (a tool part's
+// state when it changes), tool-call (onToolCall fired), tool-output (the
+// driver answered through addToolOutput), approval (the driver called
+// addToolApprovalResponse), finish (AI SDK onFinish), turn-end (agents
+// onTurnEnd), messages, error, console, step, step-done, unmount, fatal, end.
 
 import process from "node:process";
 import { parseArgs } from "node:util";
@@ -177,6 +222,32 @@ function probeId(raw, type) {
     return null;
   }
 }
+// Latency on demand (the "delayRecv" step): once a frame carrying a chunk of
+// the given type arrives, the frames after it reach the client only `ms`
+// later, in order -- as over a slow network. "recv" events keep the arrival
+// order (what the server sent when); "held"/"release" events mark the delay.
+const recvDelays = []; // [{afterChunk, ms, used}]
+// The other direction (the "delaySend" step): a frame of the given type, once
+// a frame of type `afterType` was sent, leaves `ms` later, and every frame
+// sent after it waits behind it.
+const sendDelays = []; // [{type, afterType, ms, armed, used}]
+function frameType(raw) {
+  if (typeof raw !== "string") return null;
+  try {
+    return JSON.parse(raw).type ?? null;
+  } catch {
+    return null;
+  }
+}
+function chunkType(raw) {
+  if (typeof raw !== "string" || !raw.includes("cf_agent_use_chat_response")) return null;
+  try {
+    const f = JSON.parse(raw);
+    return f.body ? JSON.parse(f.body).type ?? null : null;
+  } catch {
+    return null;
+  }
+}
 class ObservedWebSocket extends NativeWebSocket {
   constructor(url, protocols) {
     super(url, protocols);
@@ -184,31 +255,94 @@ class ObservedWebSocket extends NativeWebSocket {
     const mount = mountSeq;
     latestConn = { mount, conn };
     probes.set(conn, new Map());
+    this._observedConn = conn;
+    this._wrapped = new Map(); // the client's message listener -> the gated one
+    this._gate = { holding: false, trigger: null, queue: [] };
     emit("ws", { dir: "connect", conn, mount, url: String(url) });
-    this.addEventListener("open", () => emit("ws", { dir: "open", conn, mount }));
-    this.addEventListener("close", (e) =>
+    super.addEventListener("open", () => emit("ws", { dir: "open", conn, mount }));
+    super.addEventListener("close", (e) =>
       emit("ws", { dir: "close", conn, mount, code: e.code, reason: e.reason, wasClean: e.wasClean })
     );
-    this.addEventListener("error", () => emit("ws", { dir: "error", conn, mount }));
-    this.addEventListener("message", (e) => {
+    super.addEventListener("error", () => emit("ws", { dir: "error", conn, mount }));
+    // Registered before the client's listeners, so it sees every frame first.
+    super.addEventListener("message", (e) => {
       const id = probeId(e.data);
       if (id !== null && probes.get(conn).has(id)) {
         probes.get(conn).set(id, true);
         ctl.notify();
       }
       if (args.frames) {
-        emit("ws", { dir: "recv", conn, raw: typeof e.data === "string" ? e.data : "<binary>" });
+        const held = this._gate.holding ? { held: true } : {};
+        emit("ws", { dir: "recv", conn, raw: typeof e.data === "string" ? e.data : "<binary>", ...held });
+      }
+      const type = chunkType(e.data);
+      const delay = type === null ? undefined : recvDelays.find((d) => !d.used && d.afterChunk === type);
+      if (delay !== undefined && !this._gate.holding) {
+        delay.used = true;
+        this._gate.holding = true;
+        this._gate.trigger = e;
+        emit("ws", { dir: "hold", conn, afterChunk: type, ms: delay.ms });
+        setTimeout(() => this._release(), delay.ms);
       }
     });
-    this._observedConn = conn;
+  }
+  _release() {
+    const gate = this._gate;
+    const queued = gate.queue;
+    gate.holding = false;
+    gate.trigger = null;
+    gate.queue = [];
+    emit("ws", { dir: "release", conn: this._observedConn, deliveries: queued.length });
+    for (const deliver of queued) deliver();
+  }
+  addEventListener(type, listener, options) {
+    if (type !== "message" || typeof listener !== "function") {
+      return super.addEventListener(type, listener, options);
+    }
+    let gated = this._wrapped.get(listener);
+    if (gated === undefined) {
+      const gate = this._gate;
+      gated = function (e) {
+        if (gate.holding && e !== gate.trigger) {
+          gate.queue.push(() => listener.call(this, e));
+        } else {
+          listener.call(this, e);
+        }
+      };
+      this._wrapped.set(listener, gated);
+    }
+    return super.addEventListener(type, gated, options);
+  }
+  removeEventListener(type, listener, options) {
+    if (type === "message" && this._wrapped.has(listener)) {
+      return super.removeEventListener(type, this._wrapped.get(listener), options);
+    }
+    return super.removeEventListener(type, listener, options);
   }
   send(data) {
     const id = probeId(data, "cf_agent_stream_resume_request");
     if (id !== null) probes.get(this._observedConn)?.set(id, false);
+    const type = frameType(data);
+    const delay = sendDelays.find((d) => d.armed && !d.used && d.type === type);
+    const queued = this._sendQueue !== undefined || delay !== undefined;
     if (args.frames) {
-      emit("ws", { dir: "send", conn: this._observedConn, raw: typeof data === "string" ? data : "<binary>" });
+      const held = queued ? { held: true } : {};
+      emit("ws", { dir: "send", conn: this._observedConn, raw: typeof data === "string" ? data : "<binary>", ...held });
     }
-    return super.send(data);
+    for (const d of sendDelays) if (!d.armed && d.afterType === type) d.armed = true;
+    if (!queued) return super.send(data);
+    if (this._sendQueue === undefined) {
+      delay.used = true;
+      this._sendQueue = [];
+      emit("ws", { dir: "hold-send", conn: this._observedConn, type, ms: delay.ms });
+      setTimeout(() => {
+        const frames = this._sendQueue;
+        this._sendQueue = undefined;
+        emit("ws", { dir: "release-send", conn: this._observedConn, frames: frames.length });
+        for (const f of frames) if (this.readyState === 1) super.send(f);
+      }, delay.ms);
+    }
+    this._sendQueue.push(data);
   }
 }
 globalThis.WebSocket = ObservedWebSocket;
@@ -259,6 +393,7 @@ const ctl = {
   mount: 0,
   chat: null, // latest useAgentChat() result
   turnEnds: [], // onTurnEnd events, all mounts
+  toolAnswers: new Map(), // toolName -> {output, delayMs, state, errorText} for onToolCall
   listeners: new Set(),
   notify() {
     for (const fn of [...this.listeners]) fn();
@@ -270,6 +405,24 @@ function messageText(m) {
     .filter((p) => p.type === "text")
     .map((p) => p.text)
     .join("");
+}
+
+// Tool parts of the AI SDK's UIMessage: "tool-<name>" (static) or
+// "dynamic-tool" (with toolName).
+function isToolPart(p) {
+  return typeof p?.type === "string" && (p.type.startsWith("tool-") || p.type === "dynamic-tool");
+}
+function toolNameOf(p) {
+  return p.type === "dynamic-tool" ? p.toolName : p.type.slice("tool-".length);
+}
+function toolParts(messages, toolName) {
+  const out = [];
+  for (const m of messages ?? []) {
+    for (const p of m.parts ?? []) {
+      if (isToolPart(p) && (toolName === undefined || toolNameOf(p) === toolName)) out.push({ message: m, part: p });
+    }
+  }
+  return out;
 }
 
 function snapshot(messages) {
@@ -320,9 +473,31 @@ function ChatView({ agent, mount }) {
       ctl.turnEnds.push({ mount, ...event });
       emit("turn-end", { mount, ...event });
       ctl.notify();
+    },
+    // agents: a tool call the client has to answer (no server execute).
+    onToolCall: async ({ toolCall, addToolOutput }) => {
+      const { toolCallId, toolName, input } = toolCall;
+      const answer = ctl.toolAnswers.get(toolName);
+      emit("tool-call", { mount, toolCallId, toolName, input, answered: answer !== undefined });
+      ctl.notify();
+      if (answer === undefined) return;
+      if (answer.delayMs) await sleep(Number(answer.delayMs));
+      const opts = { toolCallId, output: answer.output };
+      if (answer.state !== undefined) opts.state = answer.state;
+      if (answer.errorText !== undefined) opts.errorText = answer.errorText;
+      addToolOutput(opts);
+      emit("tool-output", { mount, via: "onToolCall", toolName, ...opts });
+      ctl.notify();
     }
   });
-  const prev = useRef({ status: undefined, text: undefined, error: undefined, first: true });
+  const prev = useRef({
+    status: undefined,
+    text: undefined,
+    error: undefined,
+    flags: undefined,
+    parts: new Map(),
+    first: true
+  });
 
   useLayoutEffect(() => {
     const p = prev.current;
@@ -341,6 +516,33 @@ function ChatView({ agent, mount }) {
     if (lastAssistant && text !== p.text) {
       p.text = text;
       emit("text", { mount, id: lastAssistant.id, text });
+    }
+    const flags = {
+      isServerStreaming: Boolean(chat.isServerStreaming),
+      isToolContinuation: Boolean(chat.isToolContinuation),
+      isStreaming: Boolean(chat.isStreaming)
+    };
+    const flagsKey = JSON.stringify(flags);
+    if (flagsKey !== p.flags) {
+      p.flags = flagsKey;
+      emit("flags", { mount, ...flags });
+    }
+    for (const { message, part } of toolParts(chat.messages)) {
+      const key = `${message.id}/${part.toolCallId}`;
+      const seen = JSON.stringify([part.state, part.approval ?? null, part.output ?? null, part.errorText ?? null]);
+      if (p.parts.get(key) !== seen) {
+        p.parts.set(key, seen);
+        emit("part", {
+          mount,
+          messageId: message.id,
+          toolCallId: part.toolCallId,
+          toolName: toolNameOf(part),
+          state: part.state,
+          approval: part.approval ?? null,
+          output: part.output ?? null,
+          errorText: part.errorText ?? null
+        });
+      }
     }
     const errMsg = chat.error ? String(chat.error.message ?? chat.error) : undefined;
     if (errMsg !== p.error) {
@@ -529,6 +731,62 @@ async function runStep(step, i) {
   } else if ("clear" in step) {
     await waitFor(() => ctl.chat !== null, timeout, "mounted chat");
     ctl.chat.clearHistory();
+  } else if ("answerTool" in step) {
+    const spec = step.answerTool ?? {};
+    if (typeof spec.toolName !== "string") throw new Error(`answerTool needs a toolName: ${JSON.stringify(step)}`);
+    ctl.toolAnswers.set(spec.toolName, spec);
+  } else if ("approve" in step) {
+    const approved = Boolean(step.approve);
+    const pending = () =>
+      toolParts(ctl.chat?.messages, step.toolName).find(
+        ({ part }) => part.state === "approval-requested" && typeof part.approval?.id === "string"
+      );
+    await waitFor(() => pending() !== undefined, timeout, "a tool part in state approval-requested");
+    if (step.whenIdle) {
+      // A person who answers only after the turn that asked has ended.
+      await waitFor(
+        () => ctl.chat?.status === "ready" && !ctl.chat.isServerStreaming && pending() !== undefined,
+        timeout,
+        "idle with a tool part in state approval-requested"
+      );
+    }
+    const { message, part } = pending();
+    emit("approval", {
+      mount: ctl.mount,
+      messageId: message.id,
+      toolCallId: part.toolCallId,
+      toolName: toolNameOf(part),
+      id: part.approval.id,
+      approved
+    });
+    ctl.chat.addToolApprovalResponse({ id: part.approval.id, approved });
+  } else if ("toolOutput" in step) {
+    const spec = step.toolOutput ?? {};
+    const open = () =>
+      toolParts(ctl.chat?.messages, spec.toolName).find(({ part }) => part.state === "input-available");
+    await waitFor(() => open() !== undefined, timeout, "a tool part in state input-available");
+    const { part } = open();
+    const opts = { toolCallId: part.toolCallId, toolName: toolNameOf(part), output: spec.output };
+    if (spec.state !== undefined) opts.state = spec.state;
+    if (spec.errorText !== undefined) opts.errorText = spec.errorText;
+    ctl.chat.addToolOutput(opts);
+    emit("tool-output", { mount: ctl.mount, via: "addToolOutput", ...opts });
+  } else if ("waitPart" in step) {
+    const spec = step.waitPart ?? {};
+    await waitFor(
+      () => toolParts(ctl.chat?.messages, spec.toolName).some(({ part }) => part.state === spec.state),
+      timeout,
+      `a ${spec.toolName ?? "tool"} part in state ${spec.state}`
+    );
+  } else if ("delayRecv" in step) {
+    const spec = step.delayRecv ?? {};
+    if (typeof spec.afterChunk !== "string") throw new Error(`delayRecv needs afterChunk: ${JSON.stringify(step)}`);
+    recvDelays.push({ afterChunk: spec.afterChunk, ms: Number(spec.ms ?? 300), used: false });
+  } else if ("delaySend" in step) {
+    const spec = step.delaySend ?? {};
+    if (typeof spec.type !== "string") throw new Error(`delaySend needs a frame type: ${JSON.stringify(step)}`);
+    const afterType = typeof spec.afterType === "string" ? spec.afterType : null;
+    sendDelays.push({ type: spec.type, afterType, ms: Number(spec.ms ?? 100), armed: afterType === null, used: false });
   } else if ("sleep" in step) {
     await sleep(Number(step.sleep));
   } else if ("dump" in step) {

@@ -1,0 +1,91 @@
+"""Bugs found while writing the ThinkChat end-to-end tests, kept as regression tests.
+
+Both failed on 2f2072c and pass since 7190ca1 ("A retried request id always ends;
+the intent to continue a turn is durable").
+
+Each test names the rule it checks (PROTOCOL.md / SEMANTICS.md section or the
+settings' own contract) and drives the server over real WebSockets; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.app.test_thinkchat import (
+    RESPONSE,
+    agents_with,
+    frames_of,
+    get_messages,
+    is_type,
+    probe,
+    send_turn,
+    text_of,
+    tool_parts,
+    tool_result,
+    url,
+)
+from tests.conformance_app import get_location
+from tests.conftest import Client, chat_request, is_done
+
+
+async def test_a_retried_request_id_after_a_restart_gets_no_terminal_frame(serve, tmp_path: Path) -> None:
+    """PROTOCOL §0.5 / Appendix A.5: "a re-sent request id that already finished is answered with its
+    terminal frames"; "Always end every request with a terminal frame".
+
+    ThinkChat answers a retry only from its in-memory ``_finished`` map. After a
+    restart (or once the stream grace has swept the entry) ``session.submit``
+    returns ``accepted=False`` for the known operation id and nothing at all is
+    sent: the client's request never ends.
+    """
+    data = tmp_path / "retry"
+    srv = await serve(data_dir=data)
+    c = await Client.open(url(srv, "retry"))
+    rid, frame, _ = chat_request("hi")
+    await c.send(frame)
+    await c.wait_for(is_done(rid))
+    await c.close()
+    await srv.stop()
+
+    srv2 = await serve(data_dir=data)
+    c2 = await Client.open(url(srv2, "retry"))
+    await c2.send(frame)  # the client's transport retries the same request after a reconnect
+    await probe(c2)  # frames of one socket are handled in order: the retry has been answered by now
+    assert [f["outcome"] for f in frames_of(c2, rid) if f["done"]] == ["completed"], \
+        "the retried request gets its terminal frame"
+    assert len(await get_messages(srv2, "retry")) == 2
+    await c2.close()
+
+
+TWO_CALLS = {"rules": [{"match": "*", "steps": [
+    [{"tool_call": {"name": "getLocation", "input": {}, "id": "loc_a"}},
+     {"tool_call": {"name": "getLocation", "input": {}, "id": "loc_b"}}],
+    [{"text": ["Got ", "{result}"]}],
+]}]}
+
+
+async def test_a_sibling_result_without_auto_continue_drops_the_continuation_asked_for(serve) -> None:
+    """PROTOCOL §6.5: "autoContinue:false never creates a continuation; it only re-evaluates a
+    scheduled one (the missing sibling of a parallel batch may have just arrived)"; SEMANTICS §5.4
+    [PY]: persist the continue intent and continue once every call of the step is answered.
+
+    The first result asks to continue (``autoContinue:true``) but its sibling is
+    still open, so nothing runs; the second result completes the batch with
+    ``autoContinue:false`` (what the hook sends for an ``output-error`` result), and
+    the intent of the first is lost: the turn never continues.
+    """
+    srv = await serve(agents_with(TWO_CALLS, get_location))
+    c = await Client.open(url(srv, "batch"))
+    await send_turn(c, "where")
+    mark = len(c.frames)
+    await c.send(tool_result("loc_a", "A", autoContinue=True))
+    await c.wait_for(is_type("cf_agent_message_updated"), start=mark)
+    m2 = len(c.frames)
+    await c.send({"type": "cf_agent_tool_result", "toolCallId": "loc_b", "toolName": "getLocation",
+                  "state": "output-error", "errorText": "User declined", "autoContinue": False})
+    updated = await c.wait_for(is_type("cf_agent_message_updated"), start=m2)
+    assert [p["state"] for p in tool_parts(updated["message"])] == ["output-available", "output-error"]
+    await send_turn(c, "hello")  # operations run in order: a continuation would have run before it
+    continued = [f for f in c.frames[mark:] if f.get("type") == RESPONSE and f.get("continuation")]
+    assert continued, "the continuation the first result asked for runs once the batch is complete"
+    assert text_of((await get_messages(srv, "batch"))[1]) == "Got A"
+    await c.close()
