@@ -23,6 +23,7 @@ __all__ = [
     "awaiting_calls",
     "check_answer",
     "find_call",
+    "last_step_answered",
 ]
 
 INTERRUPTED_TOOL_ERROR = "The tool call was interrupted before a result was recorded."
@@ -113,6 +114,18 @@ def apply_answer(message: UIMessage, answer: Answer) -> UIMessage:
             part.preliminary = False
         break
     return msg
+
+
+def last_step_answered(message: UIMessage) -> bool:
+    """The message's last step ended in tool calls that all have results (nothing said after them)."""
+    last_step: list[Any] = []
+    for part in message.parts:
+        if part.type == "step-start":
+            last_step = []
+        else:
+            last_step.append(part)
+    calls = [p for p in last_step if isinstance(p, ToolPart)]
+    return bool(calls) and all(p.state.startswith("output") for p in calls) and isinstance(last_step[-1], ToolPart)
 
 
 def awaiting_calls(message: UIMessage) -> list[ToolPart]:

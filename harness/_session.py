@@ -21,7 +21,7 @@ from protocol import UIMessage, message_text, parse_message
 from storage import Database, OperationRow, Tx
 
 from ._agent import Agent
-from ._answers import Answer, AnswerRefused, apply_answer, awaiting_calls, check_answer
+from ._answers import Answer, AnswerRefused, apply_answer, awaiting_calls, check_answer, last_step_answered
 from ._clock import Clock
 from ._events import (
     HarnessEvent,
@@ -392,10 +392,18 @@ class Session:
                 prev = m.id
         self.publish(RunStarted(op_id, message_id, continuation=False))
         carried = [m.id for m in new_messages]
-        if parent is None or (not new_messages and regenerate_from is None):
+        if not new_messages and regenerate_from is None:
+            last = self._messages[-1] if self._messages else None
+            if last is None or last.role != "assistant" or not last_step_answered(last):
+                await self._settle_without_turn(op_id, carried)
+                return
+            # Nothing new, but the answer stopped at tool calls that now have results (a client
+            # that does not auto-continue sends this): the model answers them, in a new message.
+        elif parent is None:
             await self._settle_without_turn(op_id, carried)
             return
-        plan = TurnPlan(op_id, message_id, parent, base + new_messages, tuple(carried or [parent]))
+        named = tuple(carried) or ((parent,) if regenerate_from is not None and parent else ())
+        plan = TurnPlan(op_id, message_id, parent, base + new_messages, named)
         turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(op_id, outcome, turn.message_ids)

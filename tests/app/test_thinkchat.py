@@ -809,3 +809,28 @@ async def test_a_second_tab_follows_the_turn_and_the_tool_result(serve) -> None:
     assert tool_parts(updated["message"])[0]["output"] == "Rome"
     await a.close()
     await b.close()
+
+
+async def test_a_client_that_does_not_auto_continue_continues_with_a_plain_request(serve) -> None:
+    """PROTOCOL §4.2: with autoContinueAfterToolResult:false the hook records the result, then sends a
+    submit-message whose last message is the assistant holding it; the model answers it."""
+    srv = await serve()
+    c = await Client.open(url(srv, "manual"))
+    rid, frame, _ = chat_request("ask where I am")
+    await c.send(frame)
+    await c.wait_for(is_done(rid))
+    msgs = await get_messages(srv, "manual")
+    call_id = next(p["toolCallId"] for p in msgs[1]["parts"] if p["type"] == "tool-getLocation")
+    await c.send({"type": "cf_agent_tool_result", "toolCallId": call_id, "toolName": "getLocation",
+                  "output": {"city": "Porto"}, "autoContinue": False})
+    await c.wait_for(is_type("cf_agent_message_updated"))
+    history = await get_messages(srv, "manual")
+    rid2 = "manual02"
+    body = json.dumps({"messages": history, "trigger": "submit-message"})
+    await c.send({"type": "cf_agent_use_chat_request", "id": rid2, "init": {"method": "POST", "body": body}})
+    done = await c.wait_for(is_done(rid2))
+    assert done["outcome"] == "completed" and not done.get("error")
+    final = await get_messages(srv, "manual")
+    assert [m["role"] for m in final] == ["user", "assistant", "assistant"], "answered in a new message"
+    assert text_of(final[2]) == 'You are in {"city":"Porto"}.'
+    await c.close()
