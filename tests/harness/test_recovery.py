@@ -1,0 +1,125 @@
+"""Recovery in the harness: stalls, the interruption budget, backoff, and restarts that find work running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from harness import Agent, Finish, Instance, RecoveryPolicy, TextDelta, TextEnd, TextStart, Tool
+
+from ._doubles import FakeModel, Pause, call, settle, text, user
+
+
+def stalled(part: str, *deltas: str) -> list[Any]:
+    """A model call that sends some text and then nothing, forever."""
+    return [TextStart(part), *(TextDelta(part, d) for d in deltas), Pause()]
+
+
+def test_backoff_doubles_from_the_base_up_to_a_minute() -> None:
+    p = RecoveryPolicy(backoff_ms=1000)
+    assert [p.backoff_s(n) for n in range(1, 10)] == [0, 1, 2, 4, 8, 16, 32, 60, 60]
+    with pytest.raises(ValueError):
+        RecoveryPolicy(max_attempts=0)
+
+
+async def test_a_silent_model_is_interrupted_and_the_same_message_continued(open_instance: Any, peek: Any) -> None:
+    # The first call goes silent after "Hel"; the second continues the message.
+    model = FakeModel(stalled("t", "Hel"), [*text("u", "lo!"), Finish("stop")])
+    agent = Agent(recovery=RecoveryPolicy(stall_timeout_ms=50, backoff_ms=1))
+    inst = await open_instance(model, agent)
+    s = await inst.session()
+    r = await s.submit([user("u1", "hi")])
+    result = await settle(s, r.operation_id)
+    assert (result.status, result.text) == ("done", "Hello!")
+    assert len(model.requests) == 2
+    # The second call saw the partial answer, so it could continue instead of repeating.
+    continued = model.seen[1][-1]
+    assert continued["role"] == "assistant" and [p.get("text") for p in continued["parts"] if p["type"] == "text"] \
+        == ["Hel"]
+    (answer,) = [m for m in s.messages() if m.role == "assistant"]
+    assert [p.text for p in answer.parts if p.type == "text"] == ["Hel", "lo!"]
+    chunks = [c["type"] for c in peek.operation_chunks(r.operation_id)]
+    assert chunks.count("start") == 1 and chunks.count("finish") == 1
+    assert chunks.count("text-end") == 2, "the stalled part was closed in the stream too"
+    assert peek.operation_status(r.operation_id) == "completed"
+
+
+async def test_interruptions_without_progress_use_up_the_budget(open_instance: Any, peek: Any) -> None:
+    model = FakeModel(stalled("t"))  # every call stalls before sending anything
+    agent = Agent(recovery=RecoveryPolicy(stall_timeout_ms=20, backoff_ms=1, max_attempts=3))
+    inst = await open_instance(model, agent)
+    s = await inst.session()
+    r = await s.submit([user("u1", "hi")])
+    result = await settle(s, r.operation_id)
+    assert (result.status, result.reason) == ("unanswered", "interrupted")
+    assert len(model.requests) == 4, "the first call, then three more attempts"
+    assert s.last_terminal is not None and s.last_terminal["operationId"] == r.operation_id
+    assert "could not recover" in s.last_terminal["body"]
+
+
+async def test_a_finished_model_call_resets_the_count(open_instance: Any) -> None:
+    # Stall, stall, then a tool step finishes (progress), then stall, stall, then an answer:
+    # four interruptions in all, but never three in a row, so a budget of 2 is enough.
+    model = FakeModel(
+        stalled("a"), stalled("b"),
+        [*call("c1", "ping"), Finish("tool-calls")],
+        stalled("c"), stalled("d"),
+        [*text("e", "done"), Finish("stop")],
+    )
+    agent = Agent(tools=[Tool("ping", execute=lambda: "pong")],
+                  recovery=RecoveryPolicy(stall_timeout_ms=20, backoff_ms=1, max_attempts=2))
+    inst = await open_instance(model, agent)
+    s = await inst.session()
+    r = await s.submit([user("u1", "hi")])
+    result = await settle(s, r.operation_id)
+    assert (result.status, result.text) == ("done", "done")
+    assert len(model.requests) == 6
+
+
+async def test_the_stall_watchdog_can_be_turned_off(open_instance: Any) -> None:
+    pause = Pause()
+    model = FakeModel([TextStart("t"), TextDelta("t", "slow"), pause, TextEnd("t"), Finish("stop")])
+    inst = await open_instance(model, Agent(recovery=RecoveryPolicy(stall_timeout_ms=0)))
+    s = await inst.session()
+    r = await s.submit([user("u1", "hi")])
+    await asyncio.wait_for(pause.reached.wait(), 5)
+    await asyncio.sleep(0.05)
+    assert s.running_operation == r.operation_id, "still waiting: no watchdog"
+    pause.go.set()
+    assert (await settle(s, r.operation_id)).text == "slow"
+
+
+async def test_a_restart_continues_a_running_operation_without_any_client(db_path: Any) -> None:
+    """The process dies mid-call (simulated: the instance is dropped without closing, its file kept)."""
+    pause = Pause()
+    first = FakeModel([TextStart("t"), TextDelta("t", "Hel"), pause])
+    inst = await Instance.open(db_path, Agent(recovery=RecoveryPolicy(backoff_ms=1)), first)
+    s = await inst.session()
+    r = await s.submit([user("u1", "hi")])
+    await asyncio.wait_for(pause.reached.wait(), 5)
+    await asyncio.sleep(0.05)  # let the group commit store "Hel"
+    # A crash: nothing more is written by this instance. Its worker is stopped without suspending.
+    worker = s._worker
+    assert worker is not None
+    worker.cancel()
+    await asyncio.gather(worker, return_exceptions=True)
+    await inst.db.close()
+
+    second = FakeModel([*text("u", "lo!"), Finish("stop")])
+    again = await Instance.open(db_path, Agent(recovery=RecoveryPolicy(backoff_ms=1)), second)
+    try:
+        s2 = await again.session()
+        result = await settle(s2, r.operation_id)
+        assert (result.status, result.text) == ("done", "Hello!")
+        (answer,) = [m for m in s2.messages() if m.role == "assistant"]
+        assert "".join(p.text for p in answer.parts if p.type == "text") == "Hello!"
+        assert len(second.requests) == 1 and second.seen[0][-1]["role"] == "assistant"
+        bodies = [json.loads(b) for row in await again.db.read.streams_of_request(r.operation_id)
+                  for b in await again.db.read.chunk_bodies(row.id)]
+        kinds = [b["type"] for b in bodies]
+        assert kinds.count("start") == 1 and kinds.count("finish") == 1, "one wire stream for the operation"
+    finally:
+        await again.close()
