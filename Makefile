@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DATA_DIR ?=
 
-.PHONY: install run test lint typecheck unit conformance conformance-server node-deps clean
+.PHONY: install run test lint typecheck unit conformance conformance-server node-deps web browser-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-run: $(STAMP)
+run: $(STAMP) web
 	$(VENV)/bin/think-server serve --host $(HOST) --port $(PORT) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(if $(MODEL),--model $(MODEL))
 
 # The real npm client, installed from the committed lock file with Node 24 from the venv.
@@ -33,13 +33,36 @@ $(CLIENT)/node_modules/.installed: $(CLIENT)/package-lock.json $(STAMP)
 
 node-deps: $(CLIENT)/node_modules/.installed
 
+# The chat page served at / (app/web: React + Vite on the real useAgent/useAgentChat hooks):
+# npm ci from its committed lock file, then a Vite build into app/web/dist (not committed)
+# whenever a source changed.
+WEB := app/web
+WEB_SRC := $(WEB)/index.html $(WEB)/vite.config.js $(WEB)/package.json $(wildcard $(WEB)/src/*)
+
+# (The venv is order-only: it brings Node, but a reinstalled venv does not call for a new npm ci.)
+$(WEB)/node_modules/.installed: $(WEB)/package-lock.json | $(STAMP)
+	PATH="$(NODE_HOME)/bin:$$PATH" "$(NODE_HOME)/bin/node" "$(NODE_HOME)/lib/node_modules/npm/bin/npm-cli.js" \
+		ci --ignore-scripts --no-audit --no-fund --loglevel=error --prefix $(WEB)
+	touch $@
+
+$(WEB)/dist/index.html: $(WEB_SRC) $(WEB)/node_modules/.installed
+	cd $(WEB) && PATH="$(NODE_HOME)/bin:$$PATH" "$(NODE_HOME)/bin/node" node_modules/vite/bin/vite.js build --logLevel warn
+	touch $@
+
+web: $(WEB)/dist/index.html
+
+# The browser test drives Debian's Chromium (never a browser a tool downloads). CI runs as root.
+browser-deps:
+	@test -x /usr/bin/chromium || { apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check app protocol harness storage tests
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP) node-deps
+unit: $(STAMP) node-deps web browser-deps
 	$(PY) -m pytest -q
 
 conformance-server: $(STAMP)
@@ -52,4 +75,4 @@ test: lint typecheck unit
 	$(PY) tests/run_conformance.py --required
 
 clean:
-	rm -rf $(VENV) $(CLIENT)/node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CLIENT)/node_modules $(WEB)/node_modules $(WEB)/dist .pytest_cache .mypy_cache .ruff_cache test-artifacts

@@ -14,7 +14,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from harness import Agent, Model, ModelSpecError, ScriptedModel, resolve_model
@@ -26,6 +26,7 @@ from ._auth import Authenticator, AuthError
 from ._metrics import CONTENT_TYPE_LATEST, Metrics
 from ._registry import ActorRegistry, CapacityError
 from ._socket import serve_socket
+from ._web import web_routes
 from .demo import DEMO_SCRIPT
 from .settings import Settings
 
@@ -49,14 +50,6 @@ def _resolve_models(agents: Mapping[str, Agent], settings: Settings) -> dict[str
             default = default or ScriptedModel(DEMO_SCRIPT)
             models[name] = default
     return models
-
-
-def _web_routes(agent_names: list[str]) -> list[BaseRoute]:
-    try:
-        from ._web import web_routes
-    except ImportError:
-        return []
-    return web_routes(agent_names)
 
 
 def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) -> Starlette:
@@ -185,7 +178,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             Route("/metrics", metrics_endpoint),
             WebSocketRoute("/agents/{agent}/{name}", chat_socket),
             Route("/agents/{agent}/{name}/{rest:path}", agent_http, methods=["GET", "POST", "HEAD"]),
-            *_web_routes(sorted(routed)),
+            *web_routes(sorted(routed), guard=refused),
         ],
         middleware=middleware,
         lifespan=lifespan,

@@ -1,0 +1,139 @@
+import { useAgentChat } from "@cloudflare/ai-chat/react";
+import { useAgent } from "agents/react";
+import { Suspense, useEffect, useRef, useState } from "react";
+import { authToken } from "./conversations.js";
+import { Message } from "./Parts.jsx";
+
+/**
+ * Client tools: the page answers these calls itself (the model's tool call
+ * settles the turn; the server continues it once the output arrives).
+ */
+const CLIENT_TOOLS = {
+  getBrowserTime: () => {
+    const now = new Date();
+    return {
+      time: new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" }).format(now),
+      timeZone: Intl.DateTimeFormat().resolvedOptions().timeZone,
+      iso: now.toISOString()
+    };
+  }
+};
+
+async function answerToolCall({ toolCall, addToolOutput }) {
+  const run = CLIENT_TOOLS[toolCall.toolName];
+  if (!run) {
+    addToolOutput({
+      toolCallId: toolCall.toolCallId,
+      state: "output-error",
+      errorText: `This page cannot run the tool ${toolCall.toolName}.`
+    });
+    return;
+  }
+  try {
+    addToolOutput({ toolCallId: toolCall.toolCallId, output: await run(toolCall.input) });
+  } catch (e) {
+    addToolOutput({ toolCallId: toolCall.toolCallId, state: "output-error", errorText: String(e?.message ?? e) });
+  }
+}
+
+/** One conversation: the agent's socket (useAgent), then the chat on it (useAgentChat). */
+export function Chat({ agent, name }) {
+  const [connection, setConnection] = useState("connecting");
+  const token = authToken();
+  const socket = useAgent({
+    agent,
+    name,
+    // Browsers cannot set headers on a WebSocket: the token rides in the query (get-messages too).
+    query: token ? { token } : undefined,
+    onOpen: () => setConnection("open"),
+    onClose: () => setConnection("closed")
+  });
+  // useAgentChat suspends until the conversation's stored messages (GET .../get-messages) arrive.
+  return (
+    <Suspense fallback={<p className="notice">Loading the conversation…</p>}>
+      <Conversation socket={socket} connection={connection} />
+    </Suspense>
+  );
+}
+
+function statusText(chat, connection) {
+  if (chat.connectionError) return `Disconnected: ${chat.connectionError.reason || chat.connectionError.code}`;
+  if (connection !== "open") return connection === "closed" ? "Reconnecting…" : "Connecting…";
+  if (chat.isRecovering) return "Recovering the answer…";
+  if (chat.status === "submitted") return "Waiting for the answer…";
+  if (chat.isStreaming) return "Answering…";
+  if (chat.status === "error") return "Error";
+  return "Ready";
+}
+
+function Conversation({ socket, connection }) {
+  const chat = useAgentChat({ agent: socket, onToolCall: answerToolCall });
+  const { messages, status, error, sendMessage, stop, clearHistory, addToolApprovalResponse } = chat;
+  const [draft, setDraft] = useState("");
+  const busy = status === "submitted" || status === "streaming" || chat.isServerStreaming || chat.isRecovering;
+  const input = useRef(null);
+  const end = useRef(null);
+
+  useEffect(() => {
+    end.current?.scrollIntoView({ block: "end" });
+  }, [messages]);
+
+  const onSubmit = (e) => {
+    e.preventDefault();
+    const text = draft.trim();
+    if (!text || busy) return;
+    setDraft("");
+    sendMessage({ text });
+    input.current?.focus();
+  };
+  const onKeyDown = (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.nativeEvent.isComposing) onSubmit(e);
+  };
+  const onApproval = (approvalId, approved) => addToolApprovalResponse({ id: approvalId, approved });
+
+  return (
+    <main className="chat" data-status={status} data-busy={busy ? "true" : "false"} data-connection={connection}>
+      <ol className="messages" aria-label="Messages" aria-live="polite" aria-busy={busy}>
+        {messages.length === 0 && <li className="empty">No messages yet. Say hi, or type “help”.</li>}
+        {messages.map((m) => (
+          <Message key={m.id} message={m} onApproval={onApproval} />
+        ))}
+        <li ref={end} aria-hidden="true" className="end" />
+      </ol>
+      {error && (
+        <p className="notice error" role="alert">
+          {String(error.message ?? error)}
+        </p>
+      )}
+      <form className="composer" onSubmit={onSubmit}>
+        <label htmlFor="message" className="visually-hidden">
+          Message
+        </label>
+        <textarea
+          id="message"
+          ref={input}
+          rows={2}
+          value={draft}
+          onChange={(e) => setDraft(e.target.value)}
+          onKeyDown={onKeyDown}
+          placeholder="Message (Enter to send, Shift+Enter for a new line)"
+          autoFocus
+        />
+        <div className="actions">
+          <p className="status" role="status" data-testid="status">
+            {statusText(chat, connection)}
+          </p>
+          <button type="submit" disabled={busy || !draft.trim()}>
+            Send
+          </button>
+          <button type="button" onClick={() => stop()} disabled={!busy}>
+            Stop
+          </button>
+          <button type="button" onClick={() => clearHistory()} disabled={busy || messages.length === 0}>
+            Clear
+          </button>
+        </div>
+      </form>
+    </main>
+  );
+}

@@ -1,0 +1,587 @@
+"""The chat page in a real browser against the real server.
+
+Playwright (the Python package) drives Debian's Chromium (``/usr/bin/chromium``,
+installed by ``make browser-deps``; Playwright never downloads a browser here)
+on the page that ``python -m app serve`` serves at ``/``: the built bundle of
+``app/web`` (``make web``), which runs the real ``useAgent`` and
+``useAgentChat`` hooks against the demo agent (``app/demo.py`` on its scripted
+model, ``app/demo_assistant.json``).
+
+Each test opens its own conversation (the URL hash names it) and looks at the
+page as a person would: the messages, the tool cards and their buttons, the
+status line. Screenshots of every scenario go to ``test-artifacts/browser/``.
+Waits are bounded; nothing asserts how long anything took.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import BrowserContext, Page, Playwright, WebSocket, expect, sync_playwright
+
+from .conftest import REPO, NodeToolchain, ThinkServer, find_node, run_think_server
+
+WEB_DIR = REPO / "app" / "web"
+DIST_INDEX = WEB_DIR / "dist" / "index.html"
+DEMO_SCRIPT = REPO / "app" / "demo_assistant.json"
+ARTIFACTS = REPO / "test-artifacts" / "browser"
+CHROMIUM = Path("/usr/bin/chromium")
+#: As a person's browser here would run it: no sandbox as root, no GPU, and none of
+#: Chromium's own traffic to the outside (this machine's network is closed).
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+]
+#: The browser's time zone, unlike the server's (UTC here), so the client tool's answer shows where it came from.
+BROWSER_TZ = "Pacific/Auckland"
+BUILD_TIMEOUT_S = 600
+#: Bounds of the waits (ms): a short answer, and the slow story (about 5 s of deltas).
+SHORT = 15_000
+LONG = 30_000
+
+# What the demo script answers (app/demo_assistant.json).
+GREETING = (
+    "Hello! I am the think-server demo assistant, running on the offline scripted model. "
+    "To talk to a real model, restart the server with --model, for example --model openai:gpt-4.1-mini "
+    '(see the README). Type "help" to see what I can show you.'
+)
+STORY = (
+    "Once upon a time, a small server kept a promise: every word it streamed would reach the reader "
+    "exactly once, even when the reader closed the page, came back, or told it to stop. The end."
+)
+REASONING = "The user wants to see reasoning. Six times seven is forty-two."
+REASONED_ANSWER = "The answer is 42."
+WEATHER_ANSWER = "It is sunny and 22°C in Paris (demo data)."
+APPROVED_ANSWER = "Done: 50 euros sent to Alice (demo: no money moved)."
+DENIED_ANSWER = "Okay, no money was sent."
+
+#: Installed in every page before its own scripts: a record of each text the last
+#: assistant message showed, in order, taken at every DOM change (each React commit).
+RECORDER = """
+window.__shown = [];
+new MutationObserver(() => {
+  const all = document.querySelectorAll('li.message[data-role="assistant"]');
+  const last = all[all.length - 1];
+  if (!last) return;
+  const text = [...last.querySelectorAll('.text')].map((e) => e.textContent).join('');
+  const prev = window.__shown[window.__shown.length - 1];
+  if (!prev || prev.id !== last.dataset.id || prev.text !== text) window.__shown.push({ id: last.dataset.id, text });
+}).observe(document, { subtree: true, childList: true, characterData: true });
+"""
+
+
+# ── the page's build ────────────────────────────────────────────────────
+
+
+def _stale(target: Path, sources: list[Path]) -> bool:
+    if not target.exists():
+        return True
+    built = target.stat().st_mtime
+    return any(s.stat().st_mtime > built for s in sources)
+
+
+def _run(cmd: list[str], node: NodeToolchain, what: str) -> None:
+    out = subprocess.run(cmd, cwd=WEB_DIR, env=node.env(), capture_output=True, text=True,
+                         timeout=BUILD_TIMEOUT_S, check=False)
+    if out.returncode != 0:
+        pytest.fail(f"{what} failed in {WEB_DIR} (exit {out.returncode}):\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
+
+
+@pytest.fixture(scope="session")
+def web_dist() -> Path:
+    """The built page. `make test` built it (`make web`); run by hand, build it here as make would.
+
+    The same steps and the same stamp as the Makefile's `web` target: `npm ci` when the lock file
+    is newer than ``node_modules/.installed``, then `vite build` when a source is newer than the
+    build. A lock file keeps concurrent test runs from building at once.
+    """
+    sources = [WEB_DIR / n for n in ("index.html", "vite.config.js", "package.json", "package-lock.json")]
+    sources += sorted(p for p in (WEB_DIR / "src").rglob("*") if p.is_file())
+    lock_path = Path(tempfile.gettempdir()) / f"think-server-web-{hashlib.sha256(bytes(WEB_DIR)).hexdigest()[:12]}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _stale(DIST_INDEX, sources):
+            node = find_node()
+            stamp = WEB_DIR / "node_modules" / ".installed"
+            if _stale(stamp, [WEB_DIR / "package-lock.json"]):
+                _run([str(node.node), str(node.npm_cli), "ci", "--ignore-scripts", "--no-audit", "--no-fund",
+                      "--loglevel=error"], node, "npm ci")
+                stamp.touch()
+            _run([str(node.node), str(WEB_DIR / "node_modules" / "vite" / "bin" / "vite.js"), "build",
+                  "--logLevel", "warn"], node, "vite build")
+            DIST_INDEX.touch()
+    assert DIST_INDEX.is_file(), f"no {DIST_INDEX} after the build"
+    return DIST_INDEX.parent
+
+
+# ── server and browser ──────────────────────────────────────────────────
+
+
+@pytest.fixture(scope="module")
+def server(web_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThinkServer]:
+    """``python -m app serve`` with the demo agent on its own script, in a fresh data dir."""
+    with run_think_server(tmp_path_factory.mktemp("browser-server"), model=f"scripted:{DEMO_SCRIPT}") as srv:
+        yield srv
+
+
+@pytest.fixture
+def playwright() -> Iterator[Playwright]:
+    # Per test: the sync API keeps an event loop of its own running while it is open,
+    # which the asyncio tests of the same run must not meet.
+    with sync_playwright() as pw:
+        yield pw
+
+
+@pytest.fixture
+def context(playwright: Playwright, tmp_path: Path) -> Iterator[BrowserContext]:
+    """Debian's Chromium with a fresh profile; never a browser Playwright would download."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: `make browser-deps` installs Debian's chromium (apt-get, as root)")
+    profile = tmp_path / "chromium-profile"
+    ctx = playwright.chromium.launch_persistent_context(
+        str(profile),
+        executable_path=str(CHROMIUM),
+        headless=True,
+        args=CHROMIUM_ARGS,
+        timezone_id=BROWSER_TZ,
+        locale="en-US",
+        viewport={"width": 1100, "height": 900},
+    )
+    ctx.add_init_script(RECORDER)
+    try:
+        yield ctx
+    finally:
+        ctx.close()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@dataclass
+class Tab:
+    """One page on a conversation, with what it saw: page errors, console lines, WebSocket frames."""
+
+    page: Page
+    errors: list[str] = field(default_factory=list)
+    console: list[str] = field(default_factory=list)
+    sent: list[dict[str, Any]] = field(default_factory=list)
+    received: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        self.page.on("websocket", self._watch)
+
+    def _watch(self, ws: WebSocket) -> None:
+        ws.on("framesent", lambda payload: self.sent.append(_frame(payload)))
+        ws.on("framereceived", lambda payload: self.received.append(_frame(payload)))
+
+    # what the page shows
+    def chat(self) -> Any:
+        return self.page.locator("main.chat")
+
+    def messages(self) -> list[tuple[str, str]]:
+        """(role, text of its text parts) of every message shown."""
+        rows: list[list[str]] = self.page.eval_on_selector_all(
+            "li.message",
+            "els => els.map(e => [e.dataset.role, [...e.querySelectorAll('.text')].map(t => t.textContent).join('')])",
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def shown(self) -> list[dict[str, str]]:
+        """Every text the last assistant message showed since the page (re)loaded, in order."""
+        value: list[dict[str, str]] = self.page.evaluate("window.__shown")
+        return value
+
+    def tool(self, name: str) -> Any:
+        return self.page.locator(f'section.tool[data-tool="{name}"]')
+
+    # what a person does
+    def send(self, text: str) -> None:
+        box = self.page.get_by_role("textbox", name="Message")
+        box.fill(text)
+        box.press("Enter")
+        expect(box).to_have_value("")
+
+    def wait_answer(self, text: str, timeout: int = SHORT) -> None:
+        """Until an assistant message shows exactly ``text`` and the page is ready again."""
+        self.page.wait_for_function(
+            """want => [...document.querySelectorAll('li.message[data-role="assistant"]')]
+                 .some(m => [...m.querySelectorAll('.text')].map(t => t.textContent).join('') === want)""",
+            arg=text,
+            timeout=timeout,
+        )
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: int = SHORT) -> None:
+        expect(self.chat()).to_have_attribute("data-busy", "false", timeout=timeout)
+        expect(self.chat()).to_have_attribute("data-status", "ready", timeout=timeout)
+        expect(self.page.get_by_role("status")).to_have_text("Ready", timeout=timeout)
+
+    def wait_words(self, n: int, timeout: int = LONG) -> None:
+        """Until the last assistant message shows at least ``n`` words."""
+        self.page.wait_for_function(
+            """n => { const all = document.querySelectorAll('li.message[data-role="assistant"]');
+                 const last = all[all.length - 1];
+                 const t = last ? [...last.querySelectorAll('.text')].map(e => e.textContent).join('') : '';
+                 return t.trim().split(/\\s+/).filter(Boolean).length >= n; }""",
+            arg=n,
+            timeout=timeout,
+        )
+
+    def frames(self, direction: str, type_: str) -> list[dict[str, Any]]:
+        source = self.sent if direction == "sent" else self.received
+        return [f for f in source if f.get("type") == type_]
+
+    def report(self) -> str:
+        """What the page saw, for assertion messages."""
+        return (
+            f"messages: {self.messages()!r}\nstatus: {self.page.get_by_role('status').text_content()!r}\n"
+            f"page errors: {self.errors!r}\nconsole (last 20): {self.console[-20:]!r}\n"
+            f"frames received (last 15): {[json.dumps(f)[:300] for f in self.received[-15:]]!r}"
+        )
+
+
+def _frame(payload: str | bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(payload)
+    except (TypeError, ValueError):
+        return {"type": "<not json>", "raw": str(payload)[:300]}
+    return value if isinstance(value, dict) else {"type": "<not an object>", "raw": value}
+
+
+def conversation() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def open_tab(context: BrowserContext, server: ThinkServer, name: str, agent: str = "assistant") -> Tab:
+    tab = Tab(context.new_page())
+    tab.page.goto(f"{server.base}/#/{agent}/{name}")
+    expect(tab.page.get_by_test_id("conversation")).to_have_text(name)
+    expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
+    tab.wait_ready()
+    return tab
+
+
+def shot(tab: Tab, request: pytest.FixtureRequest, step: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    tab.page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-{step}.png"))
+
+
+def server_messages(server: ThinkServer, name: str, agent: str = "assistant") -> list[dict[str, Any]]:
+    res = httpx.get(f"{server.base}/agents/{agent}/{name}/get-messages", timeout=10)
+    assert res.status_code == 200, res.text
+    value: list[dict[str, Any]] = res.json()
+    return value
+
+
+def text_of(message: dict[str, Any]) -> str:
+    return "".join(p.get("text", "") for p in message.get("parts", []) if p.get("type") == "text")
+
+
+def assert_grew_by_prefixes(shown: list[dict[str, str]], final: str, tab: Tab) -> list[str]:
+    """Every text shown for the answer was a prefix of its final text; returns those shown."""
+    texts = [s["text"] for s in shown if s["text"]]
+    assert texts, f"the page never showed the answer\n{tab.report()}"
+    wrong = [t for t in texts if not final.startswith(t)]
+    assert not wrong, f"the page showed text that is not a prefix of the answer: {wrong!r}\n{tab.report()}"
+    return texts
+
+
+# ── the page itself ─────────────────────────────────────────────────────
+
+
+def test_page_and_agent_list_are_served(server: ThinkServer) -> None:
+    page = httpx.get(f"{server.base}/", timeout=10)
+    assert page.status_code == 200, page.text
+    assert page.headers["content-type"].startswith("text/html")
+    scripts = re.findall(r'src="(/assets/[^"]+\.js)"', page.text)
+    assert scripts, page.text
+    bundle = httpx.get(f"{server.base}{scripts[0]}", timeout=10)
+    assert bundle.status_code == 200
+    assert "javascript" in bundle.headers["content-type"]
+    agents = httpx.get(f"{server.base}/api/agents", timeout=10)
+    assert agents.status_code == 200
+    assert agents.json() == ["assistant"]
+    assert httpx.get(f"{server.base}/assets/missing.js", timeout=10).status_code == 404
+
+
+# ── scenarios ───────────────────────────────────────────────────────────
+
+
+def test_send_and_stream(context: BrowserContext, server: ThinkServer, request: pytest.FixtureRequest) -> None:
+    name = conversation()
+    tab = open_tab(context, server, name)
+    expect(tab.page.get_by_role("combobox", name="Agent")).to_have_value("assistant")
+    expect(tab.page.get_by_role("link", name=name)).to_have_attribute("aria-current", "page")
+    tab.send("hello")
+    tab.wait_words(3)
+    shot(tab, request, "1-streaming")
+    tab.wait_answer(GREETING)
+    shot(tab, request, "2-done")
+
+    assert tab.messages() == [("user", "hello"), ("assistant", GREETING)], tab.report()
+    texts = assert_grew_by_prefixes(tab.shown(), GREETING, tab)
+    partial = [t for t in texts if t != GREETING]
+    assert partial, f"the answer appeared all at once, not streamed: {texts!r}\n{tab.report()}"
+    assert texts[-1] == GREETING
+    assert [(m["role"], text_of(m)) for m in server_messages(server, name)] == tab.messages()
+    assert not tab.errors, tab.report()
+
+
+def test_reasoning_and_server_tool(context: BrowserContext, server: ThinkServer,
+                                   request: pytest.FixtureRequest) -> None:
+    tab = open_tab(context, server, conversation())
+    tab.send("think")
+    tab.wait_answer(REASONED_ANSWER)
+    reasoning = tab.page.locator("details.reasoning")
+    expect(reasoning).to_have_count(1)
+    expect(reasoning.locator("summary")).to_have_text("Reasoning")
+    expect(reasoning.locator(".reasoning-text")).to_have_text(REASONING)
+
+    tab.send("weather")
+    tab.wait_answer(WEATHER_ANSWER)
+    card = tab.tool("getWeather")
+    expect(card).to_have_attribute("data-state", "output-available")
+    output = json.loads(card.locator(".tool-output pre").text_content() or "null")
+    assert output == {"city": "Paris", "temperature": 22, "unit": "celsius", "condition": "sunny",
+                      "source": "demo data"}, tab.report()
+    shot(tab, request, "done")
+    assert tab.messages() == [("user", "think"), ("assistant", REASONED_ANSWER),
+                              ("user", "weather"), ("assistant", WEATHER_ANSWER)], tab.report()
+    assert not tab.errors, tab.report()
+
+
+def test_reload_mid_stream_resumes_without_duplicates(context: BrowserContext, server: ThinkServer,
+                                                      request: pytest.FixtureRequest) -> None:
+    name = conversation()
+    tab = open_tab(context, server, name)
+    tab.send("story")
+    tab.wait_words(4)
+    before = tab.messages()[-1][1]
+    assert before and STORY.startswith(before) and before != STORY, tab.report()
+    shot(tab, request, "1-before-reload")
+
+    tab.received.clear()
+    tab.page.reload()
+    expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
+    tab.wait_words(len(before.split()) + 1)
+    shot(tab, request, "2-resumed")
+    tab.wait_answer(STORY, timeout=LONG)
+    shot(tab, request, "3-done")
+
+    assert tab.messages() == [("user", "story"), ("assistant", STORY)], tab.report()
+    # The reloaded page joined the running stream (it did not just load a finished transcript) ...
+    assert tab.frames("received", "cf_agent_stream_resuming"), f"the server offered no resume\n{tab.report()}"
+    assert tab.frames("sent", "cf_agent_stream_resume_ack"), f"the page did not resume the stream\n{tab.report()}"
+    texts = assert_grew_by_prefixes(tab.shown(), STORY, tab)
+    assert texts[0] != STORY, f"the reloaded page only ever showed the finished answer: {texts!r}"
+    # ... and never showed a word twice: the final text holds the story exactly once.
+    assert tab.page.locator('li.message[data-role="assistant"] .text').all_text_contents() == [STORY], tab.report()
+    assert [(m["role"], text_of(m)) for m in server_messages(server, name)] == [("user", "story"),
+                                                                               ("assistant", STORY)]
+    assert not tab.errors, tab.report()
+
+
+def test_stop_keeps_the_partial_answer(context: BrowserContext, server: ThinkServer,
+                                       request: pytest.FixtureRequest) -> None:
+    name = conversation()
+    tab = open_tab(context, server, name)
+    stop = tab.page.get_by_role("button", name="Stop", exact=True)
+    expect(stop).to_be_disabled()
+    tab.send("story")
+    tab.wait_words(4)
+    expect(stop).to_be_enabled()
+    stop.click()
+    tab.wait_ready()
+    shot(tab, request, "1-stopped")
+
+    assert tab.frames("sent", "cf_agent_chat_request_cancel"), tab.report()
+    ends = [f for f in tab.frames("received", "cf_agent_use_chat_response") if f.get("done")]
+    assert [f.get("outcome") for f in ends] == ["aborted"], tab.report()
+    partial = tab.messages()[-1][1]
+    assert partial and STORY.startswith(partial) and partial != STORY, tab.report()
+    expect(stop).to_be_disabled()
+
+    # Nothing more arrives: the next answer comes while the stopped one stays as it was.
+    tab.send("ping")
+    tab.wait_answer("You said: ping")
+    assert tab.messages() == [("user", "story"), ("assistant", partial), ("user", "ping"),
+                              ("assistant", "You said: ping")], tab.report()
+    tab.page.reload()
+    expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
+    tab.wait_answer("You said: ping")
+    assert tab.messages() == [("user", "story"), ("assistant", partial), ("user", "ping"),
+                              ("assistant", "You said: ping")], tab.report()
+    assert [text_of(m) for m in server_messages(server, name)] == ["story", partial, "ping", "You said: ping"]
+    shot(tab, request, "2-after-reload")
+    assert not tab.errors, tab.report()
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approve", "deny"])
+def test_approval(context: BrowserContext, server: ThinkServer, request: pytest.FixtureRequest,
+                  approve: bool) -> None:
+    name = conversation()
+    tab = open_tab(context, server, name)
+    tab.send("send money")
+    card = tab.tool("sendMoney")
+    expect(card).to_have_attribute("data-state", "approval-requested", timeout=SHORT)
+    expect(card.locator(".tool-state")).to_have_text("needs your approval")
+    assert json.loads(card.locator(".tool-input pre").text_content() or "null") == {"amount": 50, "to": "Alice"}
+    tab.wait_ready()  # the asking turn is over: the page waits for the person
+    shot(tab, request, "1-asked")
+
+    card.get_by_role("button", name="Approve" if approve else "Deny").click()
+    if approve:
+        tab.wait_answer(APPROVED_ANSWER)
+        expect(card).to_have_attribute("data-state", "output-available")
+        output = json.loads(card.locator(".tool-output pre").text_content() or "null")
+        assert output == {"sent": True, "amount": 50, "to": "Alice", "note": "demo: no money moved"}
+    else:
+        tab.wait_answer(DENIED_ANSWER)
+        expect(card).to_have_attribute("data-state", "output-denied")
+        expect(card.locator(".tool-denied")).to_have_text("You denied this call.")
+        expect(card.locator(".tool-output")).to_have_count(0)
+    expect(card.get_by_role("button")).to_have_count(0)
+    shot(tab, request, "2-answered")
+
+    answer = APPROVED_ANSWER if approve else DENIED_ANSWER
+    assert tab.messages() == [("user", "send money"), ("assistant", answer)], tab.report()
+    responses = tab.frames("sent", "cf_agent_tool_approval")
+    assert [r.get("approved") for r in responses] == [approve], f"{responses!r}\n{tab.report()}"
+    stored = server_messages(server, name)
+    parts = [p for p in stored[-1]["parts"] if p.get("type") == "tool-sendMoney"]
+    assert [p["state"] for p in parts] == ["output-available" if approve else "output-denied"], stored
+    assert not tab.errors, tab.report()
+
+
+def test_client_tool_answered_by_the_page(context: BrowserContext, server: ThinkServer,
+                                          request: pytest.FixtureRequest) -> None:
+    name = conversation()
+    tab = open_tab(context, server, name)
+    tab.send("what time is it")
+    card = tab.tool("getBrowserTime")
+    expect(card).to_have_attribute("data-state", "output-available", timeout=SHORT)
+    output = json.loads(card.locator(".tool-output pre").text_content() or "null")
+    assert output["timeZone"] == BROWSER_TZ, output
+    assert re.fullmatch(r"\d\d:\d\d [AP]M", output["time"]), output
+    answer = f"Your browser says it is {output['time']} in the {BROWSER_TZ} time zone."
+    tab.wait_answer(answer)
+    shot(tab, request, "done")
+
+    results = tab.frames("sent", "cf_agent_tool_result")
+    assert [(r.get("toolName"), r.get("output")) for r in results] == [("getBrowserTime", output)], tab.report()
+    assert tab.messages() == [("user", "what time is it"), ("assistant", answer)], tab.report()
+    assert [text_of(m) for m in server_messages(server, name)] == ["what time is it", answer]
+    assert not tab.errors, tab.report()
+
+
+def test_two_tabs_on_one_conversation(context: BrowserContext, server: ThinkServer,
+                                      request: pytest.FixtureRequest) -> None:
+    name = conversation()
+    first = open_tab(context, server, name)
+    second = open_tab(context, server, name)
+    first.send("hello")
+    second.wait_words(3)
+    shot(second, request, "1-second-streaming")
+    second.wait_answer(GREETING)
+    first.wait_answer(GREETING)
+    shot(first, request, "2-first")
+    shot(second, request, "3-second")
+
+    want = [("user", "hello"), ("assistant", GREETING)]
+    assert first.messages() == want, first.report()
+    assert second.messages() == want, second.report()
+    # The second tab watched the answer grow; it did not just get the finished message.
+    texts = assert_grew_by_prefixes(second.shown(), GREETING, second)
+    assert [t for t in texts if t != GREETING], f"the second tab saw no partial answer: {texts!r}"
+    assert not second.frames("sent", "cf_agent_use_chat_request"), "the second tab sent a chat request"
+    assert not first.errors and not second.errors, f"{first.report()}\n{second.report()}"
+
+
+def test_clear(context: BrowserContext, server: ThinkServer, request: pytest.FixtureRequest) -> None:
+    name = conversation()
+    tab = open_tab(context, server, name)
+    tab.send("echo this")
+    tab.wait_answer("You said: echo this")
+    tab.page.get_by_role("button", name="Clear").click()
+    expect(tab.page.locator("li.message")).to_have_count(0)
+    expect(tab.page.locator("li.empty")).to_be_visible()
+    tab.page.reload()
+    expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
+    tab.wait_ready()
+    expect(tab.page.locator("li.empty")).to_be_visible()
+    assert tab.messages() == [], tab.report()
+    assert server_messages(server, name) == []
+    shot(tab, request, "cleared")
+    assert not tab.errors, tab.report()
+
+
+def test_create_and_pick_conversations(context: BrowserContext, server: ThinkServer,
+                                       request: pytest.FixtureRequest) -> None:
+    first = conversation()
+    tab = open_tab(context, server, first)
+    tab.send("first words")
+    tab.wait_answer("You said: first words")
+
+    second = conversation()
+    tab.page.get_by_role("textbox", name="New conversation").fill(second)
+    tab.page.get_by_role("button", name="Open").click()
+    expect(tab.page.get_by_test_id("conversation")).to_have_text(second)
+    assert tab.page.url.endswith(f"#/assistant/{second}")
+    expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
+    tab.wait_ready()
+    expect(tab.page.locator("li.empty")).to_be_visible()
+    tab.send("second words")
+    tab.wait_answer("You said: second words")
+    assert tab.messages() == [("user", "second words"), ("assistant", "You said: second words")], tab.report()
+
+    recent = tab.page.get_by_role("navigation", name="Conversations").get_by_role("link")
+    expect(recent).to_have_text([second, first])
+    tab.page.get_by_role("link", name=first).click()
+    expect(tab.page.get_by_test_id("conversation")).to_have_text(first)
+    tab.wait_answer("You said: first words")
+    assert tab.messages() == [("user", "first words"), ("assistant", "You said: first words")], tab.report()
+    expect(tab.page).to_have_title(f"{first} · assistant · think-server")
+    shot(tab, request, "picked")
+
+    # A name the page cannot use is refused by the form, and nothing changes.
+    tab.page.get_by_role("textbox", name="New conversation").fill("no spaces please")
+    tab.page.get_by_role("button", name="Open").click()
+    expect(tab.page.get_by_test_id("conversation")).to_have_text(first)
+    assert not tab.errors, tab.report()
+
+
+async def test_web_routes_without_a_build(tmp_path: Path) -> None:
+    """Before `make web`, / says how to build the page, assets are 404s, and the agent list still answers."""
+    from starlette.applications import Starlette
+
+    from app._web import web_routes
+
+    app = Starlette(routes=web_routes(["assistant", "my-agent"], dist=tmp_path / "dist"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://page") as client:
+        page = await client.get("/")
+        assert page.status_code == 503
+        assert "make web" in page.text
+        assert (await client.get("/assets/index.js")).status_code == 404
+        agents = await client.get("/api/agents")
+        assert agents.status_code == 200
+        assert agents.json() == ["assistant", "my-agent"]
