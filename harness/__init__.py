@@ -35,10 +35,11 @@ from ._model import (
     ToolInputStart,
     Usage,
 )
+from ._outcomes import OperationResult, Receipt, SubmitRefused, describe_reason
 from ._providers import ModelSpecError, resolve_model
 from ._recovery_policy import RecoveryPolicy
 from ._scripted import Script, ScriptedModel, ScriptError, load_script
-from ._session import OperationResult, Receipt, Session, SubmitRefused, describe_reason
+from ._session import Session
 from ._tools import Tool, ToolInputError, client_tool, tool
 
 __all__ = [

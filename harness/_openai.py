@@ -54,38 +54,45 @@ Choices worth knowing:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import os
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Hashable, Mapping, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
-from urllib.parse import quote, unquote_to_bytes, urlsplit
+from typing import Any
+from urllib.parse import quote, urlsplit
 
-import httpx
-
-from ._http_model import HttpModel, HttpSettings, ServerSentEvent, read_secret
+from ._http_model import read_secret
 from ._model import (
     Finish,
     FinishReason,
     Model,
     ModelEvent,
     ModelRequest,
-    ReasoningDelta,
-    ReasoningEnd,
-    ReasoningStart,
-    TextDelta,
-    TextEnd,
-    TextStart,
     ToolCall,
     ToolDefinition,
     ToolInputDelta,
     ToolInputStart,
     Usage,
 )
+from ._openai_common import (
+    _CHAT_FINISH,
+    OLLAMA_BASE_URL,
+    OPENAI_BASE_URL,
+    WORKERS_AI_BASE_URL,
+    _arguments_text,
+    _decode,
+    _error_message,
+    _file_note,
+    _file_text,
+    _int,
+    _OpenAIBase,
+    _parse_input,
+    _Parts,
+    _texts,
+    _tool_choice,
+)
+from ._openai_responses import OpenAIResponsesModel
 from ._transcript import (
     ModelFile,
     ModelText,
@@ -104,199 +111,6 @@ __all__ = [
     "openai_from_spec",
     "workers_ai_from_spec",
 ]
-
-OPENAI_BASE_URL = "https://api.openai.com/v1"
-OLLAMA_BASE_URL = "http://127.0.0.1:11434/v1"
-WORKERS_AI_BASE_URL = "https://api.cloudflare.com/client/v4/accounts/{account}/ai/v1"
-
-_CHAT_FINISH: dict[str, FinishReason] = {
-    "stop": "stop",
-    "length": "length",
-    "tool_calls": "tool-calls",
-    "function_call": "tool-calls",
-    "content_filter": "content-filter",
-}
-_TEXT_MEDIA = ("text/", "application/json", "application/xml", "application/x-yaml", "application/yaml")
-
-
-# ---------------------------------------------------------------- shared pieces
-
-
-class _Parts:
-    """Text and reasoning runs: one part per contiguous run of one kind (and one key)."""
-
-    def __init__(self) -> None:
-        self._open: tuple[Literal["t", "r"], str, Hashable] | None = None
-        self._count = {"t": 0, "r": 0}
-
-    def delta(self, kind: Literal["t", "r"], text: str, key: Hashable = None) -> list[ModelEvent]:
-        events: list[ModelEvent] = []
-        if self._open is None or self._open[0] != kind or self._open[2] != key:
-            events += self.close()
-            part_id = f"{kind}-{self._count[kind]}"
-            self._count[kind] += 1
-            self._open = (kind, part_id, key)
-            events.append(TextStart(part_id) if kind == "t" else ReasoningStart(part_id))
-        part_id = self._open[1]
-        events.append(TextDelta(part_id, text) if kind == "t" else ReasoningDelta(part_id, text))
-        return events
-
-    def close(self, key: Hashable = None, *, only_key: bool = False) -> list[ModelEvent]:
-        """End the open part (with ``only_key``: only if it is the part of ``key``)."""
-        if self._open is None or (only_key and self._open[2] != key):
-            return []
-        kind, part_id, _ = self._open
-        self._open = None
-        return [TextEnd(part_id) if kind == "t" else ReasoningEnd(part_id)]
-
-    def open_key(self) -> Hashable:
-        return None if self._open is None else self._open[2]
-
-
-def _parse_input(arguments: str) -> Any:
-    """A tool call's input from its JSON text; ``ValueError`` with a short reason if it is not JSON."""
-    text = arguments.strip()
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{exc.msg} at character {exc.pos}") from None
-    if isinstance(value, str):
-        # Some models encode the object twice.
-        try:
-            inner = json.loads(value)
-        except json.JSONDecodeError:
-            return value
-        if isinstance(inner, dict):
-            return inner
-    return value
-
-
-def _arguments_text(value: Any) -> str:
-    """Arguments as sent: a JSON string, or (some compatible servers) the object itself."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _decode(sse: ServerSentEvent) -> Any:
-    try:
-        return json.loads(sse.data)
-    except ValueError:
-        return None
-
-
-def _error_message(error: Any) -> str | None:
-    """The message of an ``error`` value in a stream: an object with ``message``, or a string."""
-    if isinstance(error, dict):
-        message = error.get("message") or error.get("msg")
-        if isinstance(message, str) and message:
-            return message
-        return json.dumps(error)[:300]
-    if isinstance(error, str) and error:
-        return error
-    return None
-
-
-def _data_url(url: str) -> tuple[str, bytes] | None:
-    """(media type, bytes) of a ``data:`` URL, or ``None``."""
-    if not url.startswith("data:"):
-        return None
-    header, sep, data = url[5:].partition(",")
-    if not sep:
-        return None
-    media_type, _, params = header.partition(";")
-    try:
-        if params.split(";")[-1] == "base64":
-            return media_type, base64.b64decode(data, validate=False)
-        return media_type, unquote_to_bytes(data)
-    except (binascii.Error, ValueError):
-        return None
-
-
-def _file_text(file: ModelFile) -> str | None:
-    """The content of a text file attached as a data URL, as text for the model."""
-    if not file.media_type.startswith(_TEXT_MEDIA):
-        return None
-    decoded = _data_url(file.url)
-    if decoded is None:
-        return None
-    text = decoded[1].decode("utf-8", errors="replace")
-    return f"[File {file.filename or 'attachment'} ({file.media_type})]\n{text}"
-
-
-def _file_note(file: ModelFile) -> str:
-    where = f" at {file.url}" if file.url.startswith(("http://", "https://")) else ""
-    return (f"[Attached file {file.filename or 'attachment'} ({file.media_type}){where}: "
-            "its content cannot be shown to this model]")
-
-
-def _texts(content: Sequence[Any]) -> str:
-    return "\n\n".join(c.text for c in content if isinstance(c, ModelText) and c.text)
-
-
-def _tool_choice(choice: Any, *, responses: bool) -> Any:
-    """``auto``/``none``/``required`` as is; a tool name (or ``{"type": "tool", "toolName": n}``) forces it."""
-    name: Any = None
-    if isinstance(choice, str):
-        if choice in ("auto", "none", "required"):
-            return choice
-        name = choice
-    elif isinstance(choice, Mapping):
-        if choice.get("type") == "function":
-            return dict(choice)
-        name = choice.get("toolName") or choice.get("name")
-        if not isinstance(name, str):
-            return dict(choice)
-    else:
-        return choice
-    return {"type": "function", "name": name} if responses else {"type": "function", "function": {"name": name}}
-
-
-class _OpenAIBase(HttpModel):
-    """What both OpenAI APIs share: model name, key, extra body fields."""
-
-    provider = "openai"
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str = OPENAI_BASE_URL,
-        api_key: str | None = None,
-        provider: str = "openai",
-        headers: Mapping[str, str] | None = None,
-        options: Mapping[str, Any] | None = None,
-        settings: HttpSettings | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        all_headers = dict(headers or {})
-        if api_key:
-            all_headers["Authorization"] = f"Bearer {api_key}"
-        super().__init__(base_url, headers=all_headers, secret=api_key or None, settings=settings,
-                         transport=transport)
-        self.model = model
-        self.provider = provider
-        self.options = dict(options or {})
-
-    def __repr__(self) -> str:  # never the key
-        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r}, provider={self.provider!r})"
-
-    def _events(self, path: str, payload: dict[str, Any]) -> aclosing[AsyncGenerator[ServerSentEvent, None]]:
-        """The response's events; closing them (``async with``) closes the response."""
-        return aclosing(cast(AsyncGenerator[ServerSentEvent, None], self.sse(path, payload)))
-
-    def _finish_payload(self, payload: dict[str, Any], request: ModelRequest) -> dict[str, Any]:
-        payload.update(self.options)
-        payload.update(request.provider_options or {})
-        payload["stream"] = True
-        return payload
-
-
-# ---------------------------------------------------------------- Chat Completions
 
 
 @dataclass
@@ -513,226 +327,7 @@ def _first_choice(choices: Any) -> dict[str, Any] | None:
     return None
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 # ---------------------------------------------------------------- Responses API
-
-
-def responses_input(turns: Sequence[ModelTurn]) -> list[dict[str, Any]]:
-    """Provider-neutral turns (without the system prompt) as Responses API ``input`` items."""
-    items: list[dict[str, Any]] = []
-    for turn in turns:
-        if turn.role == "system":
-            items.append({"role": "system", "content": _texts(turn.content)})
-        elif turn.role == "user":
-            items.append({"role": "user", "content": _responses_user_content(turn.content)})
-        elif turn.role == "assistant":
-            texts: list[dict[str, Any]] = []
-            for c in turn.content:
-                if isinstance(c, ModelText) and c.text:
-                    texts.append({"type": "output_text", "text": c.text})
-                elif isinstance(c, ModelToolCall):
-                    if texts:
-                        items.append({"role": "assistant", "content": texts})
-                        texts = []
-                    items.append({"type": "function_call", "call_id": c.id, "name": c.name,
-                                  "arguments": json.dumps(c.input, separators=(",", ":"), ensure_ascii=False)})
-            if texts:
-                items.append({"role": "assistant", "content": texts})
-        else:
-            items.extend(
-                {"type": "function_call_output", "call_id": r.id, "output": r.text}
-                for r in turn.content if isinstance(r, ModelToolResult)
-            )
-    return items
-
-
-def _responses_user_content(content: Sequence[Any]) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
-    for c in content:
-        if isinstance(c, ModelText):
-            if c.text:
-                parts.append({"type": "input_text", "text": c.text})
-        elif isinstance(c, ModelFile):
-            remote = c.url.startswith(("http://", "https://"))
-            if c.media_type.startswith("image/") and (remote or c.url.startswith("data:")):
-                parts.append({"type": "input_image", "image_url": c.url, "detail": "auto"})
-            elif c.media_type == "application/pdf" and remote:
-                parts.append({"type": "input_file", "file_url": c.url})
-            elif c.media_type == "application/pdf" and c.url.startswith("data:"):
-                parts.append({"type": "input_file", "filename": c.filename or "attachment.pdf", "file_data": c.url})
-            else:
-                parts.append({"type": "input_text", "text": _file_text(c) or _file_note(c)})
-    return parts
-
-
-def responses_tools(tools: Sequence[ToolDefinition]) -> list[dict[str, Any]]:
-    return [
-        {"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters,
-         "strict": False}
-        for t in tools
-    ]
-
-
-@dataclass
-class _ResponsesCall:
-    call_id: str
-    name: str
-    arguments: list[str] = field(default_factory=list)
-    done: bool = False
-
-
-_INCOMPLETE: dict[str, FinishReason] = {"max_output_tokens": "length", "content_filter": "content-filter"}
-
-
-class OpenAIResponsesModel(_OpenAIBase):
-    """The OpenAI Responses API, streamed."""
-
-    def payload(self, request: ModelRequest) -> dict[str, Any]:
-        """The request body for ``request``."""
-        payload: dict[str, Any] = {
-            "model": self.model,
-            "input": responses_input(to_model_turns(request.messages)),
-            "stream": True,
-            "store": False,
-        }
-        if request.system:
-            payload["instructions"] = request.system
-        if request.tools:
-            payload["tools"] = responses_tools(request.tools)
-            if request.tool_choice is not None:
-                payload["tool_choice"] = _tool_choice(request.tool_choice, responses=True)
-        if request.max_output_tokens is not None:
-            payload["max_output_tokens"] = request.max_output_tokens
-        if request.temperature is not None:
-            payload["temperature"] = request.temperature
-        return self._finish_payload(payload, request)
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        parts = _Parts()
-        calls: dict[str, _ResponsesCall] = {}  # by output item id
-        made = 0
-        async with self._events("/responses", self.payload(request)) as events:
-            async for sse in events:
-                data = sse.data.strip()
-                if not data or data == "[DONE]":
-                    continue
-                event = _decode(sse)
-                if not isinstance(event, dict):
-                    raise self._fail(f"unreadable event from the model: {data[:200]!r}")
-                kind = event.get("type") or sse.event
-                out: list[ModelEvent] = []
-                if kind in ("response.output_text.delta", "response.refusal.delta"):
-                    out = parts.delta("t", _str(event.get("delta")), (event.get("item_id"), "text"))
-                elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-                    index = event.get("summary_index", event.get("content_index"))
-                    out = parts.delta("r", _str(event.get("delta")), (event.get("item_id"), kind, index))
-                elif kind in ("response.output_text.done", "response.refusal.done"):
-                    out = parts.close((event.get("item_id"), "text"), only_key=True)
-                elif kind in ("response.reasoning_summary_text.done", "response.reasoning_text.done"):
-                    index = event.get("summary_index", event.get("content_index"))
-                    key = (event.get("item_id"), kind.replace(".done", ".delta"), index)
-                    out = parts.close(key, only_key=True)
-                elif kind == "response.output_item.added":
-                    out = self._on_item(event.get("item"), parts, calls, done=False)
-                elif kind == "response.function_call_arguments.delta":
-                    call = calls.get(_str(event.get("item_id")))
-                    delta = _str(event.get("delta"))
-                    if call is not None and not call.done and delta:
-                        call.arguments.append(delta)
-                        out = [ToolInputDelta(call.call_id, delta)]
-                elif kind == "response.function_call_arguments.done":
-                    call = calls.get(_str(event.get("item_id")))
-                    if call is not None:
-                        out = self._complete(call, event.get("arguments"))
-                elif kind == "response.output_item.done":
-                    out = self._on_item(event.get("item"), parts, calls, done=True)
-                elif kind in ("response.completed", "response.incomplete"):
-                    response = event.get("response")
-                    response = response if isinstance(response, dict) else {}
-                    incomplete = kind == "response.incomplete" or response.get("status") == "incomplete"
-                    out = parts.close()
-                    if not incomplete:
-                        for call in calls.values():
-                            out += self._complete(call, None)
-                    made += sum(isinstance(e, ToolCall) for e in out)
-                    for item in out:
-                        yield item
-                    yield Finish(self._finish_reason(response, incomplete, made), _responses_usage(response))
-                    return
-                elif kind == "response.failed":
-                    response = event.get("response")
-                    error = response.get("error") if isinstance(response, dict) else None
-                    raise self._fail(_error_message(error) or "the response failed")
-                elif kind == "error":
-                    raise self._fail(_error_message(event.get("error")) or _error_message(event)
-                                     or "the model reported an error")
-                made += sum(isinstance(e, ToolCall) for e in out)
-                for item in out:
-                    yield item
-        raise self._fail("the response ended before the model finished (no response.completed)")
-
-    def _on_item(self, item: Any, parts: _Parts, calls: dict[str, _ResponsesCall], *, done: bool,
-                 ) -> list[ModelEvent]:
-        if not isinstance(item, dict):
-            return []
-        item_id = _str(item.get("id"))
-        if item.get("type") != "function_call":
-            key = parts.open_key()
-            if done and isinstance(key, tuple) and key[0] == item_id:
-                return parts.close()
-            return []
-        events = parts.close()
-        call = calls.get(item_id)
-        if call is None:
-            call_id = _str(item.get("call_id")) or item_id or f"call_{uuid.uuid4().hex[:24]}"
-            call = calls[item_id] = _ResponsesCall(call_id, _str(item.get("name")))
-            if not call.name:
-                raise self._fail("the model sent a tool call without a tool name")
-            events.append(ToolInputStart(call.call_id, call.name))
-            arguments = _arguments_text(item.get("arguments"))
-            if arguments:
-                call.arguments.append(arguments)
-                events.append(ToolInputDelta(call.call_id, arguments))
-        if done:
-            events += self._complete(call, item.get("arguments"))
-        return events
-
-    def _complete(self, call: _ResponsesCall, arguments: Any) -> list[ModelEvent]:
-        """The call's ToolCall, once: ``arguments`` (the full text, when the event has it) wins."""
-        if call.done:
-            return []
-        call.done = True
-        text = arguments if isinstance(arguments, str) else "".join(call.arguments)
-        try:
-            tool_input = _parse_input(text)
-        except ValueError as exc:
-            raise self._fail(f"the model sent invalid JSON as the input of tool {call.name!r}: {exc}") from None
-        return [ToolCall(call.call_id, call.name, tool_input)]
-
-    @staticmethod
-    def _finish_reason(response: dict[str, Any], incomplete: bool, made: int) -> FinishReason:
-        if incomplete:
-            details = response.get("incomplete_details")
-            reason = details.get("reason") if isinstance(details, dict) else None
-            return _INCOMPLETE.get(reason, "other") if isinstance(reason, str) else "other"
-        return "tool-calls" if made else "stop"
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _responses_usage(response: dict[str, Any]) -> Usage | None:
-    usage = response.get("usage")
-    if not isinstance(usage, dict):
-        return None
-    return Usage(_int(usage.get("input_tokens")), _int(usage.get("output_tokens")))
-
-
-# ---------------------------------------------------------------- model settings
 
 
 def _spec_error(message: str) -> ValueError:

@@ -28,6 +28,7 @@ from protocol import (
 from storage import OperationRow
 
 from ._answers import INTERRUPTED_TOOL_ERROR
+from ._json import message_json
 from ._turn import closing_chunks
 
 if TYPE_CHECKING:
@@ -47,10 +48,6 @@ class Recovered:
     attempts: int = 0
     crash_strikes: int = 0
     next_attempt_at: int | None = None
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
 def _parent_from_input(op: OperationRow) -> str | None:
@@ -110,7 +107,7 @@ async def recover_operation(session: Session, op: OperationRow) -> Recovered:
             await tx.append_chunks(last_stream, [dump_chunk(c) for c in extra], now)
         message = assembler.message if assembler.message.parts else None
         if message is not None:
-            content = _dumps(message.model_dump(mode="json", exclude_unset=True))
+            content = message_json(message)
             if stored is not None:
                 await tx.update_message(session.id, message.id, content, now)
             else:

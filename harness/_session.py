@@ -14,7 +14,6 @@ import json
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from protocol import UIMessage, message_text, parse_message
@@ -32,42 +31,18 @@ from ._events import (
     RunStarted,
     SessionReset,
 )
+from ._json import dumps, message_json
 from ._model import Model
+from ._outcomes import OperationResult, Receipt, SubmitRefused, describe_reason, result_of
 from ._recovery import Recovered, recover_operation
 from ._tools import Tool
 from ._turn import Outcome, Turn, TurnPlan, TurnSuspended
 
-__all__ = ["OperationResult", "Receipt", "Session", "SubmitRefused", "describe_reason"]
+__all__ = ["Session"]
 
 log = logging.getLogger("think_server.session")
 
 RESERVED_METADATA_KEYS = ("channel", "turnMetadata")
-
-
-class SubmitRefused(ValueError):
-    """A submission that cannot be accepted; nothing was written."""
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    operation_id: str
-    session: str
-    accepted: bool
-
-
-@dataclass(frozen=True, slots=True)
-class OperationResult:
-    status: Literal["done", "unanswered"]
-    text: str = ""
-    reason: str | None = None
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-
-
-def _content(msg: UIMessage) -> str:
-    return _dumps(msg.model_dump(mode="json", exclude_unset=True))
 
 
 class Session:
@@ -238,11 +213,11 @@ class Session:
         now = self.clock.now_ms()
         async with self.db.transaction() as tx:
             await tx.ensure_session(self.id, now)
-            if not await tx.insert_operation(op_id, self.id, kind, source, _dumps(payload), _dumps(options), now):
+            if not await tx.insert_operation(op_id, self.id, kind, source, dumps(payload), dumps(options), now):
                 return Receipt(op_id, self.id, accepted=False)
             if client_tools is not None:
-                await tx.set_client_tools(self.id, _dumps(client_tools) if client_tools else None, now)
-            await tx.set_last_body(self.id, _dumps(body) if body else None, now)
+                await tx.set_client_tools(self.id, dumps(client_tools) if client_tools else None, now)
+            await tx.set_last_body(self.id, dumps(body) if body else None, now)
             await tx.set_last_terminal(self.id, None, now)
         self.last_terminal = None
         if client_tools is not None:
@@ -291,10 +266,10 @@ class Session:
         now = self.clock.now_ms()
         async with self.db.transaction() as tx:
             await tx.ensure_session(self.id, now)
-            if not await tx.insert_operation(op_id, self.id, kind, source, _dumps(payload), None, now):
+            if not await tx.insert_operation(op_id, self.id, kind, source, dumps(payload), None, now):
                 return Receipt(op_id, self.id, accepted=False)
             if client_tools:
-                await tx.set_client_tools(self.id, _dumps(client_tools), now)
+                await tx.set_client_tools(self.id, dumps(client_tools), now)
         if client_tools:
             self._client_tools = list(client_tools)
         self._queued_answers[op_id] = answer
@@ -312,7 +287,7 @@ class Session:
             if row is None or row.session_id != self.id:
                 raise KeyError(f"unknown operation {operation_id!r} in session {self.id!r}")
             if row.status not in ("pending", "running") and not fut.done():
-                fut.set_result(_result(row.outcome, row.result_text, row.reason))
+                fut.set_result(result_of(row.outcome, row.result_text, row.reason))
             return await fut
         finally:
             if fut in waiters:
@@ -380,7 +355,7 @@ class Session:
         parent = base[-1].id if base else None
         async with self.db.transaction() as tx:
             for m in new_messages:
-                await tx.insert_message(self.id, m.id, parent, m.role, _content(m), op_id, now)
+                await tx.insert_message(self.id, m.id, parent, m.role, message_json(m), op_id, now)
                 parent = m.id
             await tx.start_operation(op_id, message_id, now)
         if new_messages:
@@ -451,7 +426,7 @@ class Session:
         updated = apply_answer(self._messages[index], answer)
         now = self.clock.now_ms()
         async with self.db.transaction() as tx:
-            await tx.update_message(self.id, updated.id, _content(updated), now)
+            await tx.update_message(self.id, updated.id, message_json(updated), now)
             await tx.start_operation(op_id, updated.id, now)
         self._messages[index] = updated
         self.publish(MessagePersisted(updated))
@@ -499,7 +474,7 @@ class Session:
         await tx.settle_operation(operation_id, outcome.status, outcome.outcome, outcome.reason, outcome.text, now)
         if outcome.status == "error":
             terminal = {"operationId": operation_id, "body": describe_reason(outcome.reason)}
-            await tx.set_last_terminal(self.id, _dumps(terminal), now)
+            await tx.set_last_terminal(self.id, dumps(terminal), now)
             self.last_terminal = terminal
 
     async def _fail(self, op_id: str) -> None:
@@ -521,7 +496,7 @@ class Session:
 
     def _finish(self, op_id: str, outcome: Outcome, message_ids: Sequence[str]) -> None:
         self.publish(OperationSettled(op_id, outcome.status, outcome.outcome, outcome.reason, tuple(message_ids)))
-        result = _result(outcome.outcome, outcome.text, outcome.reason)
+        result = result_of(outcome.outcome, outcome.text, outcome.reason)
         for fut in self._waiters.pop(op_id, []):
             if not fut.done():
                 fut.set_result(result)
@@ -615,23 +590,3 @@ class Session:
         self.last_terminal = None
         self.publish(SessionReset())
         self._kick()
-
-
-_REASON_TEXT = {
-    "interrupted": "The assistant was interrupted and could not recover. Please try again.",
-    "out_of_memory": "The assistant kept failing on this turn and stopped trying. Please try again.",
-    "client_role": "Client input may only add user messages.",
-}
-
-
-def describe_reason(reason: str | None) -> str:
-    """The text a user is shown for an operation that ended unanswered."""
-    if not reason:
-        return "The turn failed."
-    return _REASON_TEXT.get(reason, reason)
-
-
-def _result(outcome: str | None, text: str | None, reason: str | None) -> OperationResult:
-    if outcome == "done":
-        return OperationResult("done", text or "")
-    return OperationResult("unanswered", "", reason)

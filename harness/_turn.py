@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 import time
 from collections.abc import Awaitable, Sequence
@@ -46,6 +45,7 @@ from storage import Tx
 from ._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from ._chunklog import ChunkLog
 from ._events import ModelCallFinished, ToolCallFinished
+from ._json import dumps, message_json
 from ._model import (
     Finish,
     Model,
@@ -116,10 +116,6 @@ class _Stalled(Exception):
 
 class _OutOfAttempts(Exception):
     """Interruptions without progress used up the recovery budget."""
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
 def closing_chunks(assembler: MessageAssembler) -> list[Chunk]:
@@ -400,14 +396,14 @@ class Turn:
         async with self._session.db.transaction() as tx:
             for call_id, name, tool_input in calls:
                 await tx.start_tool_call(self._session.id, call_id, self.operation_id, self.message_id, name,
-                                         self._tools[name].recovery, _dumps(tool_input), now)
+                                         self._tools[name].recovery, dumps(tool_input), now)
 
         async def one(call_id: str, name: str, tool_input: Any) -> None:
             started = time.perf_counter()
             self._running_calls[call_id] = name
             try:
                 output = await self._tools[name].run(tool_input)
-                text = _dumps(output)  # the output must be JSON to reach the model and the client
+                text = dumps(output)  # the output must be JSON to reach the model and the client
                 chunk: Chunk = ToolOutputAvailableChunk(toolCallId=call_id, output=output)
                 record: tuple[str, str | None, str | None] = ("succeeded", text, None)
             except asyncio.CancelledError:
@@ -454,7 +450,7 @@ class Turn:
         msg = self._assembler.message
         if not msg.parts:
             return
-        content = _dumps(msg.model_dump(mode="json", exclude_unset=True))
+        content = message_json(msg)
         now = self._session.clock.now_ms()
         if self._persisted:
             await tx.update_message(self._session.id, msg.id, content, now)

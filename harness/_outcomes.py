@@ -1,0 +1,46 @@
+"""What callers get back from a session: receipts, results, refusals, and the words for them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["OperationResult", "Receipt", "SubmitRefused", "describe_reason", "result_of"]
+
+
+class SubmitRefused(ValueError):
+    """A submission that cannot be accepted; nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    operation_id: str
+    session: str
+    accepted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OperationResult:
+    status: Literal["done", "unanswered"]
+    text: str = ""
+    reason: str | None = None
+
+
+_REASON_TEXT = {
+    "interrupted": "The assistant was interrupted and could not recover. Please try again.",
+    "out_of_memory": "The assistant kept failing on this turn and stopped trying. Please try again.",
+    "client_role": "Client input may only add user messages.",
+}
+
+
+def describe_reason(reason: str | None) -> str:
+    """The text a user is shown for an operation that ended unanswered."""
+    if not reason:
+        return "The turn failed."
+    return _REASON_TEXT.get(reason, reason)
+
+
+def result_of(outcome: str | None, text: str | None, reason: str | None) -> OperationResult:
+    if outcome == "done":
+        return OperationResult("done", text or "")
+    return OperationResult("unanswered", "", reason)
