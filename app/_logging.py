@@ -9,10 +9,29 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextvars import ContextVar
 
-__all__ = ["JsonFormatter", "configure_logging"]
+from harness import current_operation, current_session
+
+__all__ = ["ContextFilter", "JsonFormatter", "configure_logging", "current_agent", "current_instance"]
 
 _CONTEXT = ("agent", "instance", "session", "operation", "connection")
+
+current_agent: ContextVar[str | None] = ContextVar("think_agent", default=None)
+current_instance: ContextVar[str | None] = ContextVar("think_instance", default=None)
+
+
+class ContextFilter(logging.Filter):
+    """Stamps each record with the ids of what the code was working for (unless it carries its own)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, var in (("agent", current_agent), ("instance", current_instance),
+                         ("session", current_session), ("operation", current_operation)):
+            if getattr(record, key, None) is None:
+                value = var.get()
+                if value is not None:
+                    setattr(record, key, value)
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -38,6 +57,7 @@ def configure_logging(level: str, as_json: bool) -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(ContextFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel("DEBUG" if level == "trace" else level.upper())

@@ -13,6 +13,7 @@ from storage import StorageError
 
 from ._auth import Authenticator, AuthError
 from ._connection import Connection
+from ._logging import current_agent, current_instance
 from ._metrics import Metrics
 from ._registry import ActorRegistry, CapacityError
 from ._thinkchat import error_frame
@@ -59,6 +60,8 @@ async def serve_socket(
     settings: Settings,
     metrics: Metrics,
 ) -> None:
+    current_agent.set(agent)
+    current_instance.set(name)
     await ws.accept()
     if problem is None:
         try:

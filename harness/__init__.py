@@ -17,6 +17,7 @@ from ._events import (
     ToolCallFinished,
 )
 from ._instance import ROOT_SESSION, Instance
+from ._logcontext import current_operation, current_session
 from ._model import (
     Finish,
     Model,
@@ -88,6 +89,8 @@ __all__ = [
     "ToolInputStart",
     "Usage",
     "client_tool",
+    "current_operation",
+    "current_session",
     "describe_reason",
     "load_script",
     "resolve_model",

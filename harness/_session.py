@@ -32,6 +32,7 @@ from ._events import (
     SessionReset,
 )
 from ._json import dumps, message_json
+from ._logcontext import current_operation, current_session
 from ._model import Model
 from ._outcomes import OperationResult, Receipt, SubmitRefused, describe_reason, result_of
 from ._recovery import Recovered, recover_operation
@@ -307,6 +308,8 @@ class Session:
         while self._queue and not self._closed and not self._resetting:
             op_id = self._queue.popleft()
             self._running_id = op_id
+            current_session.set(self.id)
+            current_operation.set(op_id)
             try:
                 await self._run(op_id)
             except TurnSuspended:

@@ -272,3 +272,25 @@ async def test_shutdown_mid_stream_tells_clients_to_reconnect_and_the_next_start
     text = "".join(p.get("text", "") for p in msgs[1]["parts"] if p["type"] == "text")
     assert text == "".join(f"s{i} " for i in range(30))
     await b.close()
+
+
+def test_log_records_are_stamped_with_what_the_code_works_for() -> None:
+    import contextvars
+
+    from app._logging import ContextFilter, current_agent, current_instance
+    from harness import current_operation
+
+    def log_one() -> dict[str, Any]:
+        current_agent.set("my-agent")
+        current_instance.set("chat-9")
+        current_operation.set("op-7")
+        record = logging.LogRecord("think_server.turn", logging.ERROR, __file__, 1, "tool failed", (), None)
+        assert ContextFilter().filter(record)
+        result: dict[str, Any] = json.loads(JsonFormatter().format(record))
+        return result
+
+    line = contextvars.copy_context().run(log_one)
+    assert (line["agent"], line["instance"], line["operation"]) == ("my-agent", "chat-9", "op-7")
+    bare = logging.LogRecord("x", logging.INFO, __file__, 1, "m", (), None)
+    ContextFilter().filter(bare)
+    assert "operation" not in json.loads(JsonFormatter().format(bare)), "nothing leaks out of its context"
