@@ -182,20 +182,25 @@ async def test_killed_mid_stream_continues_the_same_message(server: Server, seen
     await b.close()
 
 
-async def test_killed_mid_tool_call_reruns_a_rerun_tool(server: Server) -> None:
-    name = "rerun"
+async def kill_while_the_tool_runs(server: Server, name: str, text: str, tool: str) -> tuple[str, dict[str, Any]]:
+    """Start a turn, SIGKILL the server once ``tool`` has started (and not finished), start it again."""
     a = await Client.open(server.ws(name, "tab-a"))
-    rid, frame, user = chat_request("rerun it")
+    rid, frame, user = chat_request(text)
     await a.send(frame)
     await a.wait_for(body_has(rid, "tool-input-available"), timeout=15)
     for _ in range(100):
-        if server.tool_runs() == ["slowRerun start"]:
+        if server.tool_runs() == [f"{tool} start"]:
             break
         await asyncio.sleep(0.02)
     server.kill()
-    assert server.tool_runs() == ["slowRerun start"]
-
+    assert server.tool_runs() == [f"{tool} start"]
     await server.start()
+    return rid, user
+
+
+async def test_killed_mid_tool_call_reruns_a_rerun_tool(server: Server) -> None:
+    name = "rerun"
+    rid, user = await kill_while_the_tool_runs(server, name, "rerun it", "slowRerun")
     b = await reconnect_and_finish(server, name, rid)
     assert server.tool_runs() == ["slowRerun start", "slowRerun start", "slowRerun end"], "ran again, once"
     answer = check_one_answer(await get_messages(server, name), user)
@@ -208,17 +213,7 @@ async def test_killed_mid_tool_call_reruns_a_rerun_tool(server: Server) -> None:
 
 async def test_killed_mid_tool_call_reports_a_report_tool_as_interrupted(server: Server) -> None:
     name = "report"
-    a = await Client.open(server.ws(name, "tab-a"))
-    rid, frame, user = chat_request("report it")
-    await a.send(frame)
-    await a.wait_for(body_has(rid, "tool-input-available"), timeout=15)
-    for _ in range(100):
-        if server.tool_runs() == ["slowReport start"]:
-            break
-        await asyncio.sleep(0.02)
-    server.kill()
-
-    await server.start()
+    rid, user = await kill_while_the_tool_runs(server, name, "report it", "slowReport")
     b = await reconnect_and_finish(server, name, rid, may_be_done=True)
     assert server.tool_runs() == ["slowReport start"], "a report tool never runs twice"
     answer = check_one_answer(await get_messages(server, name), user)
