@@ -63,6 +63,7 @@ class ChunkLog:
 
     @property
     def stream_id(self) -> str | None:
+        """The current model call's stream row."""
         return None if self._stream is None else self._stream.id
 
     def open_stream(self, message_id: str, continuation: bool) -> None:

@@ -158,10 +158,6 @@ class Session:
     def running_operation(self) -> str | None:
         return self._running_id
 
-    @property
-    def running_turn(self) -> Turn | None:
-        return self._turn
-
     def pending(self) -> list[str]:
         """Open operations, oldest first: the running one, then the queue."""
         return ([self._running_id] if self._running_id else []) + list(self._queue)

@@ -493,7 +493,3 @@ class Turn:
         await asyncio.shield(self._commit(stream_status=stream_status, outcome=outcome, progress=progress))
         self._state = TurnState.SETTLED
         return outcome
-
-    @property
-    def message(self) -> UIMessage:
-        return self._assembler.message
