@@ -39,6 +39,10 @@ from protocol import (
     ChatRequestCancel,
     ClientFrame,
     ProtocolError,
+    RpcRequest,
+    RpcResponse,
+    StateError,
+    StateUpdate,
     StreamPending,
     StreamResumeAck,
     StreamResumeNone,
@@ -161,6 +165,12 @@ class ThinkChat:
             await self._answer(conn, answer, frame.autoContinue is not False, None)
         elif isinstance(frame, ChatMessagesPush):
             pass  # the server's transcript is authoritative; client pushes are ignored
+        elif isinstance(frame, RpcRequest):
+            # No callable methods: answered at once, so agent.call() rejects instead of timing out.
+            conn.send(dump_frame(RpcResponse(id=frame.id, success=False,
+                                             error=f"Method {frame.method} does not exist")))
+        elif isinstance(frame, StateUpdate):
+            conn.send(dump_frame(StateError(error="State update rejected: this agent keeps no client state")))
         else:
             log.debug("ignoring %s frame", getattr(frame, "type", "?"))
 

@@ -200,3 +200,15 @@ async def test_idle_actors_are_closed_and_reopen_on_use(serve) -> None:
     assert registry.active("my-agent", "idle") is None
     assert len((await get_messages(srv, "idle")).json()) == 2
     assert json.dumps((await get_messages(srv, "idle")).json())
+
+
+async def test_rpc_and_state_frames_are_answered_not_left_hanging(serve) -> None:
+    srv = await serve()
+    c = await Client.open(url(srv, "rpc"))
+    await c.send({"type": "rpc", "id": "r-1", "method": "getStats", "args": [1]})
+    answer = await c.wait_for(lambda f: f.get("type") == "rpc")
+    assert answer == {"type": "rpc", "id": "r-1", "success": False, "error": "Method getStats does not exist"}
+    await c.send({"type": "cf_agent_state", "state": {"theme": "dark"}})
+    refused = await c.wait_for(lambda f: f.get("type") == "cf_agent_state_error")
+    assert refused["error"].startswith("State update rejected")
+    await c.close()
