@@ -7,6 +7,7 @@ changes again).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -24,6 +25,7 @@ __all__ = [
     "check_answer",
     "find_call",
     "last_step_answered",
+    "run_call",
 ]
 
 INTERRUPTED_TOOL_ERROR = "The tool call was interrupted before a result was recorded."
@@ -126,6 +128,17 @@ def last_step_answered(message: UIMessage) -> bool:
             last_step.append(part)
     calls = [p for p in last_step if isinstance(p, ToolPart)]
     return bool(calls) and all(p.state.startswith("output") for p in calls) and isinstance(last_step[-1], ToolPart)
+
+
+async def run_call(tool: Tool, tool_call_id: str, tool_input: Any) -> tuple[Answer, tuple[str, str | None, str | None]]:
+    """Run a server call outside a turn: its result as an answer, and its record (state, output, error)."""
+    try:
+        output = await tool.run(tool_input)
+        text = json.dumps(output, separators=(",", ":"), ensure_ascii=False)
+    except Exception as exc:
+        error = str(exc) or type(exc).__name__
+        return Answer("tool-result", tool_call_id, error_text=error, is_error=True), ("failed", None, error)
+    return Answer("tool-result", tool_call_id, output=output), ("succeeded", text, None)
 
 
 def awaiting_calls(message: UIMessage) -> list[ToolPart]:

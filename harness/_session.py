@@ -20,7 +20,16 @@ from protocol import UIMessage, message_text, parse_message
 from storage import Database, OperationRow, Tx
 
 from ._agent import Agent
-from ._answers import Answer, AnswerRefused, apply_answer, awaiting_calls, check_answer, last_step_answered
+from ._answers import (
+    Answer,
+    AnswerRefused,
+    apply_answer,
+    awaiting_calls,
+    check_answer,
+    find_call,
+    last_step_answered,
+    run_call,
+)
 from ._clock import Clock
 from ._events import (
     HarnessEvent,
@@ -436,6 +445,10 @@ class Session:
         # (an error result, say) still continues a turn an earlier answer asked to continue.
         wants = auto_continue or (last and not waiting
                                   and await self.db.read.has_deferred_continuation(self.id, updated.id))
+        if not last and answer.kind == "approval" and answer.approved:
+            # The conversation moved on past this call: run it (its result belongs to the
+            # message that asked), without calling the model again.
+            await self._run_approved_call(index, answer.tool_call_id)
         if not wants or not last or waiting:
             deferred = auto_continue and last and waiting
             await self._settle_without_turn(
@@ -449,6 +462,26 @@ class Session:
         turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(op_id, outcome, ())
+
+    async def _run_approved_call(self, index: int, tool_call_id: str) -> None:
+        message = self._messages[index]
+        found = find_call([message], tool_call_id)
+        tool = self.agent.tool_map().get(found[1].tool_name) if found else None
+        if found is None or tool is None or tool.is_client:
+            return
+        part = found[1]
+        async with self.db.transaction() as tx:
+            await tx.start_tool_call(self.id, tool_call_id, self._running_id or "", message.id, tool.name,
+                                     tool.recovery, dumps(part.input), self.clock.now_ms())
+        result, record = await run_call(tool, tool_call_id, part.input)
+        updated = apply_answer(message, result)
+        now = self.clock.now_ms()
+        async with self.db.transaction() as tx:
+            await tx.update_message(self.id, updated.id, message_json(updated), now)
+            await tx.finish_tool_call(self.id, tool_call_id, record[0], record[1], record[2], now)
+        self._messages[index] = updated
+        self.publish(MessagePersisted(updated))
+        self.publish(MessageUpdated(updated))
 
     def _tools(self) -> dict[str, Tool]:
         tools = self.agent.tool_map()
