@@ -13,6 +13,7 @@ from harness import Agent, Model
 from storage import WorkIndex, instance_db_path
 
 from ._actor import Actor
+from ._logging import current_agent, current_instance
 from .settings import Settings
 
 __all__ = ["ActorRegistry", "CapacityError"]
@@ -91,6 +92,9 @@ class ActorRegistry:
             await self._close_actor(oldest)
 
     async def _activate(self, agent: str, name: str) -> Actor:
+        # This task's context is copied into the session worker it starts: its logs name the instance.
+        current_agent.set(agent)
+        current_instance.set(name)
         await self._make_room()
         if self._index is not None:
             # Marked before anything can run, so a crash from here on is found at the next start.
