@@ -61,6 +61,7 @@ from protocol import (
 from protocol import (
     MessageUpdated as MessageUpdatedFrame,
 )
+from storage import OperationRow
 
 from ._connection import Connection
 from .settings import Settings
@@ -77,6 +78,11 @@ def _error_frame(message: str) -> str:
 
 
 error_frame = _error_frame
+
+
+def _settled(op: OperationRow) -> OperationSettled:
+    """A stored settled operation as the event that would have announced it."""
+    return OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
 
 
 @dataclass(slots=True)
@@ -230,8 +236,7 @@ class ThinkChat:
             conn.send(dump_chat_response(rid, "Invalid chat request: that request id belongs to another "
                                               "conversation", done=True, error=True, outcome="error"))
             return
-        settled = OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
-        conn.send(self._terminal_frame(_Stream(rid, continuation=False), settled))
+        conn.send(self._terminal_frame(_Stream(rid, continuation=False), _settled(op)))
 
     def _over_limits(self, messages: list[UIMessage]) -> str | None:
         limits = self._limits
@@ -325,8 +330,7 @@ class ThinkChat:
             conn.send(dump_chat_response(request_id, str(terminal.get("body") or "The turn failed."), done=True,
                                          error=True, continuation=continuation, outcome="error"))
         elif op is not None and op.status not in ("pending", "running"):
-            settled = OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
-            conn.send(self._terminal_frame(stream, settled, replay=True))
+            conn.send(self._terminal_frame(stream, _settled(op), replay=True))
         else:
             conn.send(dump_chat_response(request_id, "", done=True, replay=True))
 

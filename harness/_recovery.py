@@ -115,8 +115,7 @@ async def recover_operation(session: Session, op: OperationRow) -> Recovered:
                 if not message_id:
                     await tx.start_operation(op.id, message.id, now)
         attempts = op.attempts + 1
-        delay_ms = int(session.agent.recovery.backoff_s(attempts) * 1000)
-        wake = max(op.next_attempt_at or 0, now + delay_ms) if delay_ms else op.next_attempt_at
+        wake = session.agent.recovery.wake_at(now, attempts, op.next_attempt_at)
         await tx.record_interruption(op.id, wake, crashed=True)
         bodies: list[str] = []
         for s in streams:

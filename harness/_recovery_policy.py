@@ -42,3 +42,10 @@ class RecoveryPolicy:
             return 0.0
         delay_ms: int = min(self.backoff_ms * 2 ** (attempt - 2), self.max_backoff_ms)
         return delay_ms / 1000
+
+    def wake_at(self, now_ms: int, attempt: int, already: int | None = None) -> int | None:
+        """When attempt ``attempt`` may run; a wake ``already`` set for later is kept (backoff survives a restart)."""
+        delay_ms = int(self.backoff_s(attempt) * 1000)
+        if not delay_ms:
+            return already
+        return max(already or 0, now_ms + delay_ms)

@@ -132,15 +132,6 @@ class Session:
         self._recovered[op.id] = recovered
         self._queue.appendleft(op.id)
 
-    async def record_interruption(self, operation_id: str, *, crashed: bool) -> int:
-        """Count an interruption without progress; the count so far."""
-        row = await self.db.read.operation(operation_id)
-        attempts = (row.attempts if row else 0) + 1
-        wake = self.clock.now_ms() + int(self.agent.recovery.backoff_s(attempts) * 1000)
-        async with self.db.transaction() as tx:
-            await tx.record_interruption(operation_id, wake, crashed)
-        return attempts
-
     async def close(self, grace_s: float = 5.0) -> None:
         """Stop the worker; the running operation stays ``running`` for the next start to pick up.
 

@@ -291,11 +291,17 @@ class Turn:
         for chunk in closing_chunks(self._assembler):
             self._emit(chunk)
         self._assembler.settle()
-        attempts = await self._session.record_interruption(self.operation_id, crashed=False)
+        attempts = 0
 
         async def seal(tx: Tx) -> None:
+            # The partial answer, the stream's end and the interruption count: one state change.
+            nonlocal attempts
             await self._log.finish_stream(tx, "completed")
             await self._write_message(tx)
+            row = await tx.operation(self.operation_id)
+            attempts = (row.attempts if row else 0) + 1
+            now = self._session.clock.now_ms()
+            await tx.record_interruption(self.operation_id, self._recovery.wake_at(now, attempts), False)
 
         await self._log.commit(seal)
         if attempts > self._recovery.max_attempts:
