@@ -32,14 +32,15 @@ class Actor:
         self.agent_name = agent_name
         self.name = name
         self.instance = instance
-        self.chat = ThinkChat(session, now_ms=instance.clock.now_ms, limits=settings)
+        self.chat = ThinkChat(session, now_ms=instance.clock.now_ms)
         self.state = ActorState.ACTIVE
         self.last_used = time.monotonic()
 
     @classmethod
     async def activate(cls, agent_name: str, name: str, path: Path, agent: Agent, model: Model, *,
                        settings: Settings) -> Actor:
-        instance = await Instance.open(path, agent, model, stream_grace_ms=int(settings.stream_grace_s * 1000))
+        instance = await Instance.open(path, agent, model, stream_grace_ms=int(settings.stream_grace_s * 1000),
+                                       policy=settings.input_policy())
         try:
             session = await instance.session(start=False)
         except BaseException:
@@ -59,7 +60,8 @@ class Actor:
 
     def attach(self, conn: Connection) -> None:
         self.touch()
-        self.chat.connect(conn)
+        if not self.chat.connect(conn):
+            return  # a newer socket of the same client is here: this one is closing
         conn.send(dump_frame(Identity(name=self.name, agent=self.agent_name)))
         conn.send(dump_frame(McpServers()))
 

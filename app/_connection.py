@@ -37,9 +37,12 @@ _TRANSITIONS = {
 
 
 class Connection:
-    def __init__(self, ws: WebSocket, connection_id: str, *, max_queue: int = 4096) -> None:
+    def __init__(self, ws: WebSocket, connection_id: str, *, max_queue: int = 4096, order: int = 0) -> None:
         self.ws = ws
         self.id = connection_id
+        #: When the server accepted the socket, relative to others: of two sockets with one
+        #: id, the later accepted is the client's current one.
+        self.order = order
         self.state = ConnectionState.OPEN
         self._queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=max_queue)
         self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer:{connection_id}")

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from protocol import ProtocolError, UseChatRequest, dump_chat_response, parse_client_frame
+from protocol import (
+    RPC,
+    USE_CHAT_REQUEST,
+    ClientFrame,
+    ProtocolError,
+    RpcRequest,
+    RpcResponse,
+    UseChatRequest,
+    dump_chat_response,
+    dump_frame,
+    parse_client_frame,
+)
 from storage import StorageError
 
 from ._auth import Authenticator, AuthError
@@ -28,6 +40,29 @@ CLOSE_BAD_NAME = 4000
 CLOSE_UNAUTHORIZED = 4001
 CLOSE_UNKNOWN_AGENT = 4004
 CLOSE_TRY_LATER = 1013
+
+
+# Accept order of sockets: of two sockets with one connection id, the later one wins.
+_accepted = itertools.count(1)
+
+
+def _refusal(exc: ProtocolError, reason: str) -> str:
+    """The answer to a frame that could not be parsed: its request's end, when it names one."""
+    if exc.frame_id is not None:
+        if exc.frame_type == USE_CHAT_REQUEST:
+            return dump_chat_response(exc.frame_id, reason, done=True, error=True, outcome="error")
+        if exc.frame_type == RPC:
+            return dump_frame(RpcResponse(id=exc.frame_id, success=False, error=reason))
+    return error_frame(reason)
+
+
+def _failure(frame: ClientFrame, reason: str) -> str:
+    """The answer to a frame whose handling failed."""
+    if isinstance(frame, UseChatRequest):
+        return dump_chat_response(frame.id, reason, done=True, error=True, outcome="error")
+    if isinstance(frame, RpcRequest):
+        return dump_frame(RpcResponse(id=frame.id, success=False, error=reason))
+    return error_frame(reason)
 
 
 class TokenBucket:
@@ -62,6 +97,7 @@ async def serve_socket(
 ) -> None:
     current_agent.set(agent)
     current_instance.set(name)
+    order = next(_accepted)
     await ws.accept()
     if problem is None:
         try:
@@ -88,7 +124,7 @@ async def serve_socket(
         await ws.close(1011)
         return
     conn_id = (ws.query_params.get("_pk") or str(uuid.uuid4()))[:128]
-    conn = Connection(ws, conn_id, max_queue=settings.max_send_queue)
+    conn = Connection(ws, conn_id, max_queue=settings.max_send_queue, order=order)
     bucket = TokenBucket(settings.rate_limit_per_s, settings.rate_burst)
     actor.attach(conn)
     metrics.connections.inc()
@@ -109,7 +145,7 @@ async def serve_socket(
             try:
                 frame = parse_client_frame(text)
             except ProtocolError as exc:
-                conn.send(error_frame(str(exc)))
+                conn.send(_refusal(exc, str(exc)))
                 continue
             if not bucket.take():
                 metrics.refusals.labels("rate_limit").inc()
@@ -124,7 +160,9 @@ async def serve_socket(
             except Exception:
                 log.exception("handling %s failed", frame.type,
                               extra={"agent": agent, "instance": name, "connection": conn_id})
-                conn.send(error_frame(f"the server failed to handle a {frame.type} frame"))
+                # Nothing was accepted (every state change is one transaction); the request still ends.
+                conn.send(_failure(frame, f"the server failed to handle this {frame.type} frame; nothing "
+                                          "of it was kept"))
     except WebSocketDisconnect:
         pass
     finally:

@@ -50,12 +50,11 @@ from protocol import (
     StreamResuming,
     ToolApprovalFrame,
     ToolResultFrame,
-    UIMessage,
     UseChatRequest,
     dump_chat_response,
     dump_frame,
-    dump_message,
     dump_messages,
+    is_unicode_text,
     parse_chat_request_body,
 )
 from protocol import (
@@ -64,7 +63,6 @@ from protocol import (
 from storage import OperationRow
 
 from ._connection import Connection
-from .settings import Settings
 
 __all__ = ["ThinkChat", "error_frame"]
 
@@ -74,7 +72,10 @@ log = logging.getLogger("think_server.chat")
 
 def _error_frame(message: str) -> str:
     """Our one addition to the protocol: a frame clients that do not know it ignore."""
-    return json.dumps({"type": "cf_agent_error", "error": message}, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps({"type": "cf_agent_error", "error": message}, separators=(",", ":"), ensure_ascii=False)
+    if not is_unicode_text(text):  # a lone surrogate quoted from bad input: escape it, as JSON.stringify does
+        text = json.dumps({"type": "cf_agent_error", "error": message}, separators=(",", ":"))
+    return text
 
 
 error_frame = _error_frame
@@ -97,9 +98,8 @@ class _Stream:
 
 
 class ThinkChat:
-    def __init__(self, session: Session, *, now_ms: Callable[[], int], limits: Settings | None = None) -> None:
+    def __init__(self, session: Session, *, now_ms: Callable[[], int]) -> None:
         self.session = session
-        self._limits = limits or Settings()
         self._now_ms = now_ms
         self.connections: dict[str, Connection] = {}
         self._awaiting_ack: set[str] = set()  # told `resuming`, excluded from live frames until they ACK
@@ -118,10 +118,17 @@ class ThinkChat:
 
     # -- connections ------------------------------------------------------------
 
-    def connect(self, conn: Connection) -> None:
-        """Register a socket (a reconnect with the same id replaces the old one) and greet it."""
+    def connect(self, conn: Connection) -> bool:
+        """Register a socket and greet it; False if a newer socket with its id is here already.
+
+        A reconnect with the same id replaces the older socket, whichever of the
+        two is handled first: in a reconnect storm the stale one may get here last.
+        """
         old = self.connections.get(conn.id)
         if old is not None and old is not conn:
+            if old.order > conn.order:
+                conn.close(1000, "replaced by a newer connection")
+                return False
             old.close(1000, "replaced by a reconnect")
         self.connections[conn.id] = conn
         self._acked.pop(conn.id, None)
@@ -136,6 +143,7 @@ class ThinkChat:
             conn.send(self._transcript_frame(connect=True))
         if self._recovering is not None:
             conn.send(dump_frame(ChatRecovering(recovering=True, id=self._recovering)))
+        return True
 
     def disconnect(self, conn: Connection) -> None:
         """A closed socket never cancels a turn."""
@@ -187,14 +195,10 @@ class ThinkChat:
                                               f"{frame.init.method!r}", done=True, error=True, outcome="error"))
             return
         try:
-            body = parse_chat_request_body(frame.init.body)
+            # Messages the session holds are taken by id: the hook resends the whole transcript.
+            body = parse_chat_request_body(frame.init.body, known=self.session.knows)
         except ProtocolError as exc:
             conn.send(dump_chat_response(rid, f"Invalid chat request: {exc}", done=True, error=True,
-                                         outcome="error"))
-            return
-        too_big = self._over_limits(body.messages)
-        if too_big is not None:
-            conn.send(dump_chat_response(rid, f"Invalid chat request: {too_big}", done=True, error=True,
                                          outcome="error"))
             return
         finished = self._finished.get(rid)
@@ -203,15 +207,15 @@ class ThinkChat:
             conn.send(self._terminal_frame(finished, finished.settled))
             return
         regenerate_from = None
-        messages = body.messages
         if body.trigger == "regenerate-message":
-            regenerate_from = messages[-1].id if messages else None
+            regenerate_from = body.message_ids[-1] if body.message_ids else None
         client_tools = None if body.clientTools is None else [t.model_dump(exclude_unset=True)
                                                               for t in body.clientTools]
         self._requesters[rid] = conn.id
+        receipt = None
         try:
             receipt = await self.session.submit(
-                messages,
+                body.messages,
                 operation_id=rid,
                 source="client",
                 regenerate_from=regenerate_from,
@@ -219,9 +223,11 @@ class ThinkChat:
                 body=body.extra or None,
             )
         except SubmitRefused as exc:
-            self._requesters.pop(rid, None)
             conn.send(dump_chat_response(rid, str(exc), done=True, error=True, outcome="error"))
             return
+        finally:
+            if receipt is None:
+                self._requesters.pop(rid, None)
         if not receipt.accepted:
             await self._answer_retry(conn, rid)
 
@@ -237,16 +243,6 @@ class ThinkChat:
                                               "conversation", done=True, error=True, outcome="error"))
             return
         conn.send(self._terminal_frame(_Stream(rid, continuation=False), _settled(op)))
-
-    def _over_limits(self, messages: list[UIMessage]) -> str | None:
-        limits = self._limits
-        if len(messages) > limits.max_messages_per_request:
-            return f"{len(messages)} messages is over the limit of {limits.max_messages_per_request} per request"
-        for m in messages:
-            size = len(json.dumps(dump_message(m), ensure_ascii=False).encode())
-            if size > limits.max_message_bytes:
-                return f"message {m.id!r} has {size} bytes, over the limit of {limits.max_message_bytes}"
-        return None
 
     async def _answer(self, conn: Connection, answer: Answer, auto_continue: bool,
                       client_tools: list[dict[str, object]] | None) -> None:
@@ -270,10 +266,15 @@ class ThinkChat:
     def _on_resume_request(self, conn: Connection, probe_id: str | None) -> None:
         active = self._active
         if active is not None and active.settled is None and active.bodies:
-            if active.id not in self._acked.get(conn.id, ()):
-                self._awaiting_ack.add(conn.id)
-            # else: the socket is attached and live already; its ACK changes nothing, so keep it live
-            conn.send(dump_frame(StreamResuming(id=active.id, probeId=probe_id)))
+            if conn.id in self._awaiting_ack:
+                conn.send(dump_frame(StreamResuming(id=active.id, probeId=probe_id)))
+                return
+            # The socket gets this stream live and has every chunk of it (a socket that lacks
+            # the start waits for an ACK). `resuming` would make it ask for a replay of what it
+            # has, so the answer is the non-authoritative "nothing to attach to": the client
+            # keeps showing the stream it is receiving.
+            self._acked.setdefault(conn.id, set()).add(active.id)
+            conn.send(dump_frame(StreamResumeNone(probeId=probe_id)))
             return
         pending = self.session.pending()
         if pending:
@@ -366,6 +367,14 @@ class ThinkChat:
 
     def _on_run_started(self, event: RunStarted) -> None:
         self._active = _Stream(event.operation_id, event.continuation, list(event.prior))
+        if event.prior:
+            # A recovered stream already has chunks no socket here has seen: every live socket
+            # resumes it (replay, then live), as one that connects now would.
+            frame = dump_frame(StreamResuming(id=event.operation_id))
+            for cid, conn in self.connections.items():
+                if cid not in self._awaiting_ack:
+                    self._awaiting_ack.add(cid)
+                    conn.send(frame)
         if event.recovering:
             self._recovering = event.operation_id
             self._broadcast(dump_frame(ChatRecovering(recovering=True, id=event.operation_id)))

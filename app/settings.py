@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from harness import InputPolicy
+
 __all__ = ["ENV_PREFIX", "Settings", "SettingsError"]
 
 ENV_PREFIX = "THINK_"
@@ -45,9 +47,18 @@ class Settings(BaseModel):
     max_actors: int = Field(1000, ge=1)
 
     # -- limits on what clients send ---------------------------------------------
-    max_frame_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    #: Largest frame a client may send. The hook sends the whole transcript with every
+    #: request, so this bounds the length of a conversation a browser can continue.
+    max_frame_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    #: Largest new message, and most new messages, one request may add (messages the
+    #: server already holds are recognised by id and never count).
     max_message_bytes: int = Field(1024 * 1024, ge=256)
     max_messages_per_request: int = Field(1000, ge=1)
+    #: Operations one conversation may hold queued behind the running one.
+    max_queued_operations: int = Field(100, ge=1)
+    #: Whether client messages may attach files by http(s) URL (a model server would fetch
+    #: them from inside its own network); ``data:`` URLs are always accepted.
+    allow_remote_file_urls: bool = False
     #: Frames per second one connection may send (a token bucket with ``rate_burst`` tokens).
     rate_limit_per_s: float = Field(50.0, gt=0)
     rate_burst: int = Field(200, ge=1)
@@ -99,6 +110,15 @@ class Settings(BaseModel):
         if sum(x is not None for x in (self.auth_token, self.jwt_secret, self.jwt_public_key)) > 1:
             raise ValueError("set only one of auth_token, jwt_secret and jwt_public_key")
         return self
+
+    def input_policy(self) -> InputPolicy:
+        """What the harness accepts from clients, from these settings."""
+        return InputPolicy(
+            max_messages_per_request=self.max_messages_per_request,
+            max_message_bytes=self.max_message_bytes,
+            allow_remote_file_urls=self.allow_remote_file_urls,
+            max_queued_operations=self.max_queued_operations,
+        )
 
     @property
     def auth_enabled(self) -> bool:

@@ -16,6 +16,7 @@ from ._events import (
     StreamStarted,
     ToolCallFinished,
 )
+from ._input import InputPolicy
 from ._instance import ROOT_SESSION, Instance
 from ._logcontext import current_operation, current_session
 from ._model import (
@@ -52,6 +53,7 @@ __all__ = [
     "Clock",
     "Finish",
     "HarnessEvent",
+    "InputPolicy",
     "Instance",
     "Listener",
     "MessagePersisted",

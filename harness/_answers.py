@@ -62,8 +62,13 @@ class Answer:
 
 
 def find_call(messages: Sequence[UIMessage], tool_call_id: str) -> tuple[int, ToolPart] | None:
-    """The index of the message holding the call, and its part (latest message first)."""
+    """The index of the message holding the call, and its part (latest message first).
+
+    Only assistant messages hold calls: a tool part anywhere else was not made by the model.
+    """
     for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role != "assistant":
+            continue
         for part in messages[i].parts:
             if isinstance(part, ToolPart) and part.toolCallId == tool_call_id:
                 return i, part
@@ -94,6 +99,13 @@ def check_answer(messages: Sequence[UIMessage], answer: Answer, server_tools: Ma
             "not_awaiting_approval",
             f"tool call {answer.tool_call_id!r} is {part.state}, not waiting for an approval",
         )
+    else:
+        tool = server_tools.get(name)
+        if tool is None or tool.is_client or not (callable(tool.needs_approval) or tool.needs_approval):
+            raise AnswerRefused(
+                "not_approval_gated",
+                f"tool call {answer.tool_call_id!r} is to {name!r}, which is not a server tool that asks for approval",
+            )
     return index
 
 

@@ -9,6 +9,7 @@ from storage import Database
 
 from ._agent import Agent
 from ._clock import Clock
+from ._input import InputPolicy
 from ._model import Model
 from ._session import Session
 
@@ -20,9 +21,10 @@ DEFAULT_STREAM_GRACE_MS = 10 * 60 * 1000
 
 class Instance:
     def __init__(self, db: Database, agent: Agent, model: Model, clock: Clock,
-                 stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS) -> None:
+                 stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None) -> None:
         self.db = db
         self.stream_grace_ms = stream_grace_ms
+        self.policy = policy or InputPolicy()
         self.agent = agent
         self.model = model
         self.clock = clock
@@ -31,9 +33,9 @@ class Instance:
 
     @classmethod
     async def open(cls, path: Path, agent: Agent, model: Model, clock: Clock | None = None,
-                   stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS) -> Instance:
+                   stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None) -> Instance:
         db = await Database.open(path)
-        return cls(db, agent, model, clock or Clock(), stream_grace_ms)
+        return cls(db, agent, model, clock or Clock(), stream_grace_ms, policy)
 
     async def session(self, session_id: str = ROOT_SESSION, *, start: bool = True) -> Session:
         """The session, loaded from the file the first time it is used.
@@ -51,7 +53,7 @@ class Instance:
         self._opening[session_id] = fut
         try:
             session = Session(self.db, self.clock, session_id, self.agent, self.model,
-                              stream_grace_ms=self.stream_grace_ms)
+                              stream_grace_ms=self.stream_grace_ms, policy=self.policy)
             await session.load()
         except BaseException as exc:
             fut.set_exception(exc)

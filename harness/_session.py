@@ -13,7 +13,8 @@ import contextlib
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from protocol import UIMessage, message_text, parse_message
@@ -40,6 +41,7 @@ from ._events import (
     RunStarted,
     SessionReset,
 )
+from ._input import InputPolicy, check_client_messages
 from ._json import dumps, message_json
 from ._logcontext import current_operation, current_session
 from ._model import Model
@@ -52,13 +54,16 @@ __all__ = ["Session"]
 
 log = logging.getLogger("think_server.session")
 
-RESERVED_METADATA_KEYS = ("channel", "turnMetadata")
+@dataclass(slots=True)
+class _Held:
+    queued: bool = False
 
 
 class Session:
     def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model, *,
-                 stream_grace_ms: int = 10 * 60 * 1000) -> None:
+                 stream_grace_ms: int = 10 * 60 * 1000, policy: InputPolicy | None = None) -> None:
         self.db = db
+        self.policy = policy or InputPolicy()
         self.stream_grace_ms = stream_grace_ms
         self._last_sweep = 0
         self.clock = clock
@@ -74,6 +79,10 @@ class Session:
         self._running_id: str | None = None
         self._waiters: dict[str, list[asyncio.Future[OperationResult]]] = {}
         self._queued_inputs: dict[str, list[str]] = {}  # message ids of queued submissions
+        self._queued_ids: set[str] = set()  # the same ids and those being queued, for lookups
+        self._reserved: set[str] = set()  # operations being written, not queued yet
+        self._stored_ids: set[str] = set()  # every stored message of the session, on any branch
+        self._streaming_id: str | None = None  # the assistant message the running turn writes
         self._queued_answers: dict[str, Answer] = {}
         self._recovered: dict[str, Recovered] = {}
         self._abort_requested: set[str] = set()
@@ -91,6 +100,11 @@ class Session:
                 await self._recover(op)
             else:
                 self._queue.append(op.id)
+                if op.kind in ("input", "regenerate"):
+                    # Queued messages are known from the start: a client's retry must not queue them twice.
+                    ids = [m.get("id") for m in json.loads(op.input_json).get("messages", [])]
+                    self._queued_inputs[op.id] = [i for i in ids if isinstance(i, str)]
+                    self._queued_ids.update(self._queued_inputs[op.id])
         session_row = await self.db.read.session(self.id)
         if session_row is not None:
             if session_row.client_tools_json:
@@ -108,6 +122,7 @@ class Session:
                 continue
             self._messages.append(msg)
             self._parents[msg.id] = row.parent_id
+        self._stored_ids = set(await self.db.read.message_ids(self.id))
 
         await self.sweep_streams()
 
@@ -196,47 +211,73 @@ class Session:
         existing = await self.db.read.operation(op_id)
         if existing is not None:
             return Receipt(op_id, existing.session_id, accepted=False)
-        msgs = list(messages)
-        # Messages already stored (on any branch) or queued are dropped, never rewritten.
-        stored = await self.db.read.existing_message_ids(self.id, [m.id for m in msgs])
-        queued = self._queued_message_ids()
-        msgs = [m for m in msgs if m.id not in stored and m.id not in queued]
-        if source == "client":
-            msgs = self._untrusted(msgs)
+        # Messages the session knows (stored on any branch, streaming, or queued) are dropped,
+        # never rewritten. Memory knows nearly all of them; the file has the final word.
+        stored = await self.db.read.existing_message_ids(self.id, [m.id for m in messages if not self.knows(m.id)])
+        # No await from here until the new ids are reserved: a concurrent submission sees them.
+        fresh: dict[str, UIMessage] = {}
+        for m in messages:
+            if m.id not in stored and not self.knows(m.id):
+                fresh.setdefault(m.id, m)  # the first of two messages with one id wins
+        new = check_client_messages(list(fresh.values()), self.policy) if source == "client" else list(fresh.values())
         kind = "regenerate" if regenerate_from is not None else "input"
-        payload = {"messages": [m.model_dump(mode="json", exclude_unset=True) for m in msgs],
+        payload = {"messages": [m.model_dump(mode="json", exclude_unset=True) for m in new],
                    "regenerate_from": regenerate_from}
         options = {"client_tools": client_tools, "body": body}
-        now = self.clock.now_ms()
-        async with self.db.transaction() as tx:
-            await tx.ensure_session(self.id, now)
-            if not await tx.insert_operation(op_id, self.id, kind, source, dumps(payload), dumps(options), now):
-                return Receipt(op_id, self.id, accepted=False)
-            if client_tools is not None:
-                await tx.set_client_tools(self.id, dumps(client_tools) if client_tools else None, now)
-            await tx.set_last_body(self.id, dumps(body) if body else None, now)
-            await tx.set_last_terminal(self.id, None, now)
+        self._check_room()
+        with self._reservation(op_id, [m.id for m in new]) as held:
+            now = self.clock.now_ms()
+            async with self.db.transaction() as tx:
+                await tx.ensure_session(self.id, now)
+                if not await tx.insert_operation(op_id, self.id, kind, source, dumps(payload), dumps(options), now):
+                    return Receipt(op_id, self.id, accepted=False)
+                if client_tools is not None:
+                    await tx.set_client_tools(self.id, dumps(client_tools) if client_tools else None, now)
+                await tx.set_last_body(self.id, dumps(body) if body else None, now)
+                await tx.set_last_terminal(self.id, None, now)
+            held.queued = True
         self.last_terminal = None
         if client_tools is not None:
             self._client_tools = list(client_tools)
-        self._queued_inputs[op_id] = [m.id for m in msgs]
         self._queue.append(op_id)
         self._kick()
         return Receipt(op_id, self.id, accepted=True)
 
-    def _queued_message_ids(self) -> set[str]:
-        return {mid for ids in self._queued_inputs.values() for mid in ids}
+    def knows(self, message_id: str) -> bool:
+        """Whether the session holds a message with this id: stored on any branch, streaming, or queued."""
+        return message_id in self._stored_ids or message_id in self._queued_ids or message_id == self._streaming_id
 
-    def _untrusted(self, msgs: list[UIMessage]) -> list[UIMessage]:
-        out = []
-        for m in msgs:
-            if m.role != "user":
-                raise SubmitRefused(f"client input may only add user messages; message {m.id!r} has role {m.role!r}")
-            if m.metadata:
-                kept = {k: v for k, v in m.metadata.items() if k not in RESERVED_METADATA_KEYS}
-                m = m.model_copy(update={"metadata": kept or None})
-            out.append(m)
-        return out
+    def _check_room(self) -> None:
+        waiting = len(self._queue) + len(self._reserved)
+        if waiting >= self.policy.max_queued_operations:
+            raise SubmitRefused(f"this conversation already has {waiting} operations queued (the limit is "
+                                f"{self.policy.max_queued_operations}); wait for them to finish")
+
+    @contextlib.contextmanager
+    def _reservation(self, op_id: str, message_ids: list[str], answer: Answer | None = None) -> Iterator[_Held]:
+        """Hold a place in the queue, and what the operation carries, while it is written.
+
+        While held, a concurrent submission sees its message ids as known and a
+        second answer to its call as already given. The body marks the hold
+        ``queued`` once the operation is durable; otherwise it is let go.
+        """
+        held = _Held()
+        self._reserved.add(op_id)
+        self._queued_inputs[op_id] = message_ids
+        self._queued_ids.update(message_ids)
+        if answer is not None:
+            self._queued_answers[op_id] = answer
+        try:
+            yield held
+        finally:
+            self._reserved.discard(op_id)
+            if not held.queued:
+                self._unqueue(op_id)
+
+    def _unqueue(self, op_id: str) -> None:
+        """Forget what a queued operation held: its message ids (stored by now, or never) and its answer."""
+        self._queued_ids.difference_update(self._queued_inputs.pop(op_id, ()))
+        self._queued_answers.pop(op_id, None)
 
     async def answer(
         self,
@@ -260,16 +301,21 @@ class Session:
             raise AnswerRefused("already_answered", f"tool call {answer.tool_call_id!r} already has an answer queued")
         kind = "approval" if answer.kind == "approval" else "tool_result"
         payload = {"answer": answer.to_json(), "autoContinue": auto_continue}
-        now = self.clock.now_ms()
-        async with self.db.transaction() as tx:
-            await tx.ensure_session(self.id, now)
-            if not await tx.insert_operation(op_id, self.id, kind, source, dumps(payload), None, now):
-                return Receipt(op_id, self.id, accepted=False)
-            if client_tools:
-                await tx.set_client_tools(self.id, dumps(client_tools), now)
+        try:
+            self._check_room()
+        except SubmitRefused as exc:
+            raise AnswerRefused("queue_full", str(exc)) from None
+        with self._reservation(op_id, [], answer) as held:
+            now = self.clock.now_ms()
+            async with self.db.transaction() as tx:
+                await tx.ensure_session(self.id, now)
+                if not await tx.insert_operation(op_id, self.id, kind, source, dumps(payload), None, now):
+                    return Receipt(op_id, self.id, accepted=False)
+                if client_tools:
+                    await tx.set_client_tools(self.id, dumps(client_tools), now)
+            held.queued = True
         if client_tools:
             self._client_tools = list(client_tools)
-        self._queued_answers[op_id] = answer
         self._queue.append(op_id)
         self._kick()
         return Receipt(op_id, self.id, accepted=True)
@@ -317,9 +363,9 @@ class Session:
                 await self._fail(op_id)
             finally:
                 self._running_id = None
+                self._streaming_id = None
                 self._turn = None
-                self._queued_inputs.pop(op_id, None)
-                self._queued_answers.pop(op_id, None)
+                self._unqueue(op_id)
                 self._abort_requested.discard(op_id)
             if self.clock.now_ms() - self._last_sweep > min(self.stream_grace_ms, 60_000):
                 try:
@@ -357,6 +403,8 @@ class Session:
                 await tx.insert_message(self.id, m.id, parent, m.role, message_json(m), op_id, now)
                 parent = m.id
             await tx.start_operation(op_id, message_id, now)
+        self._stored_ids.update(m.id for m in new_messages)
+        self._streaming_id = message_id
         if new_messages:
             del self._messages[len(base):]  # base is a prefix of the active path
             prev = base[-1].id if base else None
@@ -406,6 +454,7 @@ class Session:
         else:
             context = list(self._messages)
         continuation = row.kind in ("tool_result", "approval")
+        self._streaming_id = message_id
         payload = json.loads(row.input_json)
         carried = tuple(m["id"] for m in payload.get("messages", []))
         self.publish(RunStarted(row.id, message_id, continuation=continuation, prior=tuple(recovered.bodies),
@@ -548,6 +597,7 @@ class Session:
     def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None:
         # A snapshot: the turn's live message keeps growing with parts not committed yet.
         snapshot = msg.model_copy(deep=True)
+        self._stored_ids.add(snapshot.id)
         self._place(snapshot, parent_id)
         self.publish(MessagePersisted(snapshot))
 
@@ -559,9 +609,7 @@ class Session:
         for op_id in list(self._queue) if operation_id is None else [operation_id]:
             if op_id in self._queue:
                 self._queue.remove(op_id)
-                self._queued_inputs.pop(op_id, None)
-                self._queued_answers.pop(op_id, None)
-                self._queued_answers.pop(op_id, None)
+                self._unqueue(op_id)
                 outcome = Outcome("aborted", "unanswered", "aborted")
                 async with self.db.transaction() as tx:
                     await self.write_settlement(tx, op_id, outcome)
@@ -587,8 +635,7 @@ class Session:
     async def _reset(self) -> None:
         for op_id in list(self._queue):
             self._queue.remove(op_id)
-            self._queued_inputs.pop(op_id, None)
-            self._queued_answers.pop(op_id, None)
+            self._unqueue(op_id)
             outcome = Outcome("skipped", "unanswered", "reset")
             async with self.db.transaction() as tx:
                 await self.write_settlement(tx, op_id, outcome)
@@ -609,6 +656,7 @@ class Session:
             await tx.reset_session(self.id, now)
         self._messages = []
         self._parents = {}
+        self._stored_ids = set()
         self._client_tools = []
         self.last_terminal = None
         self.publish(SessionReset())

@@ -56,6 +56,7 @@ from ._frames import (
     CHAT_RECOVERING,
     CHAT_REQUEST_CANCEL,
     IDENTITY,
+    MAX_ID_LENGTH,
     MCP_SERVERS,
     MESSAGE_UPDATED,
     RPC,
@@ -104,6 +105,7 @@ from ._frames import (
     parse_client_frame,
     parse_server_frame,
 )
+from ._jsontext import MAX_JSON_DEPTH, is_unicode_text
 from ._messages import (
     TOOL_STATES,
     TOOL_TERMINAL_STATES,
@@ -137,6 +139,8 @@ __all__ = [
     "CHAT_RECOVERING",
     "CHAT_REQUEST_CANCEL",
     "IDENTITY",
+    "MAX_ID_LENGTH",
+    "MAX_JSON_DEPTH",
     "MCP_SERVERS",
     "MESSAGE_UPDATED",
     "RPC",
@@ -233,6 +237,7 @@ __all__ = [
     "dump_messages",
     "dump_part",
     "find_tool_part",
+    "is_unicode_text",
     "message_text",
     "normalize_tool_input",
     "parse_chat_request_body",

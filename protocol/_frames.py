@@ -10,12 +10,14 @@ optional fields omitted: the client tells "absent" from `null` in places.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, ClassVar, Final, Literal, TypeAlias, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ._errors import ProtocolError, describe_value, from_validation_error
-from ._messages import PART_TAGS, UIMessage, WireModel, json_string, model_json, parse_messages
+from ._jsontext import check_value, has_surrogate_escape, is_unicode_text, load_json
+from ._messages import PART_TAGS, UIMessage, WireModel, json_string, model_json, parse_message
 
 __all__ = [
     "CHAT_CLEAR",
@@ -23,6 +25,7 @@ __all__ = [
     "CHAT_RECOVERING",
     "CHAT_REQUEST_CANCEL",
     "IDENTITY",
+    "MAX_ID_LENGTH",
     "MCP_SERVERS",
     "MESSAGE_UPDATED",
     "RPC",
@@ -94,6 +97,9 @@ RPC: Final = "rpc"
 
 
 # ── client → server ─────────────────────────────────────────────────────────
+
+#: Longest id a client may send (request, probe, tool call and message ids, method names).
+MAX_ID_LENGTH: Final = 256
 
 
 class RequestInit(WireModel):
@@ -348,27 +354,29 @@ def parse_server_frame(text: str | bytes) -> ServerFrame:
 
 
 def _parse_frame(text: str | bytes, known: dict[str, type[WireModel]]) -> WireModel:
-    try:
-        obj = json.loads(text)
-    except (ValueError, TypeError) as exc:
-        raise ProtocolError(f"frame is not JSON text: {exc}") from None
+    obj = load_json(text, "frame")
     if not isinstance(obj, dict):
         raise ProtocolError(f"frame is not a JSON object: got {describe_value(obj)}")
     kind = obj.get("type")
     if not isinstance(kind, str):
         raise ProtocolError(f"frame field 'type': expected a string, got {describe_value(kind)}")
+    raw_id = obj.get("id")
+    # The id is echoed in the answer to a frame that names a request: only a usable one.
+    frame_id = raw_id if isinstance(raw_id, str) and len(raw_id) <= MAX_ID_LENGTH else None
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    try:
+        check_value(obj, f"invalid {kind} frame", surrogates=has_surrogate_escape(text))
+    except ProtocolError as exc:
+        if frame_id is not None and not is_unicode_text(frame_id):
+            frame_id = None
+        raise ProtocolError(str(exc), frame_type=kind, frame_id=frame_id) from None
     cls = known.get(kind, UnknownFrame)
     try:
         return cls.model_validate(obj)
     except ValidationError as exc:
-        frame_id = obj.get("id")
-        raise from_validation_error(
-            exc,
-            f"invalid {kind} frame",
-            skip=PART_TAGS,
-            frame_type=kind,
-            frame_id=frame_id if isinstance(frame_id, str) else None,
-        ) from None
+        raise from_validation_error(exc, f"invalid {kind} frame", skip=PART_TAGS, frame_type=kind,
+                                    frame_id=frame_id) from None
 
 
 def dump_frame(frame: ServerFrame | ClientFrame) -> str:
@@ -422,11 +430,19 @@ def dump_chat_response(
 
 
 class ChatRequestBody(BaseModel):
-    """The decoded `init.body` of a chat request. Not a wire model: it is never sent back."""
+    """The decoded `init.body` of a chat request. Not a wire model: it is never sent back.
+
+    `message_ids` lists the id of every message the client sent, in order.
+    `messages` holds the ones that were validated: all of them, or, when the
+    parser was told which ids the server already knows, only the others
+    (a known message is recognised by its id and never re-validated: the hook
+    sends the whole transcript with every request).
+    """
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
     messages: list[UIMessage]
+    message_ids: list[str] = Field(default_factory=list)
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     # None iff the client sent no tools (absent or null); [] is a real, empty list.
     clientTools: list[ClientToolSchema] | None = None
@@ -435,50 +451,64 @@ class ChatRequestBody(BaseModel):
 
 
 _TRIGGERS: Final[frozenset[str]] = frozenset({"submit-message", "regenerate-message"})
+_BODY: Final = "invalid chat request body"
 
 
-def parse_chat_request_body(body: str) -> ChatRequestBody:
-    """Decode and validate a chat request body; `ProtocolError` names what is wrong."""
+def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = None) -> ChatRequestBody:
+    """Decode and validate a chat request body; `ProtocolError` names what is wrong.
+
+    ``known(id)`` says whether the server already holds a message: such a
+    message is taken by its id alone (see :class:`ChatRequestBody`), so the
+    work per request does not grow with the conversation.
+    """
     try:
         obj = json.loads(body)
+    except RecursionError:
+        raise ProtocolError(f"{_BODY}: nested too deeply") from None
     except (ValueError, TypeError) as exc:
-        raise ProtocolError(f"invalid chat request body: not JSON ({exc})") from None
+        raise ProtocolError(f"{_BODY}: not JSON ({exc})") from None
     if not isinstance(obj, dict):
-        raise ProtocolError(f"invalid chat request body: expected a JSON object, got {describe_value(obj)}")
+        raise ProtocolError(f"{_BODY}: expected a JSON object, got {describe_value(obj)}")
     if "messages" not in obj:
-        raise ProtocolError("invalid chat request body: 'messages' is missing")
+        raise ProtocolError(f"{_BODY}: 'messages' is missing")
     raw_messages = obj.pop("messages")
     if not isinstance(raw_messages, list):
-        raise ProtocolError(
-            f"invalid chat request body: 'messages' must be an array, got {describe_value(raw_messages)}"
-        )
-    try:
-        messages = parse_messages(raw_messages)
-    except ProtocolError as exc:
-        raise ProtocolError(f"invalid chat request body: {exc}") from None
+        raise ProtocolError(f"{_BODY}: 'messages' must be an array, got {describe_value(raw_messages)}")
+    # Lone surrogates can only come from escapes in the text: look for them only if it has one.
+    surrogates = has_surrogate_escape(body)
+    ids: list[str] = []
+    messages: list[UIMessage] = []
+    for i, raw in enumerate(raw_messages):
+        message_id = raw.get("id") if isinstance(raw, dict) else None
+        if known is not None and isinstance(message_id, str) and known(message_id):
+            ids.append(message_id)
+            continue
+        what = f"{_BODY}: message at index {i}"
+        check_value(raw, what, surrogates=surrogates)
+        if isinstance(message_id, str) and len(message_id) > MAX_ID_LENGTH:
+            raise ProtocolError(f"{what}: 'id' has {len(message_id)} characters, over the limit of {MAX_ID_LENGTH}")
+        message = parse_message(raw, f"{_BODY}: invalid message at index {i}")
+        ids.append(message.id)
+        messages.append(message)
+    check_value(obj, _BODY, surrogates=surrogates)  # what is left: trigger, clientTools, the custom body
     trigger = obj.pop("trigger", None)
     if trigger is None:
         trigger = "submit-message"
     elif trigger not in _TRIGGERS:
         raise ProtocolError(
-            "invalid chat request body: unknown trigger "
-            f"{describe_value(trigger)} (expected 'submit-message' or 'regenerate-message')"
+            f"{_BODY}: unknown trigger {describe_value(trigger)} (expected 'submit-message' or 'regenerate-message')"
         )
     raw_tools = obj.pop("clientTools", None)
     tools: list[ClientToolSchema] | None = None
     if raw_tools is not None:
         if not isinstance(raw_tools, list):
-            raise ProtocolError(
-                f"invalid chat request body: 'clientTools' must be an array, got {describe_value(raw_tools)}"
-            )
+            raise ProtocolError(f"{_BODY}: 'clientTools' must be an array, got {describe_value(raw_tools)}")
         tools = []
         for i, raw in enumerate(raw_tools):
             if not isinstance(raw, dict):
-                raise ProtocolError(
-                    f"invalid chat request body: clientTools[{i}] must be an object, got {describe_value(raw)}"
-                )
+                raise ProtocolError(f"{_BODY}: clientTools[{i}] must be an object, got {describe_value(raw)}")
             try:
                 tools.append(ClientToolSchema.model_validate(raw))
             except ValidationError as exc:
-                raise from_validation_error(exc, f"invalid chat request body: clientTools[{i}]") from None
-    return ChatRequestBody(messages=messages, trigger=trigger, clientTools=tools, extra=obj)
+                raise from_validation_error(exc, f"{_BODY}: clientTools[{i}]") from None
+    return ChatRequestBody(messages=messages, message_ids=ids, trigger=trigger, clientTools=tools, extra=obj)

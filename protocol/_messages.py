@@ -250,9 +250,9 @@ class UIMessage(WireModel):
 _PART_ADAPTER: Final[TypeAdapter[Part]] = TypeAdapter(Part)
 
 
-def parse_message(obj: Any) -> UIMessage:
-    """Validate one decoded JSON value as a UIMessage; `ProtocolError` says what is wrong and where."""
-    return _parse_message(obj, "invalid message")
+def parse_message(obj: Any, what: str = "invalid message") -> UIMessage:
+    """Validate one decoded JSON value as a UIMessage; `ProtocolError` starts with ``what`` and says where."""
+    return _parse_message(obj, what)
 
 
 def parse_messages(obj: Any) -> list[UIMessage]:

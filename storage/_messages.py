@@ -56,6 +56,10 @@ class MessageReads(Access):
         )
         return None if r is None else _row(r)
 
+    async def message_ids(self, session_id: str) -> list[str]:
+        """The id of every message of the session, on any branch."""
+        return [r[0] for r in await self._fetchall("SELECT id FROM messages WHERE session_id = ?", (session_id,))]
+
     async def existing_message_ids(self, session_id: str, ids: list[str]) -> set[str]:
         """Which of ``ids`` are stored in the session, on any branch."""
         if not ids:

@@ -1,0 +1,77 @@
+"""The trust boundary for messages: what input marked as coming from a client may add.
+
+Input from code is trusted. A client (a browser, anything on the chat socket)
+may only add user messages made of user content: text, files it attaches as
+``data:`` URLs, and app data (``data-*`` parts). Tool parts, reasoning, steps
+and sources are things only the model produces; accepting them from a client
+would let it forge a tool call and have the server run it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from protocol import DataPart, FilePart, TextPart, UIMessage
+
+from ._outcomes import SubmitRefused
+
+__all__ = ["RESERVED_METADATA_KEYS", "InputPolicy", "check_client_messages"]
+
+#: Metadata keys only server code may set; stripped from client messages.
+RESERVED_METADATA_KEYS = ("channel", "turnMetadata")
+
+
+@dataclass(frozen=True, slots=True)
+class InputPolicy:
+    """Limits on what one submission may add. The first three apply to client input only."""
+
+    #: New messages one client submission may add (messages the session knows do not count).
+    max_messages_per_request: int = 1000
+    #: Size of one new client message as UTF-8 JSON.
+    max_message_bytes: int = 1024 * 1024
+    #: Whether a client's ``file`` parts may point at http(s) URLs. Off by default: a model
+    #: server fetching them would reach whatever its own network reaches.
+    allow_remote_file_urls: bool = False
+    #: Operations a session holds queued behind the running one, from any source.
+    max_queued_operations: int = 100
+
+
+def check_client_messages(messages: Sequence[UIMessage], policy: InputPolicy) -> list[UIMessage]:
+    """The messages as they may be stored; :class:`SubmitRefused` names the first rule broken."""
+    if len(messages) > policy.max_messages_per_request:
+        raise SubmitRefused(f"{len(messages)} new messages is over the limit of "
+                            f"{policy.max_messages_per_request} per request")
+    out = []
+    for m in messages:
+        if m.role != "user":
+            raise SubmitRefused(f"client input may only add user messages; message {m.id!r} has role {m.role!r}")
+        for i, part in enumerate(m.parts):
+            _check_part(m.id, i, part, policy)
+        if m.metadata:
+            kept = {k: v for k, v in m.metadata.items() if k not in RESERVED_METADATA_KEYS}
+            m = m.model_copy(update={"metadata": kept or None})
+        size = len(json.dumps(m.model_dump(mode="json", exclude_unset=True), ensure_ascii=False).encode())
+        if size > policy.max_message_bytes:
+            raise SubmitRefused(f"message {m.id!r} has {size} bytes, over the limit of {policy.max_message_bytes}")
+        out.append(m)
+    return out
+
+
+def _check_part(message_id: str, index: int, part: object, policy: InputPolicy) -> None:
+    where = f"message {message_id!r} part {index}"
+    if isinstance(part, (TextPart, DataPart)):
+        return
+    if isinstance(part, FilePart):
+        scheme = part.url.split(":", 1)[0].lower() if ":" in part.url else ""
+        if scheme == "data":
+            return
+        if scheme in ("http", "https"):
+            if policy.allow_remote_file_urls:
+                return
+            raise SubmitRefused(f"{where}: a file given by an {scheme} URL is not accepted from clients "
+                                "(attach it as a data: URL, or allow remote file URLs on the server)")
+        raise SubmitRefused(f"{where}: a file's url must be a data: URL, got scheme {scheme or 'none'!r}")
+    kind = getattr(part, "type", "?")
+    raise SubmitRefused(f"{where} has type {kind!r}; a client may send only text, file and data-* parts")

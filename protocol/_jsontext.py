@@ -1,0 +1,93 @@
+"""Decoding JSON text a client sent, so that every value that comes out can be stored and sent back.
+
+Python's decoder accepts two things the rest of the server cannot use: nesting
+deep enough to exhaust the interpreter's recursion limit later (in pydantic,
+in ``json.dumps``, in ``copy.deepcopy``), and lone UTF-16 surrogates such as
+``"\\ud800"``, which are valid JSON escapes but not Unicode text, so SQLite
+(and UTF-8) refuse them. Both are protocol errors here, reported like any
+other malformed input.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Final
+
+from ._errors import ProtocolError
+
+__all__ = ["MAX_JSON_DEPTH", "check_value", "has_surrogate_escape", "is_unicode_text", "load_json"]
+
+#: Deepest nesting of arrays and objects accepted from a client. Far above what any
+#: real message, tool input or app data uses, far below the interpreter's limit.
+MAX_JSON_DEPTH: Final = 100
+
+# A \uD800-\uDFFF escape: the only way a lone surrogate gets into decoded JSON text
+# (a WebSocket text frame is valid UTF-8 by the time it reaches us).
+_SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def has_surrogate_escape(text: str) -> bool:
+    """Whether ``text`` may decode to a lone surrogate (a cheap test before a full check)."""
+    return _SURROGATE_ESCAPE.search(text) is not None
+
+
+def load_json(text: str | bytes, what: str) -> Any:
+    """Decode ``text`` (not yet checked: see :func:`check_value`); :class:`ProtocolError` names ``what``."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ProtocolError(f"{what} is nested too deeply (more than {MAX_JSON_DEPTH} levels)") from None
+    except (ValueError, TypeError) as exc:
+        raise ProtocolError(f"{what} is not JSON text: {exc}") from None
+
+
+def check_value(value: Any, what: str, *, surrogates: bool = True) -> None:
+    """Refuse nesting past :data:`MAX_JSON_DEPTH` and (when ``surrogates``) strings that are not Unicode text."""
+    # Iterative: a recursive walk would fail on exactly the input it is meant to refuse.
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth > MAX_JSON_DEPTH:
+                raise ProtocolError(f"{what} is nested too deeply (more than {MAX_JSON_DEPTH} levels)")
+            for key, child in item.items():
+                if surrogates:
+                    _check_text(key, what)
+                if isinstance(child, (dict, list)):
+                    stack.append((child, depth + 1))
+                elif surrogates and isinstance(child, str):
+                    _check_text(child, what)
+        elif isinstance(item, list):
+            if depth > MAX_JSON_DEPTH:
+                raise ProtocolError(f"{what} is nested too deeply (more than {MAX_JSON_DEPTH} levels)")
+            for child in item:
+                if isinstance(child, (dict, list)):
+                    stack.append((child, depth + 1))
+                elif surrogates and isinstance(child, str):
+                    _check_text(child, what)
+        elif surrogates and isinstance(item, str):
+            _check_text(item, what)
+
+
+def is_unicode_text(text: str) -> bool:
+    """False for a string holding a lone surrogate (it cannot be UTF-8 encoded)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_text(text: str, what: str) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start]
+        raise ProtocolError(
+            f"{what} holds a lone UTF-16 surrogate (\\u{ord(bad):04x}), which is not Unicode text"
+        ) from None
