@@ -123,7 +123,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
                 actor = await registry.get(agent, name)
             except CapacityError as exc:
                 return PlainTextResponse(str(exc), status_code=503, headers={"Retry-After": "1"})
-        return JSONResponse(actor.chat.messages_json())
+        return Response(actor.chat.messages_text(), media_type="application/json")
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")

@@ -33,7 +33,6 @@ from harness import (
 from protocol import (
     ChatClear,
     ChatClearFrame,
-    ChatMessages,
     ChatMessagesPush,
     ChatRecovering,
     ChatRequestCancel,
@@ -50,10 +49,11 @@ from protocol import (
     StreamResuming,
     ToolApprovalFrame,
     ToolResultFrame,
+    UIMessage,
     UseChatRequest,
     dump_chat_response,
     dump_frame,
-    dump_messages,
+    dump_message_text,
     is_unicode_text,
     parse_chat_request_body,
 )
@@ -111,6 +111,7 @@ class ThinkChat:
         self._answers: set[str] = set()  # operations that answer a tool call (no request of their own)
         self._acked: dict[str, set[str]] = {}  # connection id -> streams it was replayed (once each)
         self._recovering: str | None = None  # the operation being continued after an interruption
+        self._json_cache: dict[str, tuple[UIMessage, str]] = {}  # message id -> (message, its JSON)
         self._unsubscribe = session.subscribe(self._on_event)
 
     def close(self) -> None:
@@ -381,7 +382,8 @@ class ThinkChat:
         elif not event.continuation:
             # Other tabs learn the user message now that it is persisted.
             requester = self._requesters.get(event.operation_id)
-            self._broadcast(self._transcript_frame(), exclude=(requester,) if requester else ())
+            if any(cid != requester for cid in self.connections):
+                self._broadcast(self._transcript_frame(), exclude=(requester,) if requester else ())
 
     def _on_stream_started(self, event: StreamStarted) -> None:
         if self._active is None or self._active.id != event.operation_id:
@@ -422,7 +424,7 @@ class ThinkChat:
         requester = self._requesters.pop(event.operation_id, None)
         self._awaiting_ack.clear()  # so sockets that never ACKed still see the end
         if stream.bodies:
-            if self._clearing is None:  # a clear in progress empties every tab right after
+            if self._clearing is None and self.connections:  # a clear in progress empties every tab right after
                 self._broadcast(self._transcript_frame())
             self._broadcast(self._terminal_frame(stream, event))
         elif requester is not None and event.operation_id not in self._answers:
@@ -456,11 +458,8 @@ class ThinkChat:
     # -- frames ---------------------------------------------------------------------
 
     def _transcript_frame(self, *, connect: bool = False) -> str:
-        messages = dump_messages(self.session.messages())
-        frame: dict[str, object] = {"type": ChatMessages.model_fields["type"].default, "messages": messages}
-        if connect:
-            frame["connect"] = True
-        return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+        return ('{"type":"cf_agent_chat_messages","messages":' + self.messages_text()
+                + (',"connect":true}' if connect else "}"))
 
     def _terminal_frame(self, stream: _Stream, event: OperationSettled, *, replay: bool = False) -> str:
         ids = list(event.message_ids) or None
@@ -483,5 +482,18 @@ class ThinkChat:
         for rid in [rid for rid, s in self._finished.items() if s.finished_at < limit]:
             del self._finished[rid]
 
-    def messages_json(self) -> list[dict[str, object]]:
-        return dump_messages(self.session.messages())
+    def messages_text(self) -> str:
+        """The transcript as a JSON array; each message is serialized once, until it changes.
+
+        The session replaces a message object whenever the message changes, so an
+        entry is reused only for the very object it was made from.
+        """
+        cache, fresh = self._json_cache, {}
+        texts = []
+        for m in self.session.messages():
+            hit = cache.get(m.id)
+            text = hit[1] if hit is not None and hit[0] is m else dump_message_text(m)
+            fresh[m.id] = (m, text)
+            texts.append(text)
+        self._json_cache = fresh
+        return "[" + ",".join(texts) + "]"

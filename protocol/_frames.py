@@ -9,7 +9,6 @@ optional fields omitted: the client tells "absent" from `null` in places.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, ClassVar, Final, Literal, TypeAlias, cast
 
@@ -461,12 +460,7 @@ def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = 
     message is taken by its id alone (see :class:`ChatRequestBody`), so the
     work per request does not grow with the conversation.
     """
-    try:
-        obj = json.loads(body)
-    except RecursionError:
-        raise ProtocolError(f"{_BODY}: nested too deeply") from None
-    except (ValueError, TypeError) as exc:
-        raise ProtocolError(f"{_BODY}: not JSON ({exc})") from None
+    obj = load_json(body, _BODY)
     if not isinstance(obj, dict):
         raise ProtocolError(f"{_BODY}: expected a JSON object, got {describe_value(obj)}")
     if "messages" not in obj:

@@ -32,10 +32,18 @@ def has_surrogate_escape(text: str) -> bool:
     return _SURROGATE_ESCAPE.search(text) is not None
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def load_json(text: str | bytes, what: str) -> Any:
-    """Decode ``text`` (not yet checked: see :func:`check_value`); :class:`ProtocolError` names ``what``."""
+    """Decode ``text`` (not yet checked: see :func:`check_value`); :class:`ProtocolError` names ``what``.
+
+    ``NaN`` and ``Infinity``, which Python's decoder accepts, are refused: they are
+    not JSON, and a transcript holding one would break every client that reads it.
+    """
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
     except RecursionError:
         raise ProtocolError(f"{what} is nested too deeply (more than {MAX_JSON_DEPTH} levels)") from None
     except (ValueError, TypeError) as exc:

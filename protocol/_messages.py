@@ -47,6 +47,7 @@ __all__ = [
     "ToolState",
     "UIMessage",
     "dump_message",
+    "dump_message_text",
     "dump_messages",
     "dump_part",
     "find_tool_part",
@@ -286,6 +287,11 @@ def dump_message(msg: UIMessage) -> dict[str, Any]:
 
 def dump_messages(msgs: list[UIMessage]) -> list[dict[str, Any]]:
     return [msg.model_dump(mode="json", exclude_unset=True) for msg in msgs]
+
+
+def dump_message_text(msg: UIMessage) -> str:
+    """A message as compact JSON text, the way `JSON.stringify` writes it."""
+    return model_json(msg)
 
 
 def dump_part(part: Part) -> dict[str, Any]:

@@ -376,7 +376,7 @@ def test_request_body_defaults() -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ("{not json", "invalid chat request body: not JSON"),
+        ("{not json", "invalid chat request body is not JSON text"),
         ("[]", "invalid chat request body: expected a JSON object, got array"),
         ("{}", "'messages' is missing"),
         ('{"messages":{}}', "'messages' must be an array, got object"),

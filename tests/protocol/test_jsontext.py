@@ -1,0 +1,65 @@
+"""Client JSON that decodes but cannot be stored or sent back: deep nesting, lone surrogates, NaN."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol import MAX_JSON_DEPTH, ProtocolError, parse_chat_request_body, parse_client_frame
+from protocol._jsontext import check_value, has_surrogate_escape, is_unicode_text, load_json
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def test_nesting_up_to_the_limit_passes_and_one_more_level_is_refused() -> None:
+    check_value(load_json(nested(MAX_JSON_DEPTH), "x"), "x")
+    with pytest.raises(ProtocolError, match="nested too deeply"):
+        check_value(load_json(nested(MAX_JSON_DEPTH + 1), "x"), "x")
+    obj = load_json('{"a":' * MAX_JSON_DEPTH + "1" + "}" * MAX_JSON_DEPTH, "x")
+    check_value(obj, "x")
+
+
+def test_nesting_past_the_interpreters_limit_is_a_protocol_error_not_a_recursion_error() -> None:
+    with pytest.raises(ProtocolError, match="nested too deeply"):
+        load_json(nested(100_000), "frame")
+
+
+def test_lone_surrogates_are_refused_and_pairs_pass() -> None:
+    assert has_surrogate_escape('"\\ud83d\\ude00"')
+    check_value(load_json('["\\ud83d\\ude00"]', "x"), "x")  # a pair decodes to one emoji
+    for text in ('["\\ud800"]', '{"\\udfff": 1}', '{"a": {"b": "x\\uDC00"}}'):
+        with pytest.raises(ProtocolError, match="lone UTF-16 surrogate"):
+            check_value(load_json(text, "x"), "x")
+    assert not is_unicode_text("\ud800") and is_unicode_text("é😀")
+
+
+def test_nan_and_infinity_are_not_json() -> None:
+    for text in ("NaN", "[Infinity]", '{"a": -Infinity}'):
+        with pytest.raises(ProtocolError, match="not JSON"):
+            load_json(text, "x")
+
+
+def test_a_frame_that_names_a_request_keeps_its_id_in_the_error() -> None:
+    with pytest.raises(ProtocolError) as info:
+        parse_client_frame('{"type":"cf_agent_use_chat_request","id":"r1","init":' + nested(200) + "}")
+    assert info.value.frame_type == "cf_agent_use_chat_request" and info.value.frame_id == "r1"
+    with pytest.raises(ProtocolError) as info2:
+        parse_client_frame('{"type":"cf_agent_use_chat_request","id":"\\ud800","init":{"body":"{}"}}')
+    assert info2.value.frame_id is None, "an id that is not text cannot be echoed"
+
+
+def test_known_messages_are_taken_by_id_and_never_validated() -> None:
+    body = ('{"messages":[{"id":"k1","role":"nobody","parts":7,"x":' + nested(500) + '},'
+            '{"id":"n1","role":"user","parts":[{"type":"text","text":"hi"}]}],"trigger":"regenerate-message"}')
+    parsed = parse_chat_request_body(body, known=lambda mid: mid == "k1")
+    assert parsed.message_ids == ["k1", "n1"]
+    assert [m.id for m in parsed.messages] == ["n1"]
+    with pytest.raises(ProtocolError, match="index 0"):
+        parse_chat_request_body(body)  # without `known`, every message is validated
+
+
+def test_new_message_ids_are_bounded() -> None:
+    body = '{"messages":[{"id":"' + "m" * 257 + '","role":"user","parts":[]}]}'
+    with pytest.raises(ProtocolError, match="over the limit of 256"):
+        parse_chat_request_body(body)
