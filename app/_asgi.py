@@ -90,7 +90,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
 
     def refused(request: Request) -> Response | None:
         try:
-            auth.check(request.headers, request.query_params)
+            auth.check(request.headers, request.query_params, websocket=False)
         except AuthError as exc:
             metrics.refusals.labels("auth").inc()
             return JSONResponse({"error": f"unauthorized: {exc}"}, status_code=401,

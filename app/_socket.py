@@ -65,7 +65,7 @@ async def serve_socket(
     await ws.accept()
     if problem is None:
         try:
-            auth.check(ws.headers, ws.query_params)
+            auth.check(ws.headers, ws.query_params, websocket=True)
         except AuthError as exc:
             metrics.refusals.labels("auth").inc()
             await ws.send_text(error_frame(f"unauthorized: {exc}"))

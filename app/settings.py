@@ -55,13 +55,15 @@ class Settings(BaseModel):
     max_send_queue: int = Field(4096, ge=16)
 
     # -- auth and browsers ---------------------------------------------------------
-    #: A static bearer token every request must carry (header, or ``?token=`` on WebSockets).
+    #: A static bearer token every request must carry (header; ``?token=`` on the WebSocket upgrade only).
     auth_token: str | None = None
     #: HS256 secret for JWT bearer tokens.
     jwt_secret: str | None = None
     #: RS256 public key (PEM text, or a path to a PEM file) for JWT bearer tokens.
     jwt_public_key: str | None = None
+    #: The ``aud`` a JWT must name; unset: a JWT that names any audience is refused.
     jwt_audience: str | None = None
+    #: The ``iss`` a JWT must name; unset: not checked.
     jwt_issuer: str | None = None
     #: Origins allowed to call the HTTP API from a browser (CORS); ``*`` for any. Empty: CORS off.
     cors_origins: tuple[str, ...] = ()

@@ -1,0 +1,92 @@
+"""The trust boundary: who may open a socket, what a refusal tells, what the logs keep.
+
+Every refusal here must come before an actor is touched: no instance file is
+created. Sockets and HTTP are real; the CLI tests run ``python -m app serve``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+from websockets.asyncio.client import connect
+
+from tests.conftest import Client, RunningServer
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "s3cret-token-value-0123456789"
+HS_SECRET = "hs-secret-of-at-least-thirty-two-bytes!"
+
+
+def url(srv: RunningServer, name: str, query: str = "", agent: str = "my-agent", pk: str | None = None) -> str:
+    return f"{srv.ws_base}/agents/{agent}/{name}?_pk={pk or uuid.uuid4()}{query}"
+
+
+async def open_client(address: str, **headers: str) -> Client:
+    """Like :meth:`Client.open`, with request headers (a browser's ``Origin``)."""
+    ws = await connect(address, max_size=None, additional_headers=headers)
+    c = Client(ws)
+    c._reader = asyncio.create_task(c._read())
+    return c
+
+
+async def refused(address: str, **headers: str) -> Client:
+    """Open a socket the server is expected to refuse: its error frame, then its close."""
+    c = await open_client(address, **headers)
+    await c.wait_for(lambda f: f.get("type") == "cf_agent_error")
+    if c._reader is not None:
+        await asyncio.wait_for(c._reader, 10)
+    return c
+
+
+async def identified(address: str, **headers: str) -> Client:
+    c = await open_client(address, **headers)
+    await c.wait_for(lambda f: f.get("type") == "cf_agent_identity")
+    return c
+
+
+def no_instance_files(srv: RunningServer) -> bool:
+    return not (srv.data_dir / "agents").exists() or not any((srv.data_dir / "agents").rglob("*.sqlite3"))
+
+
+def refusals(srv: RunningServer, reason: str) -> float:
+    value = srv.app.state.metrics.registry.get_sample_value("think_refusals_total", {"reason": reason})
+    return float(value or 0.0)
+
+
+# -- tokens: where they are taken, which are valid --------------------------------------
+
+
+async def test_http_takes_the_token_from_the_header_only(serve) -> None:
+    srv = await serve(auth_token=SECRET)
+    async with httpx.AsyncClient(base_url=srv.base) as http:
+        r = await http.get(f"/agents/my-agent/h/get-messages?token={SECRET}")
+        assert r.status_code == 401
+        assert "Authorization: Bearer" in r.json()["error"] and SECRET not in r.text
+        assert (await http.get(f"/metrics?token={SECRET}")).status_code == 401
+        r = await http.get(f"/agents/my-agent/h/get-messages?token={SECRET}",
+                           headers={"Authorization": f"Bearer {SECRET}"})
+        assert r.status_code == 200, "the hook's fetch carries the socket's query and the header: fine"
+    c = await identified(url(srv, "h", f"&token={SECRET}"))  # the socket still takes ?token=
+    await c.close()
+
+
+async def test_a_jwt_naming_an_audience_is_refused_when_none_is_configured(serve) -> None:
+    srv = await serve(jwt_secret=HS_SECRET)
+    exp = int(time.time()) + 60
+    plain = jwt.encode({"sub": "u1", "exp": exp}, HS_SECRET, algorithm="HS256")
+    for_other = jwt.encode({"sub": "u1", "aud": "another-service", "exp": exp}, HS_SECRET, algorithm="HS256")
+    async with httpx.AsyncClient(base_url=srv.base) as http:
+        def get(token: str) -> Any:
+            return http.get("/agents/my-agent/j/get-messages", headers={"Authorization": f"Bearer {token}"})
+
+        assert (await get(plain)).status_code == 200
+        r = await get(for_other)
+        assert r.status_code == 401 and "audience" in r.json()["error"]
+    c = await refused(url(srv, "j", f"&token={for_other}"))
+    assert c.ws.close_code == 4001 and no_instance_files(srv)
