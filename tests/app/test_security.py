@@ -7,16 +7,24 @@ created. Sockets and HTTP are real; the CLI tests run ``python -m app serve``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import jwt
+import pytest
 from websockets.asyncio.client import connect
 
-from tests.conftest import Client, RunningServer
+from tests.conftest import Client, RunningServer, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cret-token-value-0123456789"
@@ -90,3 +98,72 @@ async def test_a_jwt_naming_an_audience_is_refused_when_none_is_configured(serve
         assert r.status_code == 401 and "audience" in r.json()["error"]
     c = await refused(url(srv, "j", f"&token={for_other}"))
     assert c.ws.close_code == 4001 and no_instance_files(srv)
+
+
+# -- the CLI: logs and start-up warnings ------------------------------------------------
+
+
+@contextlib.contextmanager
+def cli_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[tuple[int, Path]]:
+    """``python -m app serve`` on a free port, stderr to a file; (port, log file). Stopped with SIGTERM."""
+    port = free_port()
+    log = tmp_path / f"server-{port}.log"
+    cmd = [sys.executable, "-m", "app", "serve", "--port", str(port), "--data-dir", str(tmp_path / "data"),
+           "--app", "tests.conformance_app:agents", *args]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("THINK_")} | (env or {})
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        for _ in range(400):
+            if proc.poll() is not None:
+                pytest.fail(f"the server exited with {proc.returncode}:\n{log.read_text()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"the server did not listen:\n{log.read_text()}")
+        yield port, log
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=15)
+
+
+async def test_tokens_never_reach_the_logs(tmp_path: Path) -> None:
+    with cli_server(tmp_path, "--log-level", "info", env={"THINK_AUTH_TOKEN": SECRET}) as (port, log):
+        base = f"127.0.0.1:{port}"
+        c = await identified(f"ws://{base}/agents/my-agent/logs?_pk={uuid.uuid4()}&token={SECRET}")
+        await c.close()
+        async with httpx.AsyncClient(base_url=f"http://{base}") as http:
+            r = await http.get(f"/agents/my-agent/logs/get-messages?token={SECRET}&x=1")
+            assert r.status_code == 401
+            await http.get(f"/healthz?access_token={SECRET}")
+    text = log.read_text()
+    assert SECRET not in text, text
+    lines = text.splitlines()
+    assert any("WebSocket /agents/my-agent/logs" in line and "token=[redacted]" in line for line in lines), text
+    assert any("GET /agents/my-agent/logs/get-messages?token=[redacted]&x=1" in line for line in lines), text
+    assert any("/healthz?access_token=[redacted]" in line for line in lines), text
+    assert "auth is off" not in text
+
+
+def test_loopback_addresses() -> None:
+    from app.cli import is_loopback
+
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "LOCALHOST"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "192.168.1.4", "example.com", ""))
+
+
+def test_serving_beyond_loopback_with_auth_off_warns_at_start(tmp_path: Path) -> None:
+    with cli_server(tmp_path, "--host", "0.0.0.0") as (_, log):
+        pass
+    text = log.read_text()
+    assert "auth is off" in text and "0.0.0.0" in text and "THINK_AUTH_TOKEN" in text, text
+    with cli_server(tmp_path, "--host", "0.0.0.0", env={"THINK_AUTH_TOKEN": SECRET}) as (_, guarded):
+        pass
+    assert "auth is off" not in guarded.read_text(), "with auth on there is nothing to warn about"
