@@ -19,7 +19,7 @@ from starlette.websockets import WebSocket
 
 from harness import Agent, Model, ModelSpecError, ScriptedModel, resolve_model
 from protocol import agent_name_to_kebab
-from storage import InvalidNameError, validate_instance_name
+from storage import InvalidNameError, validate_agent_name, validate_instance_name
 
 from ._actor import Actor
 from ._auth import Authenticator, AuthError
@@ -62,6 +62,10 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     routed: dict[str, Agent] = {}
     for name, agent in agents.items():
         key = agent_name_to_kebab(name)
+        try:
+            validate_agent_name(key)  # it names a URL path segment and a folder of the data dir
+        except InvalidNameError as exc:
+            raise ValueError(f"agent {name!r} routes as {key!r}, which cannot be served: {exc}") from None
         if key in routed:
             raise ValueError(f"agents {name!r} and another agent both route as {key!r}")
         routed[key] = agent

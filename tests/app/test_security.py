@@ -24,6 +24,8 @@ import jwt
 import pytest
 from websockets.asyncio.client import connect
 
+from app import Settings, create_app
+from harness import Agent
 from tests.conftest import Client, RunningServer, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,6 +100,25 @@ async def test_a_jwt_naming_an_audience_is_refused_when_none_is_configured(serve
         assert r.status_code == 401 and "audience" in r.json()["error"]
     c = await refused(url(srv, "j", f"&token={for_other}"))
     assert c.ws.close_code == 4001 and no_instance_files(srv)
+
+
+# -- agent names ------------------------------------------------------------------------
+
+
+def test_an_agent_name_that_cannot_route_stops_the_app(tmp_path: Path) -> None:
+    for bad in ("My.Agent", "my agent", "über"):
+        with pytest.raises(ValueError, match=f"agent {bad!r}"):
+            create_app({bad: Agent()}, Settings(data_dir=tmp_path))
+    create_app({"MyAgent": Agent(), "SUPPORT_BOT": Agent()}, Settings(data_dir=tmp_path))
+
+
+def test_the_cli_turns_a_bad_agent_name_into_exit_code_2(tmp_path: Path) -> None:
+    (tmp_path / "dotted_agents.py").write_text("from harness import Agent\nagents = {'My.Agent': Agent()}\n")
+    proc = subprocess.run([sys.executable, "-m", "app", "serve", "--app", "dotted_agents:agents",
+                           "--port", str(free_port()), "--data-dir", str(tmp_path / "data")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "think-server:" in proc.stderr and "'My.Agent'" in proc.stderr and "Traceback" not in proc.stderr
 
 
 # -- the CLI: logs and start-up warnings ------------------------------------------------
