@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import time
 import uuid
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from protocol import ProtocolError, UseChatRequest, dump_chat_response, parse_client_frame
+from protocol import USE_CHAT_REQUEST, ProtocolError, dump_chat_response, parse_client_frame
 from storage import StorageError
 
 from ._auth import Authenticator, AuthError
@@ -47,6 +49,21 @@ class TokenBucket:
             self.tokens -= 1
             return True
         return False
+
+
+def _rate_limited(text: str | None, settings: Settings) -> str:
+    """The answer to a frame over the rate, without validating it.
+
+    A chat request is answered by its id so that the client's turn ends; only a
+    frame that names that type is decoded to find the id (JSON only).
+    """
+    reason = f"rate limit: at most {settings.rate_limit_per_s:g} frames a second; the frame was ignored"
+    if text is not None and len(text) <= settings.max_frame_bytes and f'"{USE_CHAT_REQUEST}"' in text:
+        with contextlib.suppress(ValueError):
+            data = json.loads(text)
+            if isinstance(data, dict) and data.get("type") == USE_CHAT_REQUEST and isinstance(data.get("id"), str):
+                return dump_chat_response(data["id"], reason, done=True, error=True, outcome="error")
+    return error_frame(reason)
 
 
 async def serve_socket(
@@ -98,6 +115,11 @@ async def serve_socket(
             if message["type"] == "websocket.disconnect":
                 break
             text = message.get("text")
+            # Every frame takes a token before any work on it: one the server cannot use costs too.
+            if not bucket.take():
+                metrics.refusals.labels("rate_limit").inc()
+                conn.send(_rate_limited(text, settings))
+                continue
             if text is None:
                 conn.send(error_frame("binary frames are not part of the chat protocol; send JSON text"))
                 continue
@@ -110,14 +132,6 @@ async def serve_socket(
                 frame = parse_client_frame(text)
             except ProtocolError as exc:
                 conn.send(error_frame(str(exc)))
-                continue
-            if not bucket.take():
-                metrics.refusals.labels("rate_limit").inc()
-                reason = f"rate limit: at most {settings.rate_limit_per_s:g} frames a second; {frame.type} ignored"
-                if isinstance(frame, UseChatRequest):
-                    conn.send(dump_chat_response(frame.id, reason, done=True, error=True, outcome="error"))
-                else:
-                    conn.send(error_frame(reason))
                 continue
             try:
                 await actor.chat.handle(conn, frame)

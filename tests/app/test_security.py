@@ -26,7 +26,7 @@ from websockets.asyncio.client import connect
 
 from app import Settings, create_app
 from harness import Agent
-from tests.conftest import Client, RunningServer, free_port
+from tests.conftest import Client, RunningServer, chat_request, free_port, is_done
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cret-token-value-0123456789"
@@ -100,6 +100,25 @@ async def test_a_jwt_naming_an_audience_is_refused_when_none_is_configured(serve
         assert r.status_code == 401 and "audience" in r.json()["error"]
     c = await refused(url(srv, "j", f"&token={for_other}"))
     assert c.ws.close_code == 4001 and no_instance_files(srv)
+
+
+# -- rate limit -------------------------------------------------------------------------
+
+
+async def test_the_rate_limit_counts_frames_it_cannot_use(serve) -> None:
+    srv = await serve(rate_limit_per_s=0.001, rate_burst=3, max_frame_bytes=1024)
+    c = await identified(url(srv, "rate"))
+    await c.ws.send(b"\x00binary")
+    await c.send("x" * 2000)
+    await c.send("{not json")
+    await c.send({"type": "cf_agent_stream_resume_request", "probeId": "p"})
+    await c.wait_for(lambda f: f.get("type") == "cf_agent_error" and "rate limit" in f["error"])
+    assert not [f for f in c.frames if f.get("probeId") == "p"], "the fourth frame found the bucket empty"
+    rid, frame, _ = chat_request("hi")
+    await c.send(frame)
+    done = await c.wait_for(is_done(rid))
+    assert done["error"] is True and "rate limit" in done["body"], "a refused chat request is settled by its id"
+    await c.close()
 
 
 # -- agent names ------------------------------------------------------------------------
