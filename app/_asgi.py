@@ -22,6 +22,7 @@ from protocol import agent_name_to_kebab
 from storage import InvalidNameError, validate_agent_name, validate_instance_name
 
 from ._actor import Actor
+from ._admission import AddressLimits, OriginPolicy
 from ._auth import Authenticator, AuthError
 from ._metrics import CONTENT_TYPE_LATEST, Metrics
 from ._registry import ActorRegistry, CapacityError
@@ -81,6 +82,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
 
     registry.on_activate = watch
     auth = Authenticator(settings)
+    origins = OriginPolicy(settings.cors_origins)
+    limits = AddressLimits(settings.max_sockets_per_address, settings.max_new_instances_per_minute)
     ready = {"recovered": False}
 
     def check_address(agent: str, name: str) -> str | None:
@@ -103,8 +106,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
 
     async def chat_socket(ws: WebSocket) -> None:
         agent, name = ws.path_params["agent"], ws.path_params["name"]
-        await serve_socket(ws, agent=agent, name=name, problem=check_address(agent, name), registry=registry,
-                           auth=auth, settings=settings, metrics=metrics)
+        await serve_socket(ws, agent=agent, name=name, check_address=check_address, registry=registry, auth=auth,
+                           origins=origins, limits=limits, settings=settings, metrics=metrics)
 
     async def agent_http(request: Request) -> Response:
         denied = refused(request)
@@ -190,4 +193,5 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     app.state.registry = registry
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.address_limits = limits
     return app

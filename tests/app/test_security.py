@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import jwt
@@ -25,6 +26,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from app import Settings, create_app
+from app.settings import SettingsError
 from harness import Agent
 from tests.conftest import Client, RunningServer, chat_request, free_port, is_done
 
@@ -69,6 +71,57 @@ def refusals(srv: RunningServer, reason: str) -> float:
     return float(value or 0.0)
 
 
+# -- origin -----------------------------------------------------------------------------
+
+
+async def test_a_foreign_origin_is_refused_before_an_actor_is_touched(serve) -> None:
+    srv = await serve()
+    evil = await refused(url(srv, "o"), Origin="https://evil.example")
+    assert evil.ws.close_code == 4003
+    error = evil.frames[0]["error"]
+    assert "https://evil.example" in error and "origin" in error
+    assert no_instance_files(srv) and srv.app.state.registry.active("my-agent", "o") is None
+    assert refusals(srv, "origin") == 1
+    opaque = await refused(url(srv, "o"), Origin="null")  # a sandboxed frame or a file:// page
+    assert opaque.ws.close_code == 4003 and no_instance_files(srv)
+
+    port = srv.base.rsplit(":", 1)[1]
+    for own in (srv.base, f"https://127.0.0.1:{port}"):  # the page this server serves, over http or https
+        c = await identified(url(srv, "o"), Origin=own)
+        await c.close()
+    scripted = await identified(url(srv, "o"))  # curl, scripts: no Origin at all
+    await scripted.close()
+
+
+async def test_configured_cors_origins_may_open_sockets(serve, tmp_path: Path) -> None:
+    srv = await serve(cors_origins=("https://app.example",))
+    c = await identified(url(srv, "c"), Origin="https://app.example")
+    await c.close()
+    other = await refused(url(srv, "c"), Origin="https://app.example.evil")
+    assert other.ws.close_code == 4003
+    anyone = await serve(data_dir=tmp_path / "any", cors_origins=("*",))
+    c2 = await identified(url(anyone, "c"), Origin="https://wherever.example")
+    await c2.close()
+
+
+# -- auth first -------------------------------------------------------------------------
+
+
+async def test_auth_is_checked_before_the_address_on_sockets_and_http(serve) -> None:
+    srv = await serve(auth_token=SECRET)
+    for agent, name in (("no-such-agent", "x"), ("my-agent", "bad%01name")):
+        c = await refused(url(srv, name, agent=agent))
+        assert c.ws.close_code == 4001, (agent, name, c.frames)
+        assert "my-agent" not in c.frames[0]["error"] and "this server has" not in c.frames[0]["error"]
+    async with httpx.AsyncClient(base_url=srv.base) as http:
+        r = await http.get("/agents/no-such-agent/x/get-messages")
+        assert r.status_code == 401 and "my-agent" not in r.text
+        r = await http.get("/agents/no-such-agent/x/get-messages", headers={"Authorization": f"Bearer {SECRET}"})
+        assert r.status_code == 404 and "my-agent" in r.text, "with a token, the address problem is told"
+    named = await refused(url(srv, "x", f"&token={SECRET}", agent="no-such-agent"))
+    assert named.ws.close_code == 4004 and "this server has: my-agent" in named.frames[0]["error"]
+
+
 # -- tokens: where they are taken, which are valid --------------------------------------
 
 
@@ -100,6 +153,117 @@ async def test_a_jwt_naming_an_audience_is_refused_when_none_is_configured(serve
         assert r.status_code == 401 and "audience" in r.json()["error"]
     c = await refused(url(srv, "j", f"&token={for_other}"))
     assert c.ws.close_code == 4001 and no_instance_files(srv)
+
+
+# -- close reasons ----------------------------------------------------------------------
+
+
+def test_close_reasons_are_cut_to_whole_characters_within_123_bytes() -> None:
+    from app._close import close_reason
+
+    assert close_reason("short") == "short"
+    cut = close_reason("é" * 100)
+    assert cut == "é" * 61 and len(cut.encode()) == 122
+    emoji = close_reason("x" + "🙂" * 40)
+    assert len(emoji.encode()) <= 123 and emoji == "x" + "🙂" * 30
+
+
+async def test_a_long_multibyte_problem_still_closes_the_socket_cleanly(serve) -> None:
+    srv = await serve()
+    c = await refused(url(srv, "x", agent=quote("漢" * 60)))
+    assert c.ws.close_code == 4004, "the close itself must not fail (1006)"
+    reason = c.ws.close_reason or ""
+    assert 0 < len(reason.encode()) <= 123 and c.frames[0]["error"].startswith(reason)
+    bad = await refused(url(srv, quote("🙂" * 50 + "\x01")))
+    assert bad.ws.close_code == 4000 and len((bad.ws.close_reason or "").encode()) <= 123
+    assert no_instance_files(srv)
+
+
+# -- connection ids ---------------------------------------------------------------------
+
+
+async def test_connection_ids_are_checked_before_an_actor_is_touched(serve) -> None:
+    srv = await serve()
+    for pk, problem in (("a" * 129, "at most 128"), ("a b", "'a b'"), ("x<script>", "'x<script>'")):
+        c = await refused(url(srv, "pk", pk=quote(pk)))
+        assert c.ws.close_code == 4000, (pk, c.frames)
+        assert "_pk" in c.frames[0]["error"] and problem in c.frames[0]["error"]
+    assert no_instance_files(srv)
+    ok = await identified(url(srv, "pk", pk="Ab0_.:-" + "x" * 121))
+    await ok.close()
+    bare = await identified(f"{srv.ws_base}/agents/my-agent/pk")  # no _pk at all: one is made up
+    await bare.close()
+
+
+# -- caps per client address ------------------------------------------------------------
+
+
+async def test_open_sockets_per_address_are_capped(serve) -> None:
+    srv = await serve(max_sockets_per_address=2)
+    first = await identified(url(srv, "s"))
+    second = await identified(url(srv, "s"))
+    third = await refused(url(srv, "s"))
+    assert third.ws.close_code == 1013, "not terminal: the client tries again later"
+    assert "2 chat sockets" in third.frames[0]["error"] and refusals(srv, "address_sockets") == 1
+    await first.close()
+    limits = srv.app.state.address_limits
+    for _ in range(500):  # the server frees the slot once it has seen the close
+        if limits.sockets.get("127.0.0.1") == 1:
+            break
+        await asyncio.sleep(0.01)
+    again = await identified(url(srv, "s"))
+    await again.close()
+    await second.close()
+    for _ in range(500):
+        if not limits.sockets:
+            break
+        await asyncio.sleep(0.01)
+    assert limits.sockets == {}, "an address with no open socket holds no entry"
+
+
+async def test_new_instances_per_address_are_capped(serve) -> None:
+    srv = await serve(max_new_instances_per_minute=2)
+    for name in ("n1", "n2"):
+        c = await identified(url(srv, name))
+        await c.close()
+    third = await refused(url(srv, "n3"))
+    assert third.ws.close_code == 1013 and "new agent instances" in third.frames[0]["error"]
+    assert refusals(srv, "address_new_instances") == 1
+    assert srv.app.state.registry.active("my-agent", "n3") is None
+    assert not srv.app.state.registry.path_of("my-agent", "n3").exists()
+    old = await identified(url(srv, "n1"))  # an instance that exists is no new one
+    rid, frame, _ = chat_request("hi")
+    await old.send(frame)
+    assert (await old.wait_for(is_done(rid)))["outcome"] == "completed"
+    await old.close()
+
+
+def test_address_bookkeeping_forgets_what_has_expired() -> None:
+    from app._admission import AddressLimits
+
+    now = [1000.0]
+    limits = AddressLimits(max_sockets=1, max_new_per_minute=2, clock=lambda: now[0])
+    assert limits.open_socket("a") and not limits.open_socket("a") and limits.open_socket("b")
+    limits.close_socket("a")
+    limits.close_socket("b")
+    assert limits.sockets == {}
+    assert limits.take_new_instance("a") and limits.take_new_instance("a") and not limits.take_new_instance("a")
+    assert limits.take_new_instance("b")
+    now[0] += 59.0
+    assert not limits.take_new_instance("a")
+    now[0] += 1.5
+    assert limits.take_new_instance("c") and limits.new_instances == {"c": 1}, "expired entries are dropped"
+    unlimited = AddressLimits(max_sockets=0, max_new_per_minute=0)
+    assert all(unlimited.open_socket("a") and unlimited.take_new_instance("a") for _ in range(1000))
+    assert unlimited.sockets == {} and unlimited.new_instances == {}
+
+
+def test_the_caps_are_settings() -> None:
+    s = Settings.load(environ={"THINK_MAX_SOCKETS_PER_ADDRESS": "0", "THINK_MAX_NEW_INSTANCES_PER_MINUTE": "30"})
+    assert (s.max_sockets_per_address, s.max_new_instances_per_minute) == (0, 30)
+    assert (Settings().max_sockets_per_address, Settings().max_new_instances_per_minute) == (256, 600)
+    with pytest.raises(SettingsError, match="THINK_MAX_SOCKETS_PER_ADDRESS"):
+        Settings.load(environ={"THINK_MAX_SOCKETS_PER_ADDRESS": "-1"})
 
 
 # -- rate limit -------------------------------------------------------------------------
