@@ -19,9 +19,10 @@ from starlette.websockets import WebSocket
 
 from harness import Agent, Model, ModelSpecError, ScriptedModel, resolve_model
 from protocol import agent_name_to_kebab
-from storage import InvalidNameError, validate_instance_name
+from storage import InvalidNameError, validate_agent_name, validate_instance_name
 
 from ._actor import Actor
+from ._admission import AddressLimits, OriginPolicy
 from ._auth import Authenticator, AuthError
 from ._metrics import CONTENT_TYPE_LATEST, Metrics
 from ._registry import ActorRegistry, CapacityError
@@ -62,6 +63,10 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     routed: dict[str, Agent] = {}
     for name, agent in agents.items():
         key = agent_name_to_kebab(name)
+        try:
+            validate_agent_name(key)  # it names a URL path segment and a folder of the data dir
+        except InvalidNameError as exc:
+            raise ValueError(f"agent {name!r} routes as {key!r}, which cannot be served: {exc}") from None
         if key in routed:
             raise ValueError(f"agents {name!r} and another agent both route as {key!r}")
         routed[key] = agent
@@ -77,6 +82,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
 
     registry.on_activate = watch
     auth = Authenticator(settings)
+    origins = OriginPolicy(settings.cors_origins)
+    limits = AddressLimits(settings.max_sockets_per_address, settings.max_new_instances_per_minute)
     ready = {"recovered": False}
 
     def check_address(agent: str, name: str) -> str | None:
@@ -90,7 +97,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
 
     def refused(request: Request) -> Response | None:
         try:
-            auth.check(request.headers, request.query_params)
+            auth.check(request.headers, request.query_params, websocket=False)
         except AuthError as exc:
             metrics.refusals.labels("auth").inc()
             return JSONResponse({"error": f"unauthorized: {exc}"}, status_code=401,
@@ -99,8 +106,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
 
     async def chat_socket(ws: WebSocket) -> None:
         agent, name = ws.path_params["agent"], ws.path_params["name"]
-        await serve_socket(ws, agent=agent, name=name, problem=check_address(agent, name), registry=registry,
-                           auth=auth, settings=settings, metrics=metrics)
+        await serve_socket(ws, agent=agent, name=name, check_address=check_address, registry=registry, auth=auth,
+                           origins=origins, limits=limits, settings=settings, metrics=metrics)
 
     async def agent_http(request: Request) -> Response:
         denied = refused(request)
@@ -186,4 +193,5 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     app.state.registry = registry
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.address_limits = limits
     return app

@@ -1,19 +1,23 @@
 """Logging: plain lines, or one JSON object per line when asked.
 
 Records carry the ids that locate them (agent, instance, session, operation)
-as ``extra`` fields; message content and secrets are never logged.
+as ``extra`` fields; message content and secrets are never logged. Tokens in
+URLs (``?token=``, ``?access_token=``) are redacted from every line, since
+uvicorn's access and WebSocket lines print each path with its query.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from contextvars import ContextVar
 
 from harness import current_operation, current_session
 
-__all__ = ["ContextFilter", "JsonFormatter", "configure_logging", "current_agent", "current_instance"]
+__all__ = ["ContextFilter", "JsonFormatter", "RedactingFormatter", "configure_logging", "current_agent",
+           "current_instance", "redact"]
 
 _CONTEXT = ("agent", "instance", "session", "operation", "connection")
 
@@ -32,6 +36,27 @@ class ContextFilter(logging.Filter):
                 if value is not None:
                     setattr(record, key, value)
         return True
+
+
+# A query parameter whose name ends in "token" (token, access_token, id_token...); its value ends where
+# the parameter or the URL does (at a quote or backslash too: the line may be JSON).
+_TOKEN_PARAM = re.compile(r"(?<![\w-])([\w-]*token=)[^&#\s\"'\\]*", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with the value of every ``token``, ``access_token`` (any ``…token``) parameter replaced."""
+    return _TOKEN_PARAM.sub(r"\1[redacted]", text)
+
+
+class RedactingFormatter(logging.Formatter):
+    """Formats with ``inner``, then redacts: the whole line, tracebacks included."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(self.inner.format(record))
 
 
 class JsonFormatter(logging.Formatter):
@@ -53,10 +78,8 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(level: str, as_json: bool) -> None:
     handler = logging.StreamHandler()
-    if as_json:
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    inner = JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(RedactingFormatter(inner))
     handler.addFilter(ContextFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -1,15 +1,19 @@
-"""The WebSocket loop of one chat connection: auth, limits, frames in order."""
+"""The WebSocket loop of one chat connection: origin, auth, limits, frames in order."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from protocol import (
+    MAX_ID_LENGTH,
     RPC,
     USE_CHAT_REQUEST,
     ClientFrame,
@@ -19,11 +23,15 @@ from protocol import (
     UseChatRequest,
     dump_chat_response,
     dump_frame,
+    is_unicode_text,
     parse_client_frame,
 )
 from storage import StorageError
 
+from ._actor import Actor
+from ._admission import AddressLimits, OriginPolicy, connection_id_problem
 from ._auth import Authenticator, AuthError
+from ._close import close_reason
 from ._connection import Connection
 from ._logging import current_agent, current_instance
 from ._metrics import Metrics
@@ -31,13 +39,14 @@ from ._registry import ActorRegistry, CapacityError
 from ._thinkchat import error_frame
 from .settings import Settings
 
-__all__ = ["CLOSE_BAD_NAME", "CLOSE_UNAUTHORIZED", "CLOSE_UNKNOWN_AGENT", "serve_socket"]
+__all__ = ["CLOSE_BAD_NAME", "CLOSE_FORBIDDEN", "CLOSE_UNAUTHORIZED", "CLOSE_UNKNOWN_AGENT", "serve_socket"]
 
 log = logging.getLogger("think_server.socket")
 
 # 4xxx and 1008 are terminal for the client (it stops reconnecting); 1013 is not.
 CLOSE_BAD_NAME = 4000
 CLOSE_UNAUTHORIZED = 4001
+CLOSE_FORBIDDEN = 4003
 CLOSE_UNKNOWN_AGENT = 4004
 CLOSE_TRY_LATER = 1013
 
@@ -46,8 +55,9 @@ CLOSE_TRY_LATER = 1013
 _accepted = itertools.count(1)
 
 
-def _refusal(exc: ProtocolError, reason: str) -> str:
+def _refusal(exc: ProtocolError) -> str:
     """The answer to a frame that could not be parsed: its request's end, when it names one."""
+    reason = str(exc)
     if exc.frame_id is not None:
         if exc.frame_type == USE_CHAT_REQUEST:
             return dump_chat_response(exc.frame_id, reason, done=True, error=True, outcome="error")
@@ -84,14 +94,109 @@ class TokenBucket:
         return False
 
 
+def _rate_limited(text: str | None, settings: Settings) -> str:
+    """The answer to a frame over the rate, without validating it.
+
+    A chat request is answered by its id so that the client's turn ends; only a
+    frame that names that type is decoded to find the id (JSON only).
+    """
+    reason = f"rate limit: at most {settings.rate_limit_per_s:g} frames a second; the frame was ignored"
+    if text is not None and len(text) <= settings.max_frame_bytes and f'"{USE_CHAT_REQUEST}"' in text:
+        with contextlib.suppress(ValueError, RecursionError):
+            data = json.loads(text)
+            rid = data.get("id") if isinstance(data, dict) and data.get("type") == USE_CHAT_REQUEST else None
+            if isinstance(rid, str) and len(rid) <= MAX_ID_LENGTH and is_unicode_text(rid):
+                return dump_chat_response(rid, reason, done=True, error=True, outcome="error")
+    return error_frame(reason)
+
+
+async def _refuse(ws: WebSocket, error: str, code: int, reason: str) -> None:
+    await ws.send_text(error_frame(error))
+    await ws.close(code, close_reason(reason))
+
+
+async def _admit(
+    ws: WebSocket,
+    agent: str,
+    name: str,
+    *,
+    check_address: Callable[[str, str], str | None],
+    registry: ActorRegistry,
+    auth: Authenticator,
+    origins: OriginPolicy,
+    limits: AddressLimits,
+    metrics: Metrics,
+) -> tuple[Actor, str, str] | None:
+    """Check the socket and open its actor: (actor, connection id, client address), or None once refused.
+
+    The order matters: a foreign page learns nothing, an anonymous client
+    learns nothing about the agents served, and no check that fails leaves an
+    instance or a file behind. A returned client address holds a socket slot.
+    """
+    origin = ws.headers.get("origin")
+    if origin is not None and not origins.allows(origin, ws.headers.get("host")):
+        metrics.refusals.labels("origin").inc()
+        await _refuse(ws, f"a page from origin {origin!r} may not open a chat socket on this server; allowed are "
+                          "the server's own origin and the origins in THINK_CORS_ORIGINS",
+                      CLOSE_FORBIDDEN, "origin not allowed")
+        return None
+    try:
+        auth.check(ws.headers, ws.query_params, websocket=True)
+    except AuthError as exc:
+        metrics.refusals.labels("auth").inc()
+        await _refuse(ws, f"unauthorized: {exc}", CLOSE_UNAUTHORIZED, "unauthorized")
+        return None
+    problem = check_address(agent, name)
+    if problem is not None:
+        await _refuse(ws, problem, CLOSE_UNKNOWN_AGENT if agent not in registry.agents else CLOSE_BAD_NAME, problem)
+        return None
+    conn_id = ws.query_params.get("_pk") or str(uuid.uuid4())
+    bad_id = connection_id_problem(conn_id)
+    if bad_id is not None:
+        await _refuse(ws, bad_id, CLOSE_BAD_NAME, "invalid connection id (_pk)")
+        return None
+    address = ws.client.host if ws.client is not None else ""
+    if not limits.open_socket(address):
+        metrics.refusals.labels("address_sockets").inc()
+        await _refuse(ws, f"this client address has {limits.max_sockets} chat sockets open, the most it may "
+                          "(THINK_MAX_SOCKETS_PER_ADDRESS); close one or try again later",
+                      CLOSE_TRY_LATER, "too many sockets from this address")
+        return None
+    admitted = False
+    try:
+        new = registry.active(agent, name) is None and not registry.path_of(agent, name).exists()
+        if new and not limits.take_new_instance(address):
+            metrics.refusals.labels("address_new_instances").inc()
+            await _refuse(ws, f"this client address created {limits.max_new_per_minute} new agent instances in "
+                              "the last minute, the most it may (THINK_MAX_NEW_INSTANCES_PER_MINUTE); "
+                              "try again later", CLOSE_TRY_LATER, "too many new instances from this address")
+            return None
+        actor = await registry.get(agent, name)
+        admitted = True
+        return actor, conn_id, address
+    except CapacityError as exc:
+        metrics.refusals.labels("capacity").inc()
+        await _refuse(ws, str(exc), CLOSE_TRY_LATER, "at capacity")
+    except (StorageError, OSError) as exc:
+        log.exception("cannot activate %s/%s", agent, name, extra={"agent": agent, "instance": name})
+        await ws.send_text(error_frame(f"the agent instance cannot be opened: {exc}"))
+        await ws.close(1011)
+    finally:
+        if not admitted:
+            limits.close_socket(address)
+    return None
+
+
 async def serve_socket(
     ws: WebSocket,
     *,
     agent: str,
     name: str,
-    problem: str | None,
+    check_address: Callable[[str, str], str | None],
     registry: ActorRegistry,
     auth: Authenticator,
+    origins: OriginPolicy,
+    limits: AddressLimits,
     settings: Settings,
     metrics: Metrics,
 ) -> None:
@@ -99,31 +204,11 @@ async def serve_socket(
     current_instance.set(name)
     order = next(_accepted)
     await ws.accept()
-    if problem is None:
-        try:
-            auth.check(ws.headers, ws.query_params)
-        except AuthError as exc:
-            metrics.refusals.labels("auth").inc()
-            await ws.send_text(error_frame(f"unauthorized: {exc}"))
-            await ws.close(CLOSE_UNAUTHORIZED, "unauthorized")
-            return
-    else:
-        await ws.send_text(error_frame(problem))
-        await ws.close(CLOSE_UNKNOWN_AGENT if problem.startswith("unknown agent") else CLOSE_BAD_NAME, problem[:120])
+    admitted = await _admit(ws, agent, name, check_address=check_address, registry=registry, auth=auth,
+                            origins=origins, limits=limits, metrics=metrics)
+    if admitted is None:
         return
-    try:
-        actor = await registry.get(agent, name)
-    except CapacityError as exc:
-        metrics.refusals.labels("capacity").inc()
-        await ws.send_text(error_frame(str(exc)))
-        await ws.close(CLOSE_TRY_LATER, "at capacity")
-        return
-    except (StorageError, OSError) as exc:
-        log.exception("cannot activate %s/%s", agent, name, extra={"agent": agent, "instance": name})
-        await ws.send_text(error_frame(f"the agent instance cannot be opened: {exc}"))
-        await ws.close(1011)
-        return
-    conn_id = (ws.query_params.get("_pk") or str(uuid.uuid4()))[:128]
+    actor, conn_id, address = admitted
     conn = Connection(ws, conn_id, max_queue=settings.max_send_queue, order=order)
     bucket = TokenBucket(settings.rate_limit_per_s, settings.rate_burst)
     actor.attach(conn)
@@ -134,6 +219,11 @@ async def serve_socket(
             if message["type"] == "websocket.disconnect":
                 break
             text = message.get("text")
+            # Every frame takes a token before any work on it: one the server cannot use costs too.
+            if not bucket.take():
+                metrics.refusals.labels("rate_limit").inc()
+                conn.send(_rate_limited(text, settings))
+                continue
             if text is None:
                 conn.send(error_frame("binary frames are not part of the chat protocol; send JSON text"))
                 continue
@@ -145,15 +235,7 @@ async def serve_socket(
             try:
                 frame = parse_client_frame(text)
             except ProtocolError as exc:
-                conn.send(_refusal(exc, str(exc)))
-                continue
-            if not bucket.take():
-                metrics.refusals.labels("rate_limit").inc()
-                reason = f"rate limit: at most {settings.rate_limit_per_s:g} frames a second; {frame.type} ignored"
-                if isinstance(frame, UseChatRequest):
-                    conn.send(dump_chat_response(frame.id, reason, done=True, error=True, outcome="error"))
-                else:
-                    conn.send(error_frame(reason))
+                conn.send(_refusal(exc))
                 continue
             try:
                 await actor.chat.handle(conn, frame)
@@ -167,5 +249,6 @@ async def serve_socket(
         pass
     finally:
         metrics.connections.dec()
+        limits.close_socket(address)
         actor.detach(conn)
         await conn.finished()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import ipaddress
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -17,7 +19,10 @@ from ._logging import configure_logging
 from .demo import DEMO_AGENTS
 from .settings import Settings, SettingsError
 
-__all__ = ["load_agents", "main"]
+__all__ = ["is_loopback", "load_agents", "main"]
+
+log = logging.getLogger("think_server.cli")
+
 
 class CliError(Exception):
     pass
@@ -45,6 +50,16 @@ def load_agents(target: str) -> Mapping[str, Agent]:
         if not isinstance(key, str) or not isinstance(agent, Agent):
             raise CliError(f"{target}: entry {key!r} must map a name to a harness.Agent, got {type(agent).__name__}")
     return value
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only: 127.0.0.0/8, ::1 or localhost."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # another host name: it may resolve to anything
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CliError, SettingsError, ValueError) as exc:
         print(f"think-server: {exc}", file=sys.stderr)
         return 2
+    if not settings.auth_enabled and not is_loopback(settings.host):
+        log.warning("auth is off and the server listens on %s, beyond this machine: anyone who can reach it can "
+                    "use its agents and read their conversations. Set THINK_AUTH_TOKEN (or THINK_JWT_SECRET / "
+                    "THINK_JWT_PUBLIC_KEY), or listen on 127.0.0.1", settings.host)
     import uvicorn
 
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,

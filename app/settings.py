@@ -64,17 +64,24 @@ class Settings(BaseModel):
     rate_burst: int = Field(200, ge=1)
     #: Frames queued for one socket before it is closed as too slow.
     max_send_queue: int = Field(4096, ge=16)
+    #: Chat sockets one client address may hold open at once; 0: no cap.
+    max_sockets_per_address: int = Field(256, ge=0)
+    #: New agent instances (a new SQLite file each) one client address may create in any minute; 0: no cap.
+    max_new_instances_per_minute: int = Field(600, ge=0)
 
     # -- auth and browsers ---------------------------------------------------------
-    #: A static bearer token every request must carry (header, or ``?token=`` on WebSockets).
+    #: A static bearer token every request must carry (header; ``?token=`` on the WebSocket upgrade only).
     auth_token: str | None = None
     #: HS256 secret for JWT bearer tokens.
     jwt_secret: str | None = None
     #: RS256 public key (PEM text, or a path to a PEM file) for JWT bearer tokens.
     jwt_public_key: str | None = None
+    #: The ``aud`` a JWT must name; unset: a JWT that names any audience is refused.
     jwt_audience: str | None = None
+    #: The ``iss`` a JWT must name; unset: not checked.
     jwt_issuer: str | None = None
-    #: Origins allowed to call the HTTP API from a browser (CORS); ``*`` for any. Empty: CORS off.
+    #: Origins allowed to call the HTTP API and open chat sockets from a browser (CORS); ``*`` for any.
+    #: Empty: CORS off, and only pages of this server's own origin may open sockets.
     cors_origins: tuple[str, ...] = ()
 
     # -- logs ----------------------------------------------------------------------

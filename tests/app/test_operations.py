@@ -77,7 +77,8 @@ async def test_a_static_token_guards_sockets_and_http_but_not_health(serve) -> N
         assert (await http.get("/agents/my-agent/auth/get-messages")).status_code == 401
         r = await http.get("/agents/my-agent/auth/get-messages", headers={"Authorization": "Bearer letmein"})
         assert r.status_code == 200 and len(r.json()) == 2
-        assert (await http.get("/agents/my-agent/auth/get-messages?token=letmein")).status_code == 200
+        r = await http.get("/agents/my-agent/auth/get-messages?token=letmein")
+        assert r.status_code == 401 and "Authorization: Bearer" in r.json()["error"], "?token= is for sockets only"
         assert (await http.get("/metrics")).status_code == 401
         assert (await http.get("/healthz")).status_code == 200
         assert (await http.get("/api/agents")).status_code == 401, "the page is public, the agent list is not"

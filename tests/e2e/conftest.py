@@ -310,11 +310,17 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def run_think_server(
-    tmp_path: Path, *, host: str = "127.0.0.1", model: str | None = None, app: str | None = None
+    tmp_path: Path,
+    *,
+    host: str = "127.0.0.1",
+    model: str | None = None,
+    app: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[ThinkServer]:
     """Start the real server on a free port; yield once it accepts connections; always stop it.
 
-    ``app`` is a ``module:attribute`` for ``--app`` (default: the server's own default app).
+    ``app`` is a ``module:attribute`` for ``--app`` (default: the server's own default app);
+    ``env`` is added to the server's environment (e.g. ``THINK_AUTH_TOKEN``).
     """
     port = free_port(host)
     data_dir = tmp_path / "data"
@@ -337,7 +343,8 @@ def run_think_server(
     if app is not None:
         cmd += ["--app", app]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **(env or {})}, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
     server = ThinkServer(proc=proc, host=host, port=port, data_dir=data_dir, log_path=log_path)
     try:
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S

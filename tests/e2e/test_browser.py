@@ -570,6 +570,32 @@ def test_create_and_pick_conversations(context: BrowserContext, server: ThinkSer
     assert not tab.errors, tab.report()
 
 
+def test_the_page_with_auth_on(web_dist: Path, context: BrowserContext, tmp_path: Path,
+                               request: pytest.FixtureRequest) -> None:
+    """The token given in the page's URL opens the socket (?token=) and loads get-messages (the header)."""
+    token = "page-token-0123456789"
+    with run_think_server(tmp_path, model=f"scripted:{DEMO_SCRIPT}", env={"THINK_AUTH_TOKEN": token}) as srv:
+        name = conversation()
+        tab = Tab(context.new_page())
+        loads: list[tuple[int, bool]] = []
+        tab.page.on("response", lambda r: loads.append((r.status, "authorization" in r.request.headers))
+                    if r.url.split("?")[0].endswith("/get-messages") else None)
+        tab.page.goto(f"{srv.base}/?token={token}#/assistant/{name}")
+        expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
+        tab.wait_ready()
+        assert "token" not in tab.page.url, "the page keeps the token out of its address"
+        tab.send("hello")
+        tab.wait_answer(GREETING)
+
+        tab.page.reload()
+        expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
+        tab.wait_answer(GREETING)
+        shot(tab, request, "reloaded")
+        assert loads and all(load == (200, True) for load in loads), f"get-messages answered {loads}\n{tab.report()}"
+        assert tab.messages() == [("user", "hello"), ("assistant", GREETING)], tab.report()
+        assert not tab.errors, tab.report()
+
+
 async def test_web_routes_without_a_build(tmp_path: Path) -> None:
     """Before `make web`, / says how to build the page, assets are 404s, and the agent list still answers."""
     from starlette.applications import Starlette

@@ -1,6 +1,6 @@
 import { useAgentChat } from "@cloudflare/ai-chat/react";
 import { useAgent } from "agents/react";
-import { Suspense, useEffect, useRef, useState } from "react";
+import { Suspense, useEffect, useMemo, useRef, useState } from "react";
 import { authToken } from "./conversations.js";
 import { Message } from "./Parts.jsx";
 
@@ -43,7 +43,7 @@ export function Chat({ agent, name }) {
   const socket = useAgent({
     agent,
     name,
-    // Browsers cannot set headers on a WebSocket: the token rides in the query (get-messages too).
+    // Browsers cannot set headers on a WebSocket: the token rides in the upgrade's query.
     query: token ? { token } : undefined,
     onOpen: () => setConnection("open"),
     onClose: () => setConnection("closed")
@@ -51,7 +51,7 @@ export function Chat({ agent, name }) {
   // useAgentChat suspends until the conversation's stored messages (GET .../get-messages) arrive.
   return (
     <Suspense fallback={<p className="notice">Loading the conversation…</p>}>
-      <Conversation socket={socket} connection={connection} />
+      <Conversation socket={socket} connection={connection} token={token} />
     </Suspense>
   );
 }
@@ -66,8 +66,10 @@ function statusText(chat, connection) {
   return "Ready";
 }
 
-function Conversation({ socket, connection }) {
-  const chat = useAgentChat({ agent: socket, onToolCall: answerToolCall });
+function Conversation({ socket, connection, token }) {
+  // The server takes ?token= on the socket only; get-messages (plain HTTP) needs the header.
+  const headers = useMemo(() => (token ? { authorization: `Bearer ${token}` } : undefined), [token]);
+  const chat = useAgentChat({ agent: socket, onToolCall: answerToolCall, headers });
   const { messages, status, error, sendMessage, stop, clearHistory, addToolApprovalResponse } = chat;
   const [draft, setDraft] = useState("");
   const busy = status === "submitted" || status === "streaming" || chat.isServerStreaming || chat.isRecovering;
