@@ -17,6 +17,8 @@ from pathlib import Path
 
 import aiosqlite
 
+from . import _faults
+from ._base import Params
 from ._messages import MessageReads, MessageWrites
 from ._operations import OperationReads, OperationWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
@@ -39,12 +41,31 @@ class Tx(Reader, MessageWrites, OperationWrites, SessionWrites, StreamWrites, To
     """Every statement, inside one open transaction."""
 
 
+class _FaultyTx(Tx):
+    """A Tx that notes which tables it wrote, and may die after a write (test-only: ``_faults``)."""
+
+    def __init__(self, conn: aiosqlite.Connection, plan: _faults.KillPlan) -> None:
+        super().__init__(conn)
+        self.plan = plan
+        self.tables: list[str] = []
+
+    async def _execute(self, sql: str, params: Params = ()) -> int:
+        changed = await super()._execute(sql, params)
+        table = _faults.written_table(sql)
+        if table is not None:
+            self.tables.append(table)
+            self.plan.point("write", self.tables)
+        return changed
+
+
 class Database:
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self._conn = conn
         self.path = path
         self.read = Reader(conn)
-        self._tx = Tx(conn)
+        plan = _faults.ACTIVE
+        self._faulty = None if plan is None else _FaultyTx(conn, plan)
+        self._tx: Tx = self._faulty or Tx(conn)
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -87,12 +108,20 @@ class Database:
                 if self._conn.in_transaction:
                     await self._conn.execute("ROLLBACK")
                 raise
+            faulty = self._faulty  # None unless THINK_FAULTS is set (tests only)
+            if faulty is not None:
+                faulty.tables = []
+                faulty.plan.point("begin", faulty.tables)
             try:
                 yield self._tx
             except BaseException:
                 await self._conn.execute("ROLLBACK")
                 raise
+            if faulty is not None:
+                faulty.plan.point("before_commit", faulty.tables)
             await self._conn.execute("COMMIT")
+            if faulty is not None:
+                faulty.plan.point("after_commit", faulty.tables)
 
     async def close(self) -> None:
         async with self._lock:
