@@ -42,19 +42,19 @@ class Tx(Reader, MessageWrites, OperationWrites, SessionWrites, StreamWrites, To
 
 
 class _FaultyTx(Tx):
-    """A Tx that notes which tables it wrote, and may die after a write (test-only: ``_faults``)."""
+    """A Tx that notes what it wrote, and may die after a write (test-only: ``_faults``)."""
 
     def __init__(self, conn: aiosqlite.Connection, plan: _faults.KillPlan) -> None:
         super().__init__(conn)
         self.plan = plan
-        self.tables: list[str] = []
+        self.writes: list[str] = []
 
     async def _execute(self, sql: str, params: Params = ()) -> int:
         changed = await super()._execute(sql, params)
-        table = _faults.written_table(sql)
-        if table is not None:
-            self.tables.append(table)
-            self.plan.point("write", self.tables)
+        write = _faults.write_of(sql)
+        if write is not None:
+            self.writes.append(write)
+            self.plan.point("write", self.writes)
         return changed
 
 
@@ -110,18 +110,18 @@ class Database:
                 raise
             faulty = self._faulty  # None unless THINK_FAULTS is set (tests only)
             if faulty is not None:
-                faulty.tables = []
-                faulty.plan.point("begin", faulty.tables)
+                faulty.writes = []
+                faulty.plan.point("begin", faulty.writes)
             try:
                 yield self._tx
             except BaseException:
                 await self._conn.execute("ROLLBACK")
                 raise
             if faulty is not None:
-                faulty.plan.point("before_commit", faulty.tables)
+                faulty.plan.point("before_commit", faulty.writes)
             await self._conn.execute("COMMIT")
             if faulty is not None:
-                faulty.plan.point("after_commit", faulty.tables)
+                faulty.plan.point("after_commit", faulty.writes)
 
     async def close(self) -> None:
         async with self._lock:

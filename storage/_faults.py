@@ -20,12 +20,13 @@ below. Off, the cost is one ``is None`` test per transaction.
     not all), ``before_commit`` (every write done, ``COMMIT`` not issued),
     ``after_commit`` (committed, the caller not told yet).
 ``only``
-    die only in transactions that wrote this table (``operations``,
-    ``stream_chunks``, ``messages``, ``tool_calls``...); ``begin`` never
-    qualifies then.
+    die only in transactions that made this write: a table (``operations``,
+    ``stream_chunks``, ``messages``, ``tool_calls``...) or a verb and a table
+    (``delete:messages``, ``insert:operations``); ``begin`` never qualifies then.
 ``log``
-    a file to which one line ``<point> <tables written>`` is appended (and
-    flushed) just before dying, so a harness can count where kills landed.
+    a file to which one line ``<point> <writes so far>`` (e.g. ``write
+    insert:sessions,insert:operations``) is appended just before dying, so a
+    harness can count where kills landed.
 """
 
 from __future__ import annotations
@@ -36,18 +37,18 @@ import re
 import signal
 from pathlib import Path
 
-__all__ = ["ACTIVE", "POINTS", "KillPlan", "parse", "written_table"]
+__all__ = ["ACTIVE", "POINTS", "KillPlan", "parse", "write_of"]
 
 ENV = "THINK_FAULTS"
 POINTS = ("begin", "write", "before_commit", "after_commit")
 
-_WRITE = re.compile(r"^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)", re.IGNORECASE)
+_WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\s+(?:INTO\s+|FROM\s+)?(\w+)", re.IGNORECASE)
 
 
-def written_table(sql: str) -> str | None:
-    """The table a write statement changes; None for anything else."""
+def write_of(sql: str) -> str | None:
+    """What a write statement does, as ``verb:table`` (``insert:operations``); None for a read."""
     m = _WRITE.match(sql)
-    return m.group(1) if m else None
+    return f"{m.group(1).lower()}:{m.group(2)}" if m else None
 
 
 class KillPlan:
@@ -61,14 +62,16 @@ class KillPlan:
         self.log = log
         self._rng = random.Random(seed)
 
-    def point(self, name: str, tables: list[str]) -> None:
-        """Maybe die here; ``tables`` are those the transaction wrote so far, in order."""
-        if name not in self.points or (self.only is not None and self.only not in tables):
+    def point(self, name: str, writes: list[str]) -> None:
+        """Maybe die here; ``writes`` are what the transaction wrote so far (``verb:table``), in order."""
+        if name not in self.points:
+            return
+        if self.only is not None and not any(self.only in (w, w.partition(":")[2]) for w in writes):
             return
         if self._rng.random() >= self.probability:
             return
         if self.log is not None:
-            written = ",".join(dict.fromkeys(tables)) or "-"
+            written = ",".join(dict.fromkeys(writes)) or "-"
             with self.log.open("a") as f:
                 f.write(f"{name} {written}\n")
         os.kill(os.getpid(), signal.SIGKILL)

@@ -72,14 +72,15 @@ def test_off_unless_set(tmp_path: Path) -> None:
 def test_dies_at_the_point_asked(tmp_path: Path, point: str, expected: tuple[str | None, int]) -> None:
     code, out, kills = run(tmp_path, f"kill_in_tx=1;points={point}")
     assert code == -signal.SIGKILL and out == ""
-    assert kills == [f"{point} {'-' if point == 'begin' else 'sessions,operations'}"]
+    assert kills == [f"{point} {'-' if point == 'begin' else 'insert:sessions,insert:operations'}"]
     assert stored(tmp_path) == expected
 
 
-def test_dies_after_a_write_in_the_transaction_that_writes_the_table_asked(tmp_path: Path) -> None:
-    code, out, kills = run(tmp_path, "kill_in_tx=1;points=write;only=messages")
+@pytest.mark.parametrize("only", ["messages", "insert:messages"])
+def test_dies_after_a_write_in_the_transaction_that_makes_the_write_asked(tmp_path: Path, only: str) -> None:
+    code, out, kills = run(tmp_path, f"kill_in_tx=1;points=write;only={only}")
     assert code == -signal.SIGKILL and out == "first committed\n"
-    assert kills == ["write messages"]  # the message written, the settlement not yet: neither kept
+    assert kills == ["write insert:messages"]  # the message written, the settlement not yet: neither kept
     assert stored(tmp_path) == ("pending", 0)
 
 
