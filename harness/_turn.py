@@ -480,6 +480,12 @@ class Turn:
 
     async def _settle_partial(self, status: str, stream_status: str, reason: str, exc: BaseException | None,
                               ) -> Outcome:
+        # Text and reasoning cut off are closed in the stream too: a client assembling the
+        # chunks must end with the message stored, not with a block still streaming.
+        for part_id in self._assembler.open_text_ids:
+            self._emit(TextEndChunk(id=part_id), hold=True)
+        for part_id in self._assembler.open_reasoning_ids:
+            self._emit(ReasoningEndChunk(id=part_id), hold=True)
         # Calls cut short by the abort or the failure end as errors, in the message and in their records.
         records = list(self._unrecorded.values())
         self._unrecorded.clear()

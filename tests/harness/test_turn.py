@@ -30,7 +30,7 @@ from harness import (
     Tool,
 )
 from harness._chunklog import MAX_BUFFERED
-from protocol import TextPart, ToolPart, UIMessage
+from protocol import TextPart, ToolPart, UIMessage, assemble, parse_chunk
 
 from ._doubles import GUARD, FakeModel, Pause, Recorder, Recording, call, script, settle, text, user
 
@@ -464,6 +464,8 @@ async def test_abort_of_a_streaming_model_call_keeps_the_partial(open_instance: 
     assert stored["parts"] == [{"type": "step-start"}, {"type": "text", "text": "partial", "state": "done"}]
     (stream,) = await inst.db.read.streams_of_request(op)
     assert stream.status == "completed"  # an abort is not an error
+    # The stream closes the cut-off text too: a client assembling it ends with the stored message.
+    assert dump(assemble([parse_chunk(c) for c in peek.operation_chunks(op)], answer.id)) == stored
     assert (await inst.db.read.session(s.id)).last_terminal_json is None
     assert rec.of(OperationSettled) == [OperationSettled(op, "aborted", "unanswered", "aborted", ("u1",))]
     assert s.idle
