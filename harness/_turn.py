@@ -494,6 +494,14 @@ class Turn:
             self._emit(ToolOutputErrorChunk(toolCallId=call_id, errorText=error), hold=True)
             records.append((call_id, "interrupted", None, error))
         self._running_calls.clear()
+        # Server calls not started yet (the abort came first, or a crash left them to run again)
+        # never will be now: they end too, or the message keeps a call waiting forever.
+        for part in self._assembler.message.parts:
+            if (isinstance(part, ToolPart) and part.state in ("input-available", "approval-responded")
+                    and part.tool_name in self._tools and not self._tools[part.tool_name].is_client):
+                error = "The tool call was aborted." if status == "aborted" else INTERRUPTED_TOOL_ERROR
+                self._emit(ToolOutputErrorChunk(toolCallId=part.toolCallId, errorText=error), hold=True)
+                records.append((part.toolCallId, "interrupted", None, error))
         self._assembler.settle()
         outcome = Outcome(status, "unanswered", reason, message_text(self._assembler.message))
         await asyncio.shield(self._commit(stream_status=stream_status, outcome=outcome, tool_records=records))

@@ -505,6 +505,30 @@ async def test_abort_while_server_tools_run_cancels_them(open_instance: Any) -> 
     assert (await inst.db.read.operation(op)).status == "aborted"
 
 
+async def test_abort_before_a_server_call_starts_ends_that_call_too(open_instance: Any, peek: Any) -> None:
+    ran: list[str] = []
+    model = FakeModel([*call("c1", "ping"), Finish("tool-calls")], text("t", "never"))
+    inst = await open_instance(model, Agent(tools=[Tool("ping", execute=lambda: ran.append("ping") or "pong")]))
+    s = await inst.session()
+    aborts: list[asyncio.Task[bool]] = []
+
+    def abort_once_called(event: Any) -> None:
+        # The model call that made the call is committed and the call has not started: abort there.
+        if isinstance(event, MessagePersisted) and not aborts and any(
+                isinstance(p, ToolPart) and p.state == "input-available" for p in event.message.parts):
+            aborts.append(asyncio.get_running_loop().create_task(s.abort()))
+
+    s.subscribe(abort_once_called)
+    op = (await s.submit([user("u1", "hi")])).operation_id
+    assert (await settle(s, op)).reason == "aborted"
+    assert ran == [] and len(model.requests) == 1
+    answer = s.messages()[-1]
+    stored = peek.message(s.id, answer.id)
+    (tool_part,) = [p for p in stored["parts"] if p["type"] == "tool-ping"]
+    assert (tool_part["state"], tool_part["errorText"]) == ("output-error", "The tool call was aborted.")
+    assert dump(assemble([parse_chunk(c) for c in peek.operation_chunks(op)], answer.id)) == stored
+
+
 async def test_abort_of_an_unknown_or_settled_operation_is_a_no_op(open_instance: Any) -> None:
     inst, s, _rec, op = await start(open_instance, FakeModel(text("t", "ok")))
     await settle(s, op)
