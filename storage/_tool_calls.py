@@ -51,11 +51,20 @@ class ToolCallWrites(Access):
         input_json: str,
         now: int,
     ) -> None:
+        """Record a call as running before it runs.
+
+        A record with the same id is taken over: the same call run again (one more attempt),
+        or a call on another branch that reused the id (models may: the record describes the
+        latest call, so a crash during it finds it under its own operation).
+        """
         await self._execute(
             "INSERT INTO tool_calls (session_id, tool_call_id, operation_id, message_id, tool_name, kind, recovery, "
             "input_json, state, attempt, started_at) VALUES (?, ?, ?, ?, ?, 'server', ?, ?, 'running', 1, ?) "
-            "ON CONFLICT (session_id, tool_call_id) DO UPDATE SET state = 'running', attempt = attempt + 1, "
-            "started_at = excluded.started_at",
+            "ON CONFLICT (session_id, tool_call_id) DO UPDATE SET state = 'running', "
+            "attempt = CASE WHEN message_id = excluded.message_id THEN attempt + 1 ELSE 1 END, "
+            "operation_id = excluded.operation_id, message_id = excluded.message_id, tool_name = excluded.tool_name, "
+            "recovery = excluded.recovery, input_json = excluded.input_json, output_json = NULL, error_text = NULL, "
+            "started_at = excluded.started_at, finished_at = NULL",
             (session_id, tool_call_id, operation_id, message_id, tool_name, recovery, input_json, now),
         )
 

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from harness import Agent, Finish, Instance, RecoveryPolicy, TextDelta, TextEnd, TextStart, Tool
+from harness._answers import INTERRUPTED_TOOL_ERROR
+from protocol import ToolPart
 
-from ._doubles import FakeModel, Pause, call, settle, text, user
+from ._doubles import FakeModel, Pause, call, script, settle, text, user
 
 
 def stalled(part: str, *deltas: str) -> list[Any]:
@@ -123,3 +125,49 @@ async def test_a_restart_continues_a_running_operation_without_any_client(db_pat
         assert kinds.count("start") == 1 and kinds.count("finish") == 1, "one wire stream for the operation"
     finally:
         await again.close()
+
+
+async def crash(inst: Instance) -> None:
+    """The process dies: workers stop where they are, without suspending; nothing more is written."""
+    for s in inst._sessions.values():
+        if s._worker is not None:
+            s._worker.cancel()
+            await asyncio.gather(s._worker, return_exceptions=True)
+    await inst.db.close()
+
+
+async def test_a_regenerated_answer_that_reuses_a_call_id_recovers_its_own_call(db_path: Any) -> None:
+    """Models may reuse call ids across branches (the scripted model does): the record follows the latest call."""
+    runs: list[int] = []
+    second_started = asyncio.Event()
+
+    async def once() -> dict[str, int]:
+        runs.append(len(runs) + 1)
+        if len(runs) == 2:  # the regenerated answer's run: the process dies in it
+            second_started.set()
+            await asyncio.Event().wait()
+        return {"n": len(runs)}
+
+    model = script({"match": "*", "steps": [[{"tool_call": {"name": "once", "input": {}}}],
+                                            [{"text": ["saw {result}"]}]]})
+    agent = Agent(tools=[Tool("once", execute=once)], recovery=RecoveryPolicy(backoff_ms=1))
+    inst = await Instance.open(db_path, agent, model)
+    s = await inst.session()
+    first = await s.submit([user("u1", "go")])
+    assert (await settle(s, first.operation_id)).text == 'saw {"n":1}'
+    again = await s.submit([], regenerate_from="u1")  # the same transcript: the same call id
+    await asyncio.wait_for(second_started.wait(), 5)
+    await crash(inst)
+
+    restarted = await Instance.open(db_path, agent, model)
+    try:
+        s2 = await restarted.session()
+        result = await settle(s2, again.operation_id)
+        assert runs == [1, 2], "a report tool cut short is reported, never run again"
+        assert result.text == f"saw {INTERRUPTED_TOOL_ERROR}"
+        (part,) = [p for p in s2.messages()[-1].parts if isinstance(p, ToolPart)]
+        assert (part.state, part.errorText) == ("output-error", INTERRUPTED_TOOL_ERROR)
+        branches = await restarted.db.read.children(s2.id, "u1")
+        assert len(branches) == 2 and '"output":{"n":1}' in branches[0].content, "the first answer keeps its result"
+    finally:
+        await restarted.close()
