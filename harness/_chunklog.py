@@ -59,6 +59,9 @@ class ChunkLog:
         self._stream: _Stream | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._committers = 0  # commit() calls in progress: they take the buffer themselves
+        # One commit() at a time: a batch is chosen, and its seq counted, only once the commit
+        # before it is done (parallel tool calls commit their results concurrently).
+        self._commit_lock = asyncio.Lock()
         self._started = False
 
     @property
@@ -100,8 +103,9 @@ class ChunkLog:
         """
         self._committers += 1
         try:
-            await self._drain()  # the flusher stops after the transaction it is in
-            await self._commit_batch(with_held=True, extra=extra)
+            async with self._commit_lock:
+                await self._drain()  # the flusher stops after the transaction it is in
+                await self._commit_batch(with_held=True, extra=extra)
         finally:
             self._committers -= 1
             if self._pending and self._committers == 0 and (self._flusher is None or self._flusher.done()):

@@ -205,6 +205,25 @@ async def test_streams_of_one_operation_number_their_chunks_consecutively(h: Har
     assert isinstance(h.events[0], StreamStarted)
 
 
+async def test_commits_of_parallel_callers_store_each_chunk_once_at_the_seq_announced(h: Harness, peek: Any) -> None:
+    # Two tools finish together: each adds its result and commits, the second while the
+    # first commit's transaction is still open.
+    h.log.open_stream("m1", continuation=False)
+    release = h.txs.hold_next()
+    h.log.add(chunk(0))
+    first = asyncio.create_task(h.log.commit())
+    await asyncio.wait_for(h.txs.held.wait(), GUARD)
+    h.log.add(chunk(1))
+    second = asyncio.create_task(h.log.commit())
+    await asyncio.sleep(0)  # the second commit picks its batch now, with the first still in flight
+    release.set()
+    await asyncio.wait_for(asyncio.gather(first, second), GUARD)
+    assert h.published() == [chunk(0), chunk(1)]
+    assert [b.first_seq + k for b in h.batches for k in range(len(b.bodies))] == [0, 1]
+    stored = [json.dumps(c, separators=(",", ":")) for c in peek.operation_chunks("op")]
+    assert stored == [chunk(0), chunk(1)], "what was announced at each seq is what is stored there"
+
+
 async def test_open_stream_refuses_while_chunks_of_the_last_call_are_buffered(h: Harness) -> None:
     h.log.open_stream("m1", continuation=False)
     h.log.add(chunk(0))
