@@ -5,7 +5,7 @@ is rebuilt from its stored chunks, its open parts are closed (the closing
 chunks are stored too, so a replay stays well formed), and the partial answer
 is persisted. Tool calls recorded as running with no result were cut short:
 ``recovery="rerun"`` tools run again, ``"report"`` tools get an interrupted
-error the model sees. All of it is one transaction, so recovering twice gives
+error the model sees. Server calls the model made that never started run now. All of it is one transaction, so recovering twice gives
 the same result.
 """
 
@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 from protocol import (
     Chunk,
     MessageAssembler,
+    ToolApprovalRequestChunk,
     ToolOutputErrorChunk,
+    ToolPart,
     UIMessage,
     dump_chunk,
     parse_chunk,
@@ -103,6 +105,22 @@ async def recover_operation(session: Session, op: OperationRow) -> Recovered:
             else:
                 extra.append(chunk)
             await tx.finish_tool_call(session.id, call.tool_call_id, "interrupted", None, INTERRUPTED_TOOL_ERROR, now)
+        # Server calls the model made that never got to start (the record is written before a
+        # call runs) are safe to run now, whatever their recovery mode; one that needs an
+        # approval asks for it, as the turn would have.
+        again = {r[0] for r in rerun}
+        for part in assembler.message.parts:
+            if not isinstance(part, ToolPart) or part.state != "input-available" or part.toolCallId in again:
+                continue
+            tool = tools.get(part.tool_name)
+            if tool is None or tool.is_client:
+                continue
+            if tool.approval_needed(part.input):
+                chunk = ToolApprovalRequestChunk(approvalId=session.clock.new_id(), toolCallId=part.toolCallId)
+                assembler.apply(chunk)
+                extra.append(chunk)
+            else:
+                rerun.append((part.toolCallId, part.tool_name, part.input))
         if extra and last_stream is not None:
             await tx.append_chunks(last_stream, [dump_chunk(c) for c in extra], now)
         message = assembler.message if assembler.message.parts else None

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from harness import Agent, Finish, Instance, RecoveryPolicy, TextDelta, TextEnd, TextStart, Tool
+from harness import Agent, Finish, Instance, MessagePersisted, RecoveryPolicy, TextDelta, TextEnd, TextStart, Tool
 from harness._answers import INTERRUPTED_TOOL_ERROR
 from protocol import ToolPart
 
@@ -169,5 +169,44 @@ async def test_a_regenerated_answer_that_reuses_a_call_id_recovers_its_own_call(
         assert (part.state, part.errorText) == ("output-error", INTERRUPTED_TOOL_ERROR)
         branches = await restarted.db.read.children(s2.id, "u1")
         assert len(branches) == 2 and '"output":{"n":1}' in branches[0].content, "the first answer keeps its result"
+    finally:
+        await restarted.close()
+
+
+async def test_a_call_a_crash_stopped_before_it_started_runs_after_the_restart(db_path: Any, peek: Any) -> None:
+    """The model call that made the call is stored; the process dies before the call is recorded as running."""
+    runs: list[str] = []
+
+    async def ping() -> str:
+        runs.append("ping")
+        return "pong"
+
+    model = script({"match": "*", "steps": [[{"tool_call": {"name": "ping", "input": {}}}],
+                                            [{"text": ["got {result}"]}]]})
+    agent = Agent(tools=[Tool("ping", execute=ping)], recovery=RecoveryPolicy(backoff_ms=1))
+    inst = await Instance.open(db_path, agent, model)
+    s = await inst.session()
+
+    def die_once_the_call_is_stored(event: Any) -> None:
+        if isinstance(event, MessagePersisted) and any(
+                isinstance(p, ToolPart) and p.state == "input-available" for p in event.message.parts):
+            assert s._worker is not None
+            s._worker.cancel()  # the worker stops at its next await: the call never gets to start
+
+    s.subscribe(die_once_the_call_is_stored)
+    r = await s.submit([user("u1", "go")])
+    assert s._worker is not None
+    await asyncio.gather(s._worker, return_exceptions=True)
+    await crash(inst)
+    assert runs == [] and peek.count("tool_calls") == 0 and peek.operation_status(r.operation_id) == "running"
+
+    restarted = await Instance.open(db_path, agent, model)
+    try:
+        s2 = await restarted.session()
+        result = await settle(s2, r.operation_id)
+        assert (result.status, result.text) == ("done", "got pong")
+        assert runs == ["ping"], "the call runs once, after the restart"
+        (part,) = [p for p in s2.messages()[-1].parts if isinstance(p, ToolPart)]
+        assert (part.toolCallId, part.state, part.output) == ("call_ping_1", "output-available", "pong")
     finally:
         await restarted.close()
