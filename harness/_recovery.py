@@ -5,7 +5,9 @@ is rebuilt from its stored chunks, its open parts are closed (the closing
 chunks are stored too, so a replay stays well formed), and the partial answer
 is persisted. Tool calls recorded as running with no result were cut short:
 ``recovery="rerun"`` tools run again, ``"report"`` tools get an interrupted
-error the model sees. Server calls the model made that never started run now. All of it is one transaction, so recovering twice gives
+error the model sees. Server calls the model made that never started run now.
+An operation past its budget, or that keeps killing the process, is sealed
+instead, its open calls ended as interrupted. All of it is one transaction, so recovering twice gives
 the same result.
 """
 
@@ -24,6 +26,7 @@ from protocol import (
     ToolPart,
     UIMessage,
     dump_chunk,
+    message_text,
     parse_chunk,
     parse_message,
 )
@@ -31,7 +34,7 @@ from storage import OperationRow
 
 from ._answers import INTERRUPTED_TOOL_ERROR
 from ._json import message_json
-from ._turn import closing_chunks
+from ._turn import Outcome, closing_chunks
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -50,6 +53,7 @@ class Recovered:
     attempts: int = 0
     crash_strikes: int = 0
     next_attempt_at: int | None = None
+    gave_up: str | None = None  # the reason the operation was sealed instead of continued
 
 
 def _parent_from_input(op: OperationRow) -> str | None:
@@ -65,6 +69,11 @@ async def recover_operation(session: Session, op: OperationRow) -> Recovered:
     """Seal what a crash left of ``op`` and count the interruption; see the module docstring."""
     db = session.db
     now = session.clock.now_ms()
+    policy = session.agent.recovery
+    attempts = op.attempts + 1
+    # Killing the process again and again, or past the budget: seal it now rather than run it again.
+    gave_up = ("out_of_memory" if op.crash_strikes + 1 >= policy.crash_limit
+               else "interrupted" if attempts > policy.max_attempts else None)
     message_id = op.target_message_id
     stored = await db.read.message(session.id, message_id) if message_id else None
     base = parse_message(json.loads(stored.content)) if stored is not None else None
@@ -94,16 +103,16 @@ async def recover_operation(session: Session, op: OperationRow) -> Recovered:
         rerun: list[tuple[str, str, Any]] = []
         for call in await tx.running_tool_calls(session.id, op.id):
             tool = tools.get(call.tool_name)
-            if tool is not None and tool.recovery == "rerun" and not tool.is_client:
+            if tool is not None and tool.recovery == "rerun" and not tool.is_client and gave_up is None:
                 rerun.append((call.tool_call_id, call.tool_name, json.loads(call.input_json)))
                 continue
-            chunk = ToolOutputErrorChunk(toolCallId=call.tool_call_id, errorText=INTERRUPTED_TOOL_ERROR)
+            report = ToolOutputErrorChunk(toolCallId=call.tool_call_id, errorText=INTERRUPTED_TOOL_ERROR)
             try:
-                assembler.apply(chunk)
+                assembler.apply(report)
             except ValueError:
                 pass  # the part is not in the message (never persisted): nothing to report on
             else:
-                extra.append(chunk)
+                extra.append(report)
             await tx.finish_tool_call(session.id, call.tool_call_id, "interrupted", None, INTERRUPTED_TOOL_ERROR, now)
         # Server calls the model made that never got to start (the record is written before a
         # call runs) are safe to run now, whatever their recovery mode; one that needs an
@@ -115,12 +124,15 @@ async def recover_operation(session: Session, op: OperationRow) -> Recovered:
             tool = tools.get(part.tool_name)
             if tool is None or tool.is_client:
                 continue
-            if tool.approval_needed(part.input):
+            if gave_up is not None:  # it will not run now either: the message must not keep it waiting
+                chunk: Chunk = ToolOutputErrorChunk(toolCallId=part.toolCallId, errorText=INTERRUPTED_TOOL_ERROR)
+            elif tool.approval_needed(part.input):
                 chunk = ToolApprovalRequestChunk(approvalId=session.clock.new_id(), toolCallId=part.toolCallId)
-                assembler.apply(chunk)
-                extra.append(chunk)
             else:
                 rerun.append((part.toolCallId, part.tool_name, part.input))
+                continue
+            assembler.apply(chunk)
+            extra.append(chunk)
         if extra and last_stream is not None:
             await tx.append_chunks(last_stream, [dump_chunk(c) for c in extra], now)
         message = assembler.message if assembler.message.parts else None
@@ -132,10 +144,12 @@ async def recover_operation(session: Session, op: OperationRow) -> Recovered:
                 await tx.insert_message(session.id, message.id, parent_id, "assistant", content, op.id, now)
                 if not message_id:
                     await tx.start_operation(op.id, message.id, now)
-        attempts = op.attempts + 1
-        wake = session.agent.recovery.wake_at(now, attempts, op.next_attempt_at)
+        wake = policy.wake_at(now, attempts, op.next_attempt_at)
         await tx.record_interruption(op.id, wake, crashed=True)
+        if gave_up is not None:
+            text = message_text(message) if message is not None else ""
+            await session.write_settlement(tx, op.id, Outcome("error", "unanswered", gave_up, text))
         bodies: list[str] = []
         for s in streams:
             bodies.extend(await tx.chunk_bodies(s.id))
-    return Recovered(message, parent_id, bodies, rerun, attempts, op.crash_strikes + 1, wake)
+    return Recovered(message, parent_id, bodies, rerun, attempts, op.crash_strikes + 1, wake, gave_up)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from protocol import UIMessage, message_text, parse_message
+from protocol import UIMessage, parse_message
 from storage import Database, OperationRow, Tx
 
 from ._agent import Agent
@@ -132,17 +132,9 @@ class Session:
 
     async def _recover(self, op: OperationRow) -> None:
         recovered = await recover_operation(self, op)
-        policy = self.agent.recovery
-        reason = None
-        if recovered.crash_strikes >= policy.crash_limit:
-            reason = "out_of_memory"  # it keeps killing the process: seal it rather than run it again
-        elif recovered.attempts > policy.max_attempts:
-            reason = "interrupted"
-        if reason is not None:
-            log.warning("operation %s: giving up after %d interruptions (%s)", op.id, recovered.attempts, reason)
-            text = message_text(recovered.message) if recovered.message else ""
-            async with self.db.transaction() as tx:
-                await self.write_settlement(tx, op.id, Outcome("error", "unanswered", reason, text))
+        if recovered.gave_up is not None:  # sealed, in the same transaction
+            log.warning("operation %s: giving up after %d interruptions (%s)", op.id, recovered.attempts,
+                        recovered.gave_up)
             return
         self._recovered[op.id] = recovered
         self._queue.appendleft(op.id)

@@ -210,3 +210,40 @@ async def test_a_call_a_crash_stopped_before_it_started_runs_after_the_restart(d
         assert (part.toolCallId, part.state, part.output) == ("call_ping_1", "output-available", "pong")
     finally:
         await restarted.close()
+
+
+async def test_an_operation_sealed_after_repeated_crashes_leaves_no_call_running(db_path: Any, peek: Any) -> None:
+    """A rerun tool that dies with the process every time: once sealed, its call ends as an error too."""
+    started = asyncio.Event()
+
+    async def hang() -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    model = script({"match": "*", "steps": [[{"tool_call": {"name": "hang", "input": {}}}], [{"text": ["never"]}]]})
+    agent = Agent(tools=[Tool("hang", execute=hang, recovery="rerun")],
+                  recovery=RecoveryPolicy(backoff_ms=1, crash_limit=2))
+    inst = await Instance.open(db_path, agent, model)
+    s = await inst.session()
+    r = await s.submit([user("u1", "go")])
+    await asyncio.wait_for(started.wait(), 5)
+    await crash(inst)
+    started.clear()
+    inst = await Instance.open(db_path, agent, model)  # the first restart runs the call again; it dies again
+    await inst.session()
+    await asyncio.wait_for(started.wait(), 5)
+    await crash(inst)
+
+    sealed = await Instance.open(db_path, agent, model)  # the second restart gives up
+    try:
+        s3 = await sealed.session()
+        result = await settle(s3, r.operation_id)
+        assert (result.status, result.reason) == ("unanswered", "out_of_memory")
+        (part,) = [p for p in s3.messages()[-1].parts if isinstance(p, ToolPart)]
+        assert (part.state, part.errorText) == ("output-error", INTERRUPTED_TOOL_ERROR)
+        assert peek.message(s3.id, s3.messages()[-1].id) == s3.messages()[-1].model_dump(mode="json",
+                                                                                          exclude_unset=True)
+        assert peek._all("SELECT state FROM tool_calls") == [("interrupted",)]
+    finally:
+        await sealed.close()
