@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DATA_DIR ?=
 
-.PHONY: install run test lint typecheck unit conformance conformance-server node-deps web browser-deps clean
+.PHONY: install run test lint typecheck unit conformance conformance-server node-deps web browser-deps chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,15 @@ conformance: $(STAMP)
 
 test: lint typecheck unit
 	$(PY) tests/run_conformance.py --required
+
+# Crash safety: the real server under a mixed load, SIGKILLed KILLS times (from outside and, with
+# the test-only THINK_FAULTS switch, inside its transactions), every invariant checked after every
+# restart; prints the counts. Minutes, not seconds: not part of `make test` (CI runs 20 kills in
+# tests/e2e/test_chaos.py). A failure prints its seed: `make chaos SEED=<seed>` replays its choices.
+KILLS ?= 200
+SEED ?=
+chaos: $(STAMP)
+	$(PY) -m tests.chaos.run --kills $(KILLS) $(if $(SEED),--seed $(SEED)) --quiet
 
 clean:
 	rm -rf $(VENV) $(CLIENT)/node_modules $(WEB)/node_modules $(WEB)/dist .pytest_cache .mypy_cache .ruff_cache test-artifacts

@@ -1,0 +1,318 @@
+"""The chaos loop: load the real server, SIGKILL it, start it again on the same data, check, repeat.
+
+    python -m tests.chaos.run --kills 200 --seed 7
+
+Each life of the server is either armed with the test-only kill switch (``THINK_FAULTS``:
+it SIGKILLs itself inside a transaction, at a point and in a kind of transaction the seed
+picks) or killed from outside at a random moment: while loaded, or while still recovering
+right after its start. After every restart the tabs reconnect and resume, the loop waits until
+no operation is open (reading the files read-only), then checks every invariant of
+:mod:`tests.chaos.invariants`. A failed invariant prints the seed, the life, how the server
+was killed, and the evidence. Choices are deterministic given the seed; timings are not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from storage import instance_db_path
+from tests.chaos.app import AGENT
+from tests.chaos.client import Conversation, Tab, is_done
+from tests.chaos.driver import Driver
+from tests.chaos.invariants import INVARIANTS, Checker, Violation, read_tool_runs
+from tests.chaos.server import ChaosServer
+from tests.chaos.store import open_operations, read_store
+
+IDLE_TIMEOUT_S = 30.0
+#: Transactions the switch may be told to die in: by table, or by verb and table.
+TARGETS = (None, None, "operations", "insert:operations", "stream_chunks", "messages", "update:messages",
+           "tool_calls", "delete:messages", "sessions")
+POINT_SETS = ("begin,write,before_commit,after_commit", "write", "before_commit", "after_commit")
+
+
+def kind_of(writes: str) -> str:
+    """The state change a kill landed in, named from the writes its transaction had made ("-": none yet)."""
+    w = set(writes.split(",")) - {"-"}
+    tables = {x.partition(":")[2] for x in w}
+    chunks = "stream_chunks" in tables or "insert:streams" in w
+    if not w:
+        return "transaction begun, nothing written"
+    if "delete:messages" in w:
+        return "reset (clear)"
+    if "insert:operations" in w:
+        return "operation insert (request, answer)"
+    if w == {"insert:sessions"}:
+        return "session row (first write of a request, answer or reset)"
+    if w == {"delete:streams"}:
+        return "sweep of finished streams"
+    if "insert:tool_calls" in w:
+        return "tool calls recorded before running"
+    if chunks and "update:tool_calls" in w:
+        return "tool result (chunk, message, record)"
+    if chunks and "operations" in tables:
+        return "model call end or settlement (chunks, message, operation)"
+    if chunks:
+        return "chunk batch"
+    if "insert:messages" in w:
+        return "user messages applied at the start"
+    if "update:tool_calls" in w:
+        return "approved call run after the conversation moved on"
+    if "update:messages" in w:
+        return "answer applied (tool result, approval)"
+    return "operation bookkeeping (settlement, interruption count)"
+
+
+@dataclass
+class Report:
+    seed: int
+    kills: Counter[str] = field(default_factory=Counter)
+    landed: Counter[str] = field(default_factory=Counter)  # where the switch's kills landed
+    checks: Counter[str] = field(default_factory=Counter)
+    stats: Counter[str] = field(default_factory=Counter)
+    violations: list[Violation] = field(default_factory=list)
+    lives: int = 0
+    checked_lives: int = 0
+    elapsed_s: float = 0.0
+    finished: int = 0
+    recovered: int = 0
+
+    @property
+    def total_kills(self) -> int:
+        return sum(self.kills.values())
+
+    def render(self) -> str:
+        lines = [f"chaos: seed {self.seed}: {self.total_kills} kills over {self.lives} lives in "
+                 f"{self.elapsed_s:.0f} s; invariants checked after {self.checked_lives} restarts"]
+        lines.append("  kills:")
+        lines += [f"    {n:5d}  {kind}" for kind, n in sorted(self.kills.items())]
+        points: Counter[str] = Counter()
+        kinds: Counter[str] = Counter()
+        for where, n in self.landed.items():
+            point, _, writes = where.partition(" ")
+            points[point] += n
+            kinds[kind_of(writes)] += n
+        lines.append("  in-transaction kills by point: " + ", ".join(f"{p} {n}" for p, n in points.most_common()))
+        lines.append("  in-transaction kills by state change:")
+        lines += [f"    {n:5d}  {kind}" for kind, n in kinds.most_common()]
+        lines.append(f"  turns finished: {self.finished}; turns recovered after a kill: {self.recovered}")
+        lines.append("  invariant checks passed:")
+        lines += [f"    {self.checks[name]:7d}  {name}" for name in INVARIANTS]
+        lines.append("  load: " + ", ".join(f"{k} {v}" for k, v in sorted(self.stats.items())))
+        lines.append(f"  violations: {len(self.violations)}")
+        return "\n".join(lines)
+
+
+class Chaos:
+    def __init__(self, work: Path, *, seed: int, kills: int, conversations: int, grace_s: float,
+                 stop_on_failure: bool = True, log: bool = True) -> None:
+        self.work = work
+        self.seed = seed
+        self.target = kills
+        self.rng = random.Random(seed)
+        self.server = ChaosServer(work, stream_grace_s=grace_s)
+        self.grace_ms = int(grace_s * 1000)
+        self.report = Report(seed)
+        self.stop_on_failure = stop_on_failure
+        self.log = log
+        self.convs = []
+        for i in range(conversations):
+            conv = Conversation(f"c{i}")
+            conv.tabs = [Tab(conv, f"c{i}-tab{t}") for t in range(2 if i % 2 == 0 else 1)]
+            self.convs.append(conv)
+        self.driver = Driver(self.server, self.convs, self.report.stats)
+        self.history: list[str] = []  # how each life ended, for the evidence
+
+    def say(self, text: str) -> None:
+        if self.log:
+            print(text, flush=True)
+
+    async def run(self) -> Report:
+        started = time.monotonic()
+        try:
+            while self.report.total_kills < self.target and not (self.report.violations and self.stop_on_failure):
+                await self.life()
+            # The last restart: nothing armed, nothing killed; everything must settle and check out.
+            if not (self.report.violations and self.stop_on_failure):
+                await self.start(None)
+                await self.driver.reconnect_all(self.report.lives)
+                if await self.reach_idle():
+                    await self.check()
+        finally:
+            for conv in self.convs:
+                for tab in conv.tabs:
+                    await tab.close()
+            self.server.stop()
+            self.report.elapsed_s = time.monotonic() - started
+            self.count_turns()
+        return self.report
+
+    async def start(self, faults: str | None) -> None:
+        self.report.lives += 1
+        await self.server.start(faults)
+
+    async def life(self) -> None:
+        n = self.report.lives + 1
+        rng = random.Random(f"{self.seed}/life/{n}")
+        mode = rng.choices(["fault", "external", "external-early"], [50, 40, 10])[0]
+        faults = None
+        if mode == "fault":
+            target = rng.choice(TARGETS)
+            faults = (f"kill_in_tx={rng.choice([0.02, 0.05, 0.1, 0.3])};seed={rng.randrange(10**6)};"
+                      f"points={rng.choice(POINT_SETS)}" + (f";only={target}" if target else ""))
+        await self.start(faults)
+        how = f"life {n}: {mode}" + (f" ({faults})" if faults else "")
+        if mode == "external-early":
+            # Killed while it recovers and the tabs reconnect: before any check.
+            reconnecting = asyncio.create_task(self.driver.reconnect_all(n))
+            await asyncio.sleep(rng.uniform(0.0, 0.4))
+            self.kill(how, "while recovering")
+            await self.stop_load(reconnecting)
+            return
+        await self.driver.reconnect_all(n)
+        if not self.server.alive:
+            self.kill(how, "while recovering")
+            return
+        if await self.reach_idle():
+            await self.check()
+        if not self.server.alive:
+            self.kill(how, "while idle")
+            return
+        load = asyncio.create_task(self.driver.load(f"{self.seed}/{n}"))
+        deadline = rng.uniform(0.05, 1.5) if mode == "external" else rng.uniform(1.0, 3.0)
+        died = asyncio.create_task(self.server.died())
+        await asyncio.wait({died}, timeout=deadline)
+        died.cancel()
+        self.kill(how, "under load")
+        await self.stop_load(load)
+
+    def kill(self, how: str, phase: str) -> None:
+        """SIGKILL the server unless the switch killed it already; count the kill by who and when."""
+        by_switch = not self.server.kill()
+        if by_switch:
+            lines = self.server.kill_log.read_text().splitlines() if self.server.kill_log.exists() else []
+            where = lines[-1] if lines else "?"
+            self.report.landed[where] += 1
+        else:
+            where = "SIGKILL from outside"
+        kind = f"{'in a transaction' if by_switch else 'from outside'}, {phase}"
+        self.report.kills[kind] += 1
+        self.history.append(f"{how} -> killed {kind}: {where}")
+        self.say(f"  kill {self.report.total_kills:4d}  {how} -> {kind} [{where}]")
+
+    async def stop_load(self, task: asyncio.Task[None]) -> None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        for conv in self.convs:
+            for tab in conv.tabs:
+                await tab.close()
+
+    def paths(self) -> dict[str, Path]:
+        return {c.name: instance_db_path(self.server.data_dir, AGENT, c.name) for c in self.convs}
+
+    async def reach_idle(self) -> bool:
+        """Wait until no operation is open in any file; False if the server died first."""
+        deadline = time.monotonic() + IDLE_TIMEOUT_S
+        while self.server.alive:
+            open_ops = {name: open_operations(path) for name, path in self.paths().items()}
+            if not any(open_ops.values()):
+                return True
+            if time.monotonic() > deadline:
+                stuck = Violation("ops-terminal", "*", f"open {IDLE_TIMEOUT_S:.0f} s after the restart: {open_ops}")
+                self.report.violations.append(stuck)
+                self.fail_report([stuck])
+                return False
+            await asyncio.sleep(0.05)
+        return False
+
+    async def check(self) -> None:
+        # A replay through the real protocol: one tab ACKs a finished stream; its frames are checked below.
+        for conv in self.convs:
+            tab = conv.tabs[0]
+            seen = [rid for rid in tab.chunks if rid in conv.sent]
+            if seen and tab.connected:
+                mark = len(tab.frames)
+                rid = random.Random(f"{self.seed}/{self.report.lives}").choice(seen)
+                await tab.ack(rid)
+                await tab.wait_for(is_done(rid), 5, start=mark)
+        new: list[Violation] = []
+        swept_before = int(time.time() * 1000) - self.grace_ms + 2000
+        stores = {conv.name: read_store(path) for conv, path in zip(self.convs, self.paths().values(), strict=True)}
+        starts, ends = read_tool_runs(self.server.tool_log)  # after the files: no run recorded there is missed
+        async with httpx.AsyncClient(timeout=10) as http:
+            for conv in self.convs:
+                store = stores[conv.name]
+                if store is None:
+                    continue
+                try:
+                    served = (await http.get(f"{self.server.base}/agents/{AGENT}/{conv.name}/get-messages")).json()
+                except httpx.HTTPError:
+                    if self.server.alive:
+                        raise
+                    return  # the switch killed it while idle (a sweep, say): the next life checks
+                checker = Checker(conv, store, starts, ends, served, swept_before_ms=swept_before)
+                checker.run()
+                self.report.checks.update(checker.checked)
+                new.extend(v for v in checker.violations if v not in self.report.violations)
+        self.report.checked_lives += 1
+        if new:
+            self.report.violations.extend(new)
+            self.fail_report(new)
+
+    def fail_report(self, violations: list[Violation]) -> None:
+        print(f"\nINVARIANT VIOLATED (seed {self.seed}, after life {self.report.lives}); the lives before it:")
+        for line in self.history[-5:]:
+            print(f"  {line}")
+        for v in violations:
+            print(f"  {v}")
+        print(f"  data dir, tool log and server log: {self.work}", flush=True)
+
+    def count_turns(self) -> None:
+        recovered = {f["id"] for conv in self.convs for tab in conv.tabs for _, f in tab.frames
+                     if f.get("type") == "cf_agent_chat_recovering" and f.get("recovering")}
+        for path in self.paths().values():
+            store = read_store(path)
+            if store is None:
+                continue
+            done = {op.id for op in store.ops.values() if op.status == "completed" and op.outcome == "done"}
+            self.report.finished += len(done)
+            self.report.recovered += len(done & recovered)
+
+
+async def chaos(work: Path, *, seed: int, kills: int, conversations: int = 4, grace_s: float = 30.0,
+                log: bool = True, keep_going: bool = False) -> Report:
+    return await Chaos(work, seed=seed, kills=kills, conversations=conversations, grace_s=grace_s, log=log,
+                       stop_on_failure=not keep_going).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kills", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=None, help="default: a random one (printed)")
+    parser.add_argument("--conversations", type=int, default=4)
+    parser.add_argument("--grace", type=float, default=30.0, help="seconds a finished stream stays replayable")
+    parser.add_argument("--work", type=Path, default=None, help="where the data dir and logs go (kept)")
+    parser.add_argument("--keep-going", action="store_true", help="go on after a violation")
+    parser.add_argument("--quiet", action="store_true", help="no line per kill")
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(10**6)
+    work = args.work or Path(tempfile.mkdtemp(prefix=f"think-chaos-{seed}-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"chaos: seed {seed}, {args.kills} kills, {args.conversations} conversations, work dir {work}", flush=True)
+    report = asyncio.run(chaos(work, seed=seed, kills=args.kills, conversations=args.conversations,
+                               grace_s=args.grace, log=not args.quiet, keep_going=args.keep_going))
+    print(report.render())
+    return 1 if report.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
