@@ -119,13 +119,41 @@ class Database:
                 raise
             if faulty is not None:
                 faulty.plan.point("before_commit", faulty.writes)
-            await self._conn.execute("COMMIT")
+            await _commit(self._conn)
             if faulty is not None:
                 faulty.plan.point("after_commit", faulty.writes)
 
     async def close(self) -> None:
         async with self._lock:
             await self._conn.close()
+
+
+async def _commit(conn: aiosqlite.Connection) -> None:
+    """COMMIT, and tell the caller how it went, even if the caller is cancelled meanwhile.
+
+    Once issued, the COMMIT runs to its end on the connection's thread whatever happens to
+    the task. Raising CancelledError here would tell the caller "not committed" for a change
+    that was made (a caller that keeps its work to retry it would write it twice), so a
+    cancel that arrives now waits for the COMMIT, and lands at the caller's next await.
+    """
+    commit = asyncio.ensure_future(conn.execute("COMMIT"))
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(commit)
+            break
+        except asyncio.CancelledError:
+            if commit.done() and commit.cancelled():
+                raise
+            cancelled = True
+            if commit.done():
+                break
+    if cancelled:
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()  # one pending cancel, as before, not two
+            task.cancel()
+    commit.result()  # a failed COMMIT raises its error
 
 
 async def _migrate(conn: aiosqlite.Connection, path: Path) -> None:

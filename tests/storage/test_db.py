@@ -295,6 +295,31 @@ async def test_cancelled_task_rolls_back_its_transaction(db: Database) -> None:
     assert await db.read.operation("after") is not None
 
 
+async def test_a_cancel_while_commit_runs_lets_the_caller_learn_of_the_commit(db: Database, db_path: Path) -> None:
+    """COMMIT runs on once issued: the caller must not be told "not committed" (an exception) for a change made."""
+    body_done = asyncio.Event()
+    seen: list[str] = []
+
+    async def writer() -> None:
+        async with db.transaction() as tx:
+            await tx.ensure_session("s", 1)
+            body_done.set()  # COMMIT is issued next; the cancel below arrives while it runs
+        seen.append("committed")
+        await asyncio.sleep(0)  # the cancel is delivered at the next await
+        seen.append("never")
+
+    task = asyncio.create_task(writer())
+    await body_done.wait()  # woken first thing in the next turn of the loop, while COMMIT runs in its thread
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["committed"]
+    with sqlite3.connect(db_path) as other:
+        assert other.execute("SELECT id FROM sessions").fetchall() == [("s",)], "the change was made"
+    await _add_operation(db, "after")  # the file is usable
+    assert await db.read.operation("after") is not None
+
+
 async def test_concurrent_transactions_do_not_interleave(db: Database) -> None:
     async with db.transaction() as tx:
         await tx.ensure_session("s", 0)
