@@ -114,8 +114,9 @@ def _log(entry: dict[str, Any]) -> None:
 async def _run(name: str, key: str, n: int) -> dict[str, Any]:
     run = uuid.uuid4().hex[:10]
     _log({"ev": "start", "tool": name, "key": key, "run": run})
-    # 20-200 ms, the same for a call every time it runs: kills land inside tool runs too.
-    await asyncio.sleep((zlib.crc32(key.encode()) % 180 + 20) / 1000)
+    # 20-200 ms, the same for every call of one operation every time it runs: kills land inside
+    # tool runs too, and the calls of one model call finish together (their commits race).
+    await asyncio.sleep((zlib.crc32(key.split("/")[0].encode()) % 180 + 20) / 1000)
     _log({"ev": "end", "tool": name, "key": key, "run": run})
     return {"value": n * 2, "run": run}
 

@@ -38,7 +38,8 @@ The invariants (names as printed in the counts):
     ``done``/``unanswered``, anything else ``unanswered``) and a completion time.
 ``streams-replayable``
     No stream is still ``streaming``; segments are gap-free and counts match; the model calls of
-    one operation continue each other's seq; no chunk row is orphaned; every stored stream
+    one operation continue each other's seq; no chunk row is orphaned; an operation's stream has
+    one ``start`` first, one ``finish`` last and each tool result once; every stored stream
     assembles (the client would not choke on it). A stream a tab saw is still stored unless it
     was swept (its operation settled longer than the replay grace ago) or cleared after.
 ``words-kept``
@@ -46,10 +47,11 @@ The invariants (names as printed in the counts):
     operation's message (across kills: what a client saw is never taken back).
 ``frames-match-store``
     Every chunk a tab got (live or replayed, in any life) is the stored chunk at that seq; two
-    copies of one seq never differ. The stored chunks of every operation that wrote a message,
-    applied in order with the tool answers between them, assemble to exactly the stored message
-    (so what a client assembles from its frames is the stored transcript). ``get-messages``
-    equals the active path read from the file.
+    copies of one seq never differ; what a tab got of a stream has no hole in the middle. The
+    stored chunks of every operation that wrote a message, applied in order with the tool
+    answers between them, assemble to exactly the stored message (so what a client assembles
+    from its frames is the stored transcript). ``get-messages`` equals the active path read
+    from the file.
 """
 
 from __future__ import annotations
@@ -258,6 +260,8 @@ class Checker:
                     self.fail("streams-replayable", f"stream {s.id} of {rid} is still streaming once idle")
                 else:
                     self.ok("streams-replayable")
+        for rid in self.store.streams:
+            self.well_formed(rid)
         seen = {rid for tab in self.conv.tabs for rid in tab.chunks}
         for rid in sorted(seen):
             if rid in self.store.streams:
@@ -269,12 +273,38 @@ class Checker:
                 self.fail("streams-replayable", f"a tab saw chunks of {rid}, whose streams are gone "
                                                 f"(operation {op.status if op else 'missing'})")
 
+    def well_formed(self, rid: str) -> None:
+        """One operation's stored wire stream: one ``start`` first, one ``finish`` last, each call's result once."""
+        wire = self.store.wire(rid)
+        if wire is None:
+            return
+        first_seq, chunks = wire
+        kinds = [c.get("type") for c in chunks]
+        results = [c["toolCallId"] for c in chunks if str(c.get("type")).startswith("tool-output")]
+        problems = []
+        if kinds.count("start") > 1 or ("start" in kinds and (first_seq, kinds.index("start")) != (0, 0)):
+            problems.append("a start chunk that is not the first chunk")
+        if kinds.count("finish") > 1 or ("finish" in kinds and kinds[-1] != "finish"):
+            problems.append("a finish chunk that is not the last chunk")
+        if len(results) != len(set(results)):
+            problems.append(f"a tool result stored twice: {sorted(r for r in results if results.count(r) > 1)}")
+        if problems:
+            self.fail("streams-replayable", f"the stream of {rid}: {'; '.join(problems)}: {kinds}")
+        else:
+            self.ok("streams-replayable")
+
     def frames_match_store(self) -> None:
         for tab in self.conv.tabs:
             for rid, seq, first, second in tab.mismatches:
                 self.fail("frames-match-store", f"tab {tab.pk} got seq {seq} of {rid} twice, differently: "
                                                 f"{first} then {second}")
             for rid, by_seq in tab.chunks.items():
+                if len(by_seq) != max(by_seq) - min(by_seq) + 1:
+                    # Live, then replayed from the start after a reconnect: a tab never misses a chunk
+                    # in the middle of what it got (it would mean one was stored but never sent).
+                    missing = sorted(set(range(min(by_seq), max(by_seq) + 1)) - set(by_seq))
+                    self.fail("frames-match-store", f"tab {tab.pk} got seqs {min(by_seq)}..{max(by_seq)} of {rid} "
+                                                    f"but not {missing[:20]}")
                 wire = self.store.wire(rid)
                 if wire is None:
                     continue  # covered by streams-replayable
