@@ -420,13 +420,17 @@ class Turn:
                 record = ("failed", None, error)
             self._session.publish(ToolCallFinished(self.operation_id, name, time.perf_counter() - started,
                                                    record[0] == "succeeded"))
-            del self._running_calls[call_id]
-            # Until its commit lands, the result is kept here: an abort in between still records it.
-            self._unrecorded[call_id] = (call_id, *record)
-            self._emit(chunk)
-            await self._commit(progress=True, tool_records=[self._unrecorded[call_id]])
-            self._unrecorded.pop(call_id, None)
+            # One result at a time: its chunk, the message and its record commit together, and a
+            # result that finishes meanwhile cannot ride in that commit without its record.
+            async with results:
+                del self._running_calls[call_id]
+                # Until its commit lands, the result is kept here: an abort in between still records it.
+                self._unrecorded[call_id] = (call_id, *record)
+                self._emit(chunk)
+                await self._commit(progress=True, tool_records=[self._unrecorded[call_id]])
+                self._unrecorded.pop(call_id, None)
 
+        results = asyncio.Lock()
         await asyncio.gather(*(one(*c) for c in calls))
 
     # -- persistence ----------------------------------------------------------

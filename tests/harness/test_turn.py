@@ -298,6 +298,48 @@ async def test_async_tools_of_one_model_call_run_concurrently(open_instance: Any
         "output-available", "output-available"]
 
 
+async def test_a_tool_result_commits_with_its_own_record_and_no_other(open_instance: Any, peek: Any) -> None:
+    """Two tools finish together: each result's chunk, the message and that call's record form one state change."""
+    both = asyncio.Event()
+    done: list[str] = []
+
+    async def finish_together(name: str) -> str:
+        done.append(name)
+        if len(done) == 2:
+            both.set()
+        await both.wait()
+        return name.upper()
+
+    model = FakeModel([*call("ca", "a"), *call("cb", "b"), Finish("tool-calls")], text("t", "both"))
+    agent = Agent(tools=[Tool("a", execute=lambda: finish_together("a")),
+                         Tool("b", execute=lambda: finish_together("b"))])
+    inst = await open_instance(model, agent)
+    s = await inst.session()
+    problems: list[str] = []
+
+    def check(event: Any) -> None:
+        if not isinstance(event, ChunksCommitted):
+            return
+        for body in event.bodies:
+            chunk = json.loads(body)
+            if chunk["type"] == "tool-output-available":
+                state = peek._all("SELECT state FROM tool_calls WHERE tool_call_id = ?", chunk["toolCallId"])
+                if state != [("succeeded",)]:
+                    problems.append(f"the result of {chunk['toolCallId']} committed while its record says {state}")
+        for call_id, state in peek._all("SELECT tool_call_id, state FROM tool_calls"):
+            message = peek.message(s.id, s.messages()[-1].id) or {"parts": []}
+            parts = [p for p in message["parts"] if p.get("toolCallId") == call_id]
+            if state == "succeeded" and (not parts or parts[0]["state"] != "output-available"):
+                problems.append(f"{call_id} recorded succeeded while the stored message has {parts}")
+
+    s.subscribe(check)
+    op = (await s.submit([user("u1", "hi")])).operation_id
+    assert (await settle(s, op)).text == "both"
+    assert problems == []
+    kinds = [c["type"] for c in peek.operation_chunks(op)]
+    assert kinds.count("tool-output-available") == 2
+
+
 async def test_a_call_to_an_unknown_tool_is_answered_with_an_error(open_instance: Any) -> None:
     model = FakeModel([*call("c1", "nope"), Finish("tool-calls")], text("t", "ok"))
     _inst, s, _rec, op = await start(open_instance, model)
