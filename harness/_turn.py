@@ -426,7 +426,9 @@ class Turn:
                 del self._running_calls[call_id]
                 # Until its commit lands, the result is kept here: an abort in between still records it.
                 self._unrecorded[call_id] = (call_id, *record)
-                self._emit(chunk)
+                # Held: if this commit is cancelled, the chunk waits for the next commit that
+                # records the call (the settlement's), never for one that carries chunks only.
+                self._emit(chunk, hold=True)
                 await self._commit(progress=True, tool_records=[self._unrecorded[call_id]])
                 self._unrecorded.pop(call_id, None)
 

@@ -12,10 +12,13 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
 from harness import (
     Agent,
     ChunksCommitted,
     Finish,
+    Instance,
     MessagePersisted,
     ModelError,
     OperationSettled,
@@ -33,6 +36,7 @@ from harness._chunklog import MAX_BUFFERED
 from protocol import TextPart, ToolPart, UIMessage, assemble, parse_chunk
 
 from ._doubles import GUARD, FakeModel, Pause, Recorder, Recording, call, script, settle, text, user
+from .conftest import Peek
 
 # ---------------------------------------------------------------- helpers
 
@@ -338,6 +342,65 @@ async def test_a_tool_result_commits_with_its_own_record_and_no_other(open_insta
     assert problems == []
     kinds = [c["type"] for c in peek.operation_chunks(op)]
     assert kinds.count("tool-output-available") == 2
+
+
+@pytest.mark.parametrize("delay", range(10))
+async def test_an_abort_as_tool_results_commit_never_parts_a_result_from_its_record(tmp_path: Any, delay: int) -> None:
+    """Two tools finish together; an abort lands ``delay`` turns of the loop after the first result is out."""
+    both = asyncio.Event()
+    done: list[str] = []
+
+    async def finish_together(name: str) -> str:
+        done.append(name)
+        if len(done) == 2:
+            both.set()
+        await both.wait()
+        return name.upper()
+
+    model = FakeModel([*call("ca", "a"), *call("cb", "b"), Finish("tool-calls")], text("t", "both"))
+    agent = Agent(tools=[Tool("a", execute=lambda: finish_together("a")),
+                         Tool("b", execute=lambda: finish_together("b"))])
+    inst = await Instance.open(tmp_path / "x.sqlite3", agent, model)
+    try:
+        s = await inst.session()
+        aborts: list[asyncio.Task[None]] = []
+
+        async def abort_later() -> None:
+            for _ in range(delay):
+                await asyncio.sleep(0)
+            await s.abort()
+
+        peek = Peek(tmp_path / "x.sqlite3")
+        apart: list[str] = []
+
+        def on_result(event: Any) -> None:
+            if not isinstance(event, ChunksCommitted):
+                return
+            for chunk in map(json.loads, event.bodies):
+                if chunk["type"] == "tool-output-available":
+                    # A crash right now must find the call recorded with its result: same transaction.
+                    state = peek._all("SELECT state FROM tool_calls WHERE tool_call_id = ?", chunk["toolCallId"])
+                    if state != [("succeeded",)]:
+                        apart.append(f"{chunk['toolCallId']} committed at seq {event.first_seq}, recorded {state}")
+                    if not aborts:
+                        aborts.append(asyncio.get_running_loop().create_task(abort_later()))
+
+        s.subscribe(on_result)
+        op = (await s.submit([user("u1", "hi")])).operation_id
+        await settle(s, op)
+        await asyncio.gather(*aborts)
+        assert apart == []
+        try:
+            chunks = peek.operation_chunks(op)
+            records = dict(peek._all("SELECT tool_call_id, state FROM tool_calls"))
+            message = peek.message(s.id, s.messages()[-1].id)
+        finally:
+            peek.close()
+        outputs = {c["toolCallId"] for c in chunks if c["type"] == "tool-output-available"}
+        assert {k for k, v in records.items() if v == "succeeded"} == outputs, (records, outputs)
+        assert dump(assemble([parse_chunk(c) for c in chunks], s.messages()[-1].id)) == message
+    finally:
+        await inst.close()
 
 
 async def test_a_call_to_an_unknown_tool_is_answered_with_an_error(open_instance: Any) -> None:
