@@ -413,16 +413,19 @@ class ThinkChat:
             seq += 1
 
     def _on_settled(self, event: OperationSettled) -> None:
-        stream = self._active if self._active is not None and self._active.id == event.operation_id else None
+        active = self._active
+        stream = active if active is not None and active.id == event.operation_id else None
         if stream is None:
+            # Another operation (a queued one withdrawn, say): the active stream goes on.
             stream = _Stream(event.operation_id, continuation=False)
+        else:
+            self._active = None
+            self._awaiting_ack.clear()  # so sockets that never ACKed still see the end
         stream.settled = event
         stream.finished_at = self._now_ms()
-        self._active = None
         self._finished[stream.id] = stream
         self._sweep_finished()
         requester = self._requesters.pop(event.operation_id, None)
-        self._awaiting_ack.clear()  # so sockets that never ACKed still see the end
         if stream.bodies:
             if self._clearing is None and self.connections:  # a clear in progress empties every tab right after
                 self._broadcast(self._transcript_frame())

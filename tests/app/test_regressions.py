@@ -1,7 +1,8 @@
 """Bugs found while writing the ThinkChat end-to-end tests, kept as regression tests.
 
-Both failed on 2f2072c and pass since 7190ca1 ("A retried request id always ends;
-the intent to continue a turn is durable").
+The first two failed on 2f2072c and pass since 7190ca1 ("A retried request id always ends;
+the intent to continue a turn is durable"); the others were found by the chaos run
+(``make chaos``).
 
 Each test names the rule it checks (PROTOCOL.md / SEMANTICS.md section or the
 settings' own contract) and drives the server over real WebSockets; every wait is bounded.
@@ -14,6 +15,7 @@ from pathlib import Path
 from tests.app.test_thinkchat import (
     RESPONSE,
     agents_with,
+    body_chunks,
     frames_of,
     get_messages,
     is_type,
@@ -89,3 +91,34 @@ async def test_a_sibling_result_without_auto_continue_drops_the_continuation_ask
     assert continued, "the continuation the first result asked for runs once the batch is complete"
     assert text_of((await get_messages(srv, "batch"))[1]) == "Got A"
     await c.close()
+
+
+SLOW = {"rules": [{"match": "*", "steps": [[{"text": [f"w{i} " for i in range(30)], "interval_ms": 10}]]}]}
+SLOW_TEXT = "".join(f"w{i} " for i in range(30))
+
+
+async def test_cancelling_a_queued_request_keeps_the_running_stream_live_for_every_tab(serve) -> None:
+    """PROTOCOL §3.3.1: chunk and end frames of a stream go to every connection not waiting for an ACK.
+
+    Withdrawing a queued request settled an operation that was not the active stream, and
+    ThinkChat forgot the active stream on any settlement: every tab stopped getting its
+    chunks, and the tabs that had not sent it never got its end.
+    """
+    srv = await serve(agents_with(SLOW))
+    a = await Client.open(url(srv, "queued", "tab-a"))
+    b = await Client.open(url(srv, "queued", "tab-b"))
+    running, frame, _ = chat_request("first")
+    await a.send(frame)
+    await a.wait_for(lambda f: f.get("id") == running and '"w2 "' in f.get("body", ""))
+    queued, frame, _ = chat_request("second")
+    await b.send(frame)
+    await b.send({"type": "cf_agent_chat_request_cancel", "id": queued})
+    assert (await b.wait_for(is_done(queued)))["outcome"] == "aborted"
+    for tab in (a, b):
+        end = await tab.wait_for(is_done(running))
+        assert end["outcome"] == "completed"
+        chunks = body_chunks(frames_of(tab, running))
+        assert "".join(c["delta"] for c in chunks if c["type"] == "text-delta").endswith("w29 ")
+    assert "".join(c["delta"] for c in body_chunks(frames_of(a, running)) if c["type"] == "text-delta") == SLOW_TEXT
+    await a.close()
+    await b.close()
