@@ -291,11 +291,14 @@ class ThinkChat:
 
     def _on_ack(self, conn: Connection, request_id: str) -> bool:
         """Answer an ACK from memory; False when only storage knows the stream."""
-        self._awaiting_ack.discard(conn.id)
+        active = self._active
+        if active is None or active.id == request_id or active.settled is not None:
+            # Only the ACK of the running stream lets a socket join it (after its replay): an ACK
+            # of another stream must not hand it the running one's live chunks from the middle.
+            self._awaiting_ack.discard(conn.id)
         acked = self._acked.setdefault(conn.id, set())
         if request_id in acked:
             return True  # this socket was replayed that stream already: never twice
-        active = self._active
         if active is not None and active.id == request_id and active.settled is None:
             # Replay and joining the live stream happen in one synchronous step.
             acked.add(request_id)

@@ -122,3 +122,29 @@ async def test_cancelling_a_queued_request_keeps_the_running_stream_live_for_eve
     assert "".join(c["delta"] for c in body_chunks(frames_of(a, running)) if c["type"] == "text-delta") == SLOW_TEXT
     await a.close()
     await b.close()
+
+
+async def test_an_ack_for_another_stream_does_not_skip_the_replay_of_the_running_one(serve) -> None:
+    """PROTOCOL §7.4 rule 2: an ACK for an id that is not the active stream is ignored.
+
+    It used to take the socket off the list of those waiting to ACK the active stream: the
+    socket then got that stream's live chunks from the middle, a probe was answered "you have
+    it all", and its ACK of the stream was then taken as a duplicate: a hole in what it got.
+    """
+    srv = await serve(agents_with(SLOW))
+    a = await Client.open(url(srv, "acks", "tab-a"))
+    running, frame, _ = chat_request("first")
+    await a.send(frame)
+    await a.wait_for(lambda f: f.get("id") == running and '"w2 "' in f.get("body", ""))
+    b = await Client.open(url(srv, "acks", "tab-b"))  # joins mid-stream: told to resume it
+    await b.wait_for(lambda f: f == {"type": "cf_agent_stream_resuming", "id": running})
+    await b.send({"type": "cf_agent_stream_resume_ack", "id": "an-older-request"})
+    assert (await probe(b))["type"] == "cf_agent_stream_resuming", "still waiting to resume the running stream"
+    await b.send({"type": "cf_agent_stream_resume_ack", "id": running})
+    await b.wait_for(is_done(running))
+    seqs = sorted({f["seq"] for f in frames_of(b, running) if "seq" in f})
+    assert seqs == list(range(len(seqs))), "no chunk missing in the middle"
+    assert "".join(c["delta"] for c in body_chunks(frames_of(b, running)) if c["type"] == "text-delta") \
+        .startswith("w0 w1 w2 ")
+    await a.close()
+    await b.close()
