@@ -228,7 +228,13 @@ class Turn:
         try:
             return await self._loop()
         except TurnSuspended:
-            await asyncio.shield(self._log.commit())  # keep what streamed; recovery continues from it
+            # Keep what streamed; recovery continues from it. Results of calls that finished go
+            # with their records (and the message), or the next start would find them running.
+            if self._unrecorded:
+                records = list(self._unrecorded.values())
+                await asyncio.shield(self._commit(tool_records=records))
+            else:
+                await asyncio.shield(self._log.commit())
             raise
         except _Aborted:
             return await self._settle_partial("aborted", "completed", "aborted", None)

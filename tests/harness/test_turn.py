@@ -344,9 +344,11 @@ async def test_a_tool_result_commits_with_its_own_record_and_no_other(open_insta
     assert kinds.count("tool-output-available") == 2
 
 
+@pytest.mark.parametrize("how", ["abort", "shutdown"])
 @pytest.mark.parametrize("delay", range(10))
-async def test_an_abort_as_tool_results_commit_never_parts_a_result_from_its_record(tmp_path: Any, delay: int) -> None:
-    """Two tools finish together; an abort lands ``delay`` turns of the loop after the first result is out."""
+async def test_a_stop_as_tool_results_commit_never_parts_a_result_from_its_record(tmp_path: Any, delay: int,
+                                                                                  how: str) -> None:
+    """Two tools finish together; an abort, or a shutdown, lands ``delay`` turns of the loop after the first result."""
     both = asyncio.Event()
     done: list[str] = []
 
@@ -361,16 +363,18 @@ async def test_an_abort_as_tool_results_commit_never_parts_a_result_from_its_rec
     agent = Agent(tools=[Tool("a", execute=lambda: finish_together("a")),
                          Tool("b", execute=lambda: finish_together("b"))])
     inst = await Instance.open(tmp_path / "x.sqlite3", agent, model)
+    peek = Peek(tmp_path / "x.sqlite3")
     try:
         s = await inst.session()
-        aborts: list[asyncio.Task[None]] = []
+        stops: list[asyncio.Task[Any]] = []
+        stopping = asyncio.Event()
 
-        async def abort_later() -> None:
+        async def stop_later() -> None:
+            stopping.set()
             for _ in range(delay):
                 await asyncio.sleep(0)
-            await s.abort()
+            await (s.abort() if how == "abort" else inst.close())
 
-        peek = Peek(tmp_path / "x.sqlite3")
         apart: list[str] = []
 
         def on_result(event: Any) -> None:
@@ -382,24 +386,26 @@ async def test_an_abort_as_tool_results_commit_never_parts_a_result_from_its_rec
                     state = peek._all("SELECT state FROM tool_calls WHERE tool_call_id = ?", chunk["toolCallId"])
                     if state != [("succeeded",)]:
                         apart.append(f"{chunk['toolCallId']} committed at seq {event.first_seq}, recorded {state}")
-                    if not aborts:
-                        aborts.append(asyncio.get_running_loop().create_task(abort_later()))
+                    if not stops:
+                        stops.append(asyncio.get_running_loop().create_task(stop_later()))
 
         s.subscribe(on_result)
         op = (await s.submit([user("u1", "hi")])).operation_id
-        await settle(s, op)
-        await asyncio.gather(*aborts)
+        if how == "abort":
+            await settle(s, op)
+        else:
+            await asyncio.wait_for(stopping.wait(), GUARD)
+        await asyncio.wait_for(asyncio.gather(*stops), GUARD)
         assert apart == []
-        try:
-            chunks = peek.operation_chunks(op)
-            records = dict(peek._all("SELECT tool_call_id, state FROM tool_calls"))
-            message = peek.message(s.id, s.messages()[-1].id)
-        finally:
-            peek.close()
+        chunks = peek.operation_chunks(op)
+        records = dict(peek._all("SELECT tool_call_id, state FROM tool_calls"))
         outputs = {c["toolCallId"] for c in chunks if c["type"] == "tool-output-available"}
         assert {k for k, v in records.items() if v == "succeeded"} == outputs, (records, outputs)
-        assert dump(assemble([parse_chunk(c) for c in chunks], s.messages()[-1].id)) == message
+        if how == "abort":
+            message = peek.message(s.id, s.messages()[-1].id)
+            assert dump(assemble([parse_chunk(c) for c in chunks], s.messages()[-1].id)) == message
     finally:
+        peek.close()
         await inst.close()
 
 
