@@ -5,7 +5,8 @@
 Each life of the server is either armed with the test-only kill switch (``THINK_FAULTS``:
 it SIGKILLs itself inside a transaction, at a point and in a kind of transaction the seed
 picks) or killed from outside at a random moment: while loaded, or while still recovering
-right after its start. After every restart the tabs reconnect and resume, the loop waits until
+right after its start; now and then it is stopped gracefully instead (SIGTERM, as a deploy
+does), which is not counted as a kill. After every restart the tabs reconnect and resume, the loop waits until
 no operation is open (reading the files read-only), then checks every invariant of
 :mod:`tests.chaos.invariants`. A failed invariant prints the seed, the life, how the server
 was killed, and the evidence. Choices are deterministic given the seed; timings are not.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import sys
 import tempfile
@@ -81,6 +83,7 @@ class Report:
     stats: Counter[str] = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
     lives: int = 0
+    stops: int = 0  # graceful stops (SIGTERM) between the kills
     checked_lives: int = 0
     elapsed_s: float = 0.0
     finished: int = 0
@@ -91,8 +94,9 @@ class Report:
         return sum(self.kills.values())
 
     def render(self) -> str:
-        lines = [f"chaos: seed {self.seed}: {self.total_kills} kills over {self.lives} lives in "
-                 f"{self.elapsed_s:.0f} s; invariants checked after {self.checked_lives} restarts"]
+        lines = [f"chaos: seed {self.seed}: {self.total_kills} kills and {self.stops} graceful stops over "
+                 f"{self.lives} lives in {self.elapsed_s:.0f} s; invariants checked after {self.checked_lives} "
+                 "restarts"]
         lines.append("  kills:")
         lines += [f"    {n:5d}  {kind}" for kind, n in sorted(self.kills.items())]
         points: Counter[str] = Counter()
@@ -163,7 +167,7 @@ class Chaos:
     async def life(self) -> None:
         n = self.report.lives + 1
         rng = random.Random(f"{self.seed}/life/{n}")
-        mode = rng.choices(["fault", "external", "external-early"], [50, 40, 10])[0]
+        mode = rng.choices(["fault", "external", "external-early", "graceful"], [48, 37, 8, 7])[0]
         faults = None
         if mode == "fault":
             target = rng.choice(TARGETS)
@@ -192,7 +196,13 @@ class Chaos:
         died = asyncio.create_task(self.server.died())
         await asyncio.wait({died}, timeout=deadline)
         died.cancel()
-        self.kill(how, "under load")
+        if mode == "graceful" and self.server.alive:
+            # A deploy, not a crash: SIGTERM, the running turn suspended, picked up by the next start.
+            await asyncio.to_thread(self.server.stop)
+            self.report.stops += 1
+            self.history.append(f"{how} -> stopped with SIGTERM under load")
+        else:
+            self.kill(how, "under load")
         await self.stop_load(load)
 
     def kill(self, how: str, phase: str) -> None:
@@ -274,7 +284,11 @@ class Chaos:
             print(f"  {line}")
         for v in violations:
             print(f"  {v}")
-        print(f"  data dir, tool log and server log: {self.work}", flush=True)
+        for conv in self.convs:
+            for tab in conv.tabs:  # every frame each tab got, with the life it came in
+                with (self.work / f"frames-{tab.pk}.jsonl").open("w") as f:
+                    f.writelines(json.dumps({"life": life, **frame}) + "\n" for life, frame in tab.frames)
+        print(f"  data dir, tool log, server log and each tab's frames (frames-*.jsonl): {self.work}", flush=True)
 
     def count_turns(self) -> None:
         recovered = {f["id"] for conv in self.convs for tab in conv.tabs for _, f in tab.frames
