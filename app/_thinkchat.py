@@ -157,6 +157,10 @@ class ThinkChat:
     # -- frames from clients --------------------------------------------------------
 
     async def handle(self, conn: Connection, frame: ClientFrame) -> None:
+        if isinstance(frame, (StreamResumeRequest, StreamResumeAck)) and self.connections.get(conn.id) is not conn:
+            # A socket a reconnect replaced: resume state is kept by connection id, and is the new
+            # socket's now. (Whatever it would be told goes to a closing socket anyway.)
+            return
         if isinstance(frame, UseChatRequest):
             await self._on_chat_request(conn, frame)
         elif isinstance(frame, StreamResumeRequest):
