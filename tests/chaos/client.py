@@ -91,10 +91,12 @@ class Tab:
         await self.close()
         self.life = life
         self._acked = set()
+        # asyncio.timeout, never wait_for: on 3.11 wait_for can swallow a cancel that arrives as the
+        # awaited call completes, and an action of a dead server's life would go on into the next.
         try:
-            self.ws = await asyncio.wait_for(
-                connect(f"{base_ws}/agents/{agent}/{self.conv.name}?_pk={self.pk}", max_size=None,
-                        open_timeout=5), 6)
+            async with asyncio.timeout(6):
+                self.ws = await connect(f"{base_ws}/agents/{agent}/{self.conv.name}?_pk={self.pk}",
+                                        max_size=None, open_timeout=5)
         except Exception:  # refused, reset, timed out: the server is not there
             self.ws = None
             return False
@@ -110,7 +112,8 @@ class Tab:
         self.ws, self._reader = None, None
         if ws is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(), 2)
+                async with asyncio.timeout(2):
+                    await ws.close()
         if reader is not None:
             reader.cancel()
             # gather, not suppress(CancelledError): a cancel of the caller itself must go through.
@@ -151,7 +154,8 @@ class Tab:
                 await self._changed.wait()
 
         try:
-            return await asyncio.wait_for(scan(), timeout)
+            async with asyncio.timeout(timeout):
+                return await scan()
         except TimeoutError:
             return None
 
