@@ -7,8 +7,8 @@ is persisted. Tool calls recorded as running with no result were cut short:
 ``recovery="rerun"`` tools run again, ``"report"`` tools get an interrupted
 error the model sees. Server calls the model made that never started run now.
 An operation past its budget, or that keeps killing the process, is sealed
-instead, its open calls ended as interrupted. All of it is one transaction, so recovering twice gives
-the same result.
+instead, its open calls ended as interrupted. All of it is one transaction, so
+recovering twice gives the same result.
 """
 
 from __future__ import annotations
