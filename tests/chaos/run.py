@@ -6,10 +6,12 @@ Each life of the server is either armed with the test-only kill switch (``THINK_
 it SIGKILLs itself inside a transaction, at a point and in a kind of transaction the seed
 picks) or killed from outside at a random moment: while loaded, or while still recovering
 right after its start; now and then it is stopped gracefully instead (SIGTERM, as a deploy
-does), which is not counted as a kill. After every restart the tabs reconnect and resume, the loop waits until
-no operation is open (reading the files read-only), then checks every invariant of
-:mod:`tests.chaos.invariants`. A failed invariant prints the seed, the life, how the server
-was killed, and the evidence. Choices are deterministic given the seed; timings are not.
+does), which is not counted as a kill. After every restart the tabs reconnect and resume,
+the loop waits until no operation is open (reading the files read-only), then checks every
+invariant of :mod:`tests.chaos.invariants` ("invariant checks passed" counts the items
+checked: each check goes over the whole history again). A failed invariant prints the seed,
+how the last lives ended, and the evidence. Choices are deterministic given the seed;
+timings are not.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import asyncio
 import json
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -122,7 +125,6 @@ class Chaos:
         self.work = work
         self.seed = seed
         self.target = kills
-        self.rng = random.Random(seed)
         self.server = ChaosServer(work, stream_grace_s=grace_s)
         self.grace_ms = int(grace_s * 1000)
         self.report = Report(seed)
@@ -135,6 +137,7 @@ class Chaos:
             self.convs.append(conv)
         self.driver = Driver(self.server, self.convs, self.report.stats)
         self.history: list[str] = []  # how each life ended, for the evidence
+        self.kills_logged = 0  # lines the switch wrote to its kill log so far
 
     def say(self, text: str) -> None:
         if self.log:
@@ -210,6 +213,13 @@ class Chaos:
         by_switch = not self.server.kill()
         if by_switch:
             lines = self.server.kill_log.read_text().splitlines() if self.server.kill_log.exists() else []
+            if self.server.exit_code() != -signal.SIGKILL or len(lines) != self.kills_logged + 1:
+                # Not the switch: the server died on its own.
+                died = Violation("server-runs", "*", f"the server exited by itself ({self.server.exit_code()}) "
+                                                      f"in {how}; see {self.server.server_log}")
+                self.report.violations.append(died)
+                self.fail_report([died])
+            self.kills_logged = len(lines)
             where = lines[-1] if lines else "?"
             self.report.landed[where] += 1
         else:
