@@ -10,9 +10,9 @@ optional fields omitted: the client tells "absent" from `null` in places.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Final, Literal, TypeAlias, cast
+from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from ._errors import ProtocolError, describe_value, from_validation_error
 from ._messages import PART_TAGS, UIMessage, WireModel, json_string, model_json, parse_messages
@@ -23,6 +23,7 @@ __all__ = [
     "CHAT_RECOVERING",
     "CHAT_REQUEST_CANCEL",
     "IDENTITY",
+    "MAX_CLIENT_ID_LENGTH",
     "MCP_SERVERS",
     "MESSAGE_UPDATED",
     "RPC",
@@ -95,6 +96,12 @@ RPC: Final = "rpc"
 
 # ── client → server ─────────────────────────────────────────────────────────
 
+#: The longest id or name a client may put in a frame. The server keeps them (in its
+#: resume bookkeeping, in storage) and echoes them, so their size is not the client's to
+#: choose; the hook's own ids are a few dozen characters.
+MAX_CLIENT_ID_LENGTH: Final = 256
+ClientId: TypeAlias = Annotated[str, StringConstraints(max_length=MAX_CLIENT_ID_LENGTH)]
+
 
 class RequestInit(WireModel):
     # The reference ignores requests whose method is not POST; absent stays None.
@@ -104,13 +111,13 @@ class RequestInit(WireModel):
 
 class UseChatRequest(WireModel):
     type: Literal["cf_agent_use_chat_request"] = "cf_agent_use_chat_request"
-    id: str
+    id: ClientId
     init: RequestInit
 
 
 class ChatRequestCancel(WireModel):
     type: Literal["cf_agent_chat_request_cancel"] = "cf_agent_chat_request_cancel"
-    id: str
+    id: ClientId
 
 
 class ChatClear(WireModel):
@@ -126,12 +133,12 @@ class ChatMessagesPush(WireModel):
 
 class StreamResumeRequest(WireModel):
     type: Literal["cf_agent_stream_resume_request"] = "cf_agent_stream_resume_request"
-    probeId: str | None = None
+    probeId: ClientId | None = None
 
 
 class StreamResumeAck(WireModel):
     type: Literal["cf_agent_stream_resume_ack"] = "cf_agent_stream_resume_ack"
-    id: str
+    id: ClientId
 
 
 class ClientToolSchema(WireModel):
@@ -147,9 +154,9 @@ class ClientToolSchema(WireModel):
 
 class ToolResultFrame(WireModel):
     type: Literal["cf_agent_tool_result"] = "cf_agent_tool_result"
-    toolCallId: str
+    toolCallId: ClientId
     # May be "" (public `addToolOutput` without a name): match on toolCallId only.
-    toolName: str = ""
+    toolName: ClientId = ""
     output: Any = None
     state: Literal["output-available", "output-error"] | None = None
     errorText: str | None = None
@@ -159,7 +166,7 @@ class ToolResultFrame(WireModel):
 
 class ToolApprovalFrame(WireModel):
     type: Literal["cf_agent_tool_approval"] = "cf_agent_tool_approval"
-    toolCallId: str
+    toolCallId: ClientId
     approved: bool
     autoContinue: bool | None = None
 
@@ -173,8 +180,8 @@ class StateUpdate(WireModel):
 
 class RpcRequest(WireModel):
     type: Literal["rpc"] = "rpc"
-    id: str
-    method: str
+    id: ClientId
+    method: ClientId
     args: list[Any] = Field(default_factory=list)
 
 
@@ -362,12 +369,15 @@ def _parse_frame(text: str | bytes, known: dict[str, type[WireModel]]) -> WireMo
         return cls.model_validate(obj)
     except ValidationError as exc:
         frame_id = obj.get("id")
+        # An id over the limit is not carried: an answer addressed to it would echo the
+        # oversized text back, and no real client sends one.
+        usable = isinstance(frame_id, str) and len(frame_id) <= MAX_CLIENT_ID_LENGTH
         raise from_validation_error(
             exc,
             f"invalid {kind} frame",
             skip=PART_TAGS,
             frame_type=kind,
-            frame_id=frame_id if isinstance(frame_id, str) else None,
+            frame_id=frame_id if usable else None,
         ) from None
 
 
