@@ -10,15 +10,22 @@ under a burst of new instances.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
 from typing import Any
 
+from app._thinkchat import MAX_ACKED_PER_CONNECTION
+from protocol import MAX_CLIENT_ID_LENGTH
+from tests.app.test_resume import ack
 from tests.app.test_thinkchat import (
+    AGENT,
+    RESPONSE,
+    is_type,
     probe,
     send_turn,
     url,
 )
-from tests.conftest import Client
+from tests.conftest import Client, chat_request, is_done
 
 # More chunks than the send queue holds frames (4096 by default), as reasoning models produce.
 FAST = 12_000
@@ -36,6 +43,52 @@ async def until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
             return
         await asyncio.sleep(0.005)
     raise AssertionError(f"not within {timeout} s")
+
+
+# ---------------------------------------------------------------- ids and resume bookkeeping
+
+
+async def test_ids_over_the_limit_are_refused_and_the_socket_keeps_working(serve) -> None:
+    srv = await serve()
+    pk = str(uuid.uuid4())
+    c = await Client.open(url(srv, "long-ids", pk))
+    long = "z" * (MAX_CLIENT_ID_LENGTH + 1)
+    _, request, _ = chat_request("hi", rid=long)
+    for frame in (ack(long), {"type": "cf_agent_chat_request_cancel", "id": long},
+                  {"type": "rpc", "id": long, "method": "m"}, request):
+        mark = len(c.frames)
+        await c.send(frame)
+        err = await c.wait_for(is_type("cf_agent_error"), start=mark)
+        assert f"invalid {frame['type']} frame: field 'id': string should have at most" in err["error"]
+        assert long not in err["error"]
+    await probe(c)  # every frame above has been handled
+    assert not [f for f in c.frames if f.get("id") == long], "nothing answered under the refused id"
+    chat = srv.app.state.registry.active(AGENT, "long-ids").chat
+    assert pk not in chat._acked, "a refused ACK leaves no bookkeeping"
+    _, done, _ = await send_turn(c, "hi")
+    assert done["outcome"] == "completed"
+    await c.close()
+
+
+async def test_a_socket_remembers_only_the_streams_it_acked_last(serve) -> None:
+    srv = await serve(**NO_RATE_LIMIT)
+    pk = str(uuid.uuid4())
+    c = await Client.open(url(srv, "acked", pk))
+    ids = [f"{i:0{MAX_CLIENT_ID_LENGTH}d}" for i in range(MAX_ACKED_PER_CONNECTION + 36)]
+    for rid in ids:
+        await c.send(ack(rid))
+    await c.wait_for(is_done(ids[-1]), timeout=30)
+    chat = srv.app.state.registry.active(AGENT, "acked").chat
+    assert len(chat._acked[pk]) == MAX_ACKED_PER_CONNECTION
+    # The latest is remembered (answered once only); the first was forgotten (answered again).
+    mark = len(c.frames)
+    await c.send(ack(ids[-1]))
+    await c.send(ack(ids[0]))
+    await c.wait_for(is_done(ids[0]), start=mark)
+    await probe(c)
+    assert [f["id"] for f in c.frames[mark:] if f.get("type") == RESPONSE] == [ids[0]]
+    assert len(chat._acked[pk]) == MAX_ACKED_PER_CONNECTION
+    await c.close()
 
 
 # ---------------------------------------------------------------- the open-instance cap
