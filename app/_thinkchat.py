@@ -64,7 +64,7 @@ from protocol import (
 )
 from storage import OperationRow
 
-from ._connection import Connection
+from ._connection import Connection, Replay
 from .settings import Settings
 
 __all__ = ["MAX_ACKED_PER_CONNECTION", "ThinkChat", "error_frame"]
@@ -368,9 +368,15 @@ class ThinkChat:
         return acked
 
     def _replay(self, conn: Connection, stream: _Stream) -> None:
-        for seq, body in enumerate(stream.bodies):
-            conn.send(dump_chat_response(stream.id, body, done=False, seq=seq, replay=True,
-                                         continuation=stream.continuation))
+        """Queue the chunks the stream has now, as one item the socket's writer renders at the
+        client's pace: however long the stream, it neither copies it nor counts as a backlog.
+        Live chunks appended to the list later are not part of it; they follow as live frames."""
+        rid, continuation = stream.id, stream.continuation
+
+        def render(seq: int, body: str) -> str:
+            return dump_chat_response(rid, body, done=False, seq=seq, replay=True, continuation=continuation)
+
+        conn.send_replay(Replay(stream.bodies, len(stream.bodies), render))
 
     async def _on_clear(self, conn: Connection) -> None:
         self._clearing = conn.id

@@ -12,20 +12,27 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from app._thinkchat import MAX_ACKED_PER_CONNECTION
 from protocol import MAX_CLIENT_ID_LENGTH
-from tests.app.test_resume import ack
+from tests.app.test_resume import ack, check_resumed
 from tests.app.test_thinkchat import (
     AGENT,
     RESPONSE,
+    GatedModel,
+    agents_with,
+    frames_of,
     is_type,
+    nth_delta,
     probe,
     send_turn,
     url,
 )
-from tests.conftest import Client, chat_request, is_done
+from tests.conftest import Client, RunningServer, chat_request, is_done
 
 # More chunks than the send queue holds frames (4096 by default), as reasoning models produce.
 FAST = 12_000
@@ -43,6 +50,63 @@ async def until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
             return
         await asyncio.sleep(0.005)
     raise AssertionError(f"not within {timeout} s")
+
+
+# ---------------------------------------------------------------- long replays
+
+
+@pytest.mark.parametrize("how", ["new tab", "reconnect"])
+async def test_a_replay_longer_than_the_send_queue_arrives_whole_then_goes_live(serve, how: str) -> None:
+    model = GatedModel(LONG_LIVE, pause_before=FAST + 10)
+    srv = await serve(agents_with(model))
+    pk = str(uuid.uuid4())
+    a = await Client.open(url(srv, "long", pk))
+    rid, frame, _ = chat_request("go")
+    await a.send(frame)
+    await asyncio.wait_for(model.paused.wait(), 60)
+    await a.wait_for(nth_delta(rid, FAST + 10), timeout=60)  # all of it committed and in memory
+    if how == "reconnect":
+        await a.close()
+        b = await Client.open(url(srv, "long", pk))
+    else:
+        b = await Client.open(url(srv, "long"))
+    await b.wait_for(is_type("cf_agent_stream_resuming"))
+    mark = len(b.frames)
+    model.gate.set()  # the live stream goes on while the ACK is on its way and the replay is written
+    await b.send(ack(rid))
+    await b.wait_for(is_done(rid), timeout=90, start=mark)
+    replayed = check_resumed(frames_of(b, rid), "x " * FAST + "".join(TAIL))
+    assert replayed > FAST > srv.app.state.settings.max_send_queue
+    assert b.ws.close_code is None, "the socket was not closed as too slow"
+    await b.close()
+    if how == "new tab":
+        await a.close()
+
+
+async def test_a_finished_long_stream_replays_whole_from_memory_and_after_a_restart(serve, tmp_path: Path) -> None:
+    agents = agents_with(LONG)
+    data = tmp_path / "long-stored"
+    srv = await serve(agents, data_dir=data)
+    c = await Client.open(url(srv, "stored"))
+    rid, _, _ = await send_turn(c, "go", timeout=60)
+    live = [(f["seq"], f["body"]) for f in frames_of(c, rid) if not f["done"]]
+    assert len(live) > FAST
+    await c.close()
+
+    async def replay_from(server: RunningServer) -> None:
+        r = await Client.open(url(server, "stored"))
+        await r.send(ack(rid))
+        done = await r.wait_for(is_done(rid), timeout=60)
+        frames = frames_of(r, rid)
+        assert frames[-1] is done and done["replay"] is True and done["outcome"] == "completed"
+        assert all(f["replay"] is True for f in frames[:-1])
+        assert [(f["seq"], f["body"]) for f in frames[:-1]] == live
+        assert r.ws.close_code is None, "the socket was not closed as too slow"
+        await r.close()
+
+    await replay_from(srv)  # the stream this process saw finish
+    await srv.stop()
+    await replay_from(await serve(agents, data_dir=data))  # a fresh process: from storage
 
 
 # ---------------------------------------------------------------- ids and resume bookkeeping
