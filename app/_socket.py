@@ -88,15 +88,16 @@ async def serve_socket(
         await ws.close(1011)
         return
     conn_id = (ws.query_params.get("_pk") or str(uuid.uuid4()))[:128]
-    conn = Connection(ws, conn_id, max_queue=settings.max_send_queue)
+    conn = Connection(ws, conn_id, max_queue=settings.max_send_queue, max_queue_bytes=settings.max_send_queue_bytes,
+                      on_too_slow=metrics.refusals.labels("too_slow").inc)
     bucket = TokenBucket(settings.rate_limit_per_s, settings.rate_burst)
     actor.attach(conn)
     metrics.connections.inc()
     try:
         while True:
             message = await ws.receive()
-            if message["type"] == "websocket.disconnect":
-                break
+            if message["type"] == "websocket.disconnect" or conn.too_slow:
+                break  # a socket closed for not reading gets nothing more handled
             text = message.get("text")
             if text is None:
                 conn.send(error_frame("binary frames are not part of the chat protocol; send JSON text"))

@@ -53,6 +53,9 @@ class Settings(BaseModel):
     rate_burst: int = Field(200, ge=1)
     #: Frames queued for one socket before it is closed as too slow.
     max_send_queue: int = Field(4096, ge=16)
+    #: Bytes of frames queued for one socket before it is closed as too slow (one frame counts at
+    #: most half of it; replays are not counted: they go at the client's pace).
+    max_send_queue_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
 
     # -- auth and browsers ---------------------------------------------------------
     #: A static bearer token every request must carry (header, or ``?token=`` on WebSockets).

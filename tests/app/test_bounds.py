@@ -10,14 +10,21 @@ under a burst of new instances.
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from websockets.asyncio.client import ClientConnection, connect
 
+from app import Settings
+from app._connection import MAX_PENDING_REPLAYS
 from app._thinkchat import MAX_ACKED_PER_CONNECTION
+from app.settings import SettingsError
 from protocol import MAX_CLIENT_ID_LENGTH
 from tests.app.test_resume import ack, check_resumed
 from tests.app.test_thinkchat import (
@@ -152,6 +159,125 @@ async def test_a_socket_remembers_only_the_streams_it_acked_last(serve) -> None:
     await probe(c)
     assert [f["id"] for f in c.frames[mark:] if f.get("type") == RESPONSE] == [ids[0]]
     assert len(chat._acked[pk]) == MAX_ACKED_PER_CONNECTION
+    await c.close()
+
+
+# ---------------------------------------------------------------- a client that never reads
+
+
+def test_the_byte_bound_of_the_send_queue_is_a_checked_setting() -> None:
+    assert Settings().max_send_queue_bytes == 8 * 1024 * 1024
+    assert Settings.load(environ={"THINK_MAX_SEND_QUEUE_BYTES": "1048576"}).max_send_queue_bytes == 1048576
+    with pytest.raises(SettingsError) as err:
+        Settings.load(environ={"THINK_MAX_SEND_QUEUE_BYTES": "4096"})
+    assert "THINK_MAX_SEND_QUEUE_BYTES" in str(err.value)
+
+
+async def open_non_reader(srv: RunningServer, uri: str) -> ClientConnection:
+    """A WebSocket that never reads: the library stops reading its socket once one message
+    waits, and the TCP buffers on both sides are small (as over a slow network), so what the
+    server writes backs up into its own queue soon instead of into kernel buffers (the
+    kernel grows a loopback send buffer to megabytes on its own)."""
+    host, _, rest = uri.removeprefix("ws://").partition(":")
+    port = int(rest.split("/", 1)[0])
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    raw = await connect(uri, sock=sock, max_queue=1, compression=None)  # every byte on the wire
+    me = sock.getsockname()[:2]
+    (server_side,) = [p for p in srv.server.server_state.connections if getattr(p, "client", None) == me]
+    server_side.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+    return raw
+
+
+@pytest.mark.parametrize(("bound", "limits"), [
+    ("frames", {"max_send_queue": 512}),
+    ("bytes", {"max_send_queue": 100_000, "max_send_queue_bytes": 128 * 1024}),
+])
+async def test_a_client_that_never_reads_is_closed_as_too_slow_while_others_chat_on(
+        serve, bound: str, limits: dict[str, Any]) -> None:
+    srv = await serve(**NO_RATE_LIMIT, **limits)
+    settings = srv.app.state.settings
+    registry = srv.app.state.registry
+    pk = str(uuid.uuid4())
+    raw = await open_non_reader(srv, url(srv, "flooder", pk))
+    await until(lambda: (a := registry.active(AGENT, "flooder")) is not None and pk in a.chat.connections)
+    chat = registry.active(AGENT, "flooder").chat
+    conn = chat.connections[pk]
+
+    async def flood() -> None:
+        # Each ACK (a 256-character id the server has never seen) is answered with a done frame.
+        for i in range(10_000):
+            await raw.send(json.dumps(ack(f"{i:0{MAX_CLIENT_ID_LENGTH}d}")))
+
+    acked_peak = 0
+
+    async def sample() -> None:
+        nonlocal acked_peak
+        while pk in chat.connections:  # its bookkeeping goes with it
+            acked_peak = max(acked_peak, len(chat._acked.get(pk, ())))
+            await asyncio.sleep(0)
+
+    sampler = asyncio.create_task(sample())
+    flooder = asyncio.create_task(flood())
+    try:
+        other = await Client.open(url(srv, "bystander"))
+        # Its transcript frames are larger than the byte bound: one large frame is not a backlog.
+        big = "hi " + "p" * settings.max_send_queue_bytes if bound == "bytes" else "hi"
+        for _ in range(3):
+            _, done, _ = await send_turn(other, big, timeout=30)
+            assert done["outcome"] == "completed"
+        await until(lambda: conn.too_slow, timeout=90)
+        assert conn.close_code == 1013, "not terminal: a real client would reconnect and resume"
+        assert conn.peak_frames <= settings.max_send_queue
+        assert conn.peak_bytes <= settings.max_send_queue_bytes
+        if bound == "bytes":
+            assert conn.peak_frames < settings.max_send_queue, "the byte bound closed it"
+        await until(lambda: pk not in chat.connections)  # the server let go of it
+        await sampler
+        assert 0 < acked_peak <= MAX_ACKED_PER_CONNECTION
+        assert conn.queued_frames == conn.queued_bytes == 0
+        _, done, _ = await send_turn(other, "hi", timeout=30)
+        assert done["outcome"] == "completed", "the server serves on"
+        async with httpx.AsyncClient(base_url=srv.base) as http:
+            metrics = (await http.get("/metrics")).text
+        assert 'think_refusals_total{reason="too_slow"} 1.0' in metrics
+        await other.close()
+    finally:
+        flooder.cancel()
+        sampler.cancel()
+        await asyncio.gather(flooder, sampler, return_exceptions=True)
+        raw.transport.abort()
+
+
+async def test_a_client_that_asks_for_replays_it_does_not_read_is_closed_as_too_slow(serve) -> None:
+    script = {"rules": [{"match": "long", "steps": LONG["rules"][0]["steps"]},
+                        {"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]}
+    srv = await serve(agents_with(script), **NO_RATE_LIMIT)
+    c = await Client.open(url(srv, "replays"))
+    rids = [(await send_turn(c, "long", timeout=60))[0]]
+    for i in range(MAX_PENDING_REPLAYS):
+        rids.append((await send_turn(c, f"short {i}"))[0])
+    pk = str(uuid.uuid4())
+    raw = await open_non_reader(srv, url(srv, "replays", pk))
+    try:
+        chat = srv.app.state.registry.active(AGENT, "replays").chat
+        await until(lambda: pk in chat.connections)
+        conn = chat.connections[pk]
+        for rid in rids:  # the long replay fills the socket; the others wait behind it
+            await raw.send(json.dumps(ack(rid)))
+        await until(lambda: conn.too_slow)
+        assert conn.close_code == 1013
+        assert conn.peak_frames <= len(rids), "a replay is queued as one item, not as its frames"
+        mark = len(c.frames)
+        await c.send(ack(rids[0]))  # a client that reads gets the same long replay whole
+        done = await c.wait_for(is_done(rids[0]), timeout=60, start=mark)
+        assert done["replay"] is True and done["outcome"] == "completed"
+        assert len(frames_of(c, rids[0], start=mark)) > FAST
+        assert c.ws.close_code is None
+    finally:
+        raw.transport.abort()
     await c.close()
 
 
