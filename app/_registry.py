@@ -1,9 +1,17 @@
-"""The actor registry: activates an instance on first use, closes idle ones."""
+"""The actor registry: activates an instance on first use, closes idle ones.
+
+At most ``max_actors`` instances are open or being opened. The place of a new one
+is taken in the same synchronous step that decides it is needed (in :meth:`get`,
+before anything awaits), so a burst of sockets to new instances cannot overshoot
+the cap; an instance closed to make room is closed before the new one opens, and an
+instance still closing is opened again only once its file is closed.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -21,6 +29,9 @@ __all__ = ["ActorRegistry", "CapacityError"]
 log = logging.getLogger("think_server.registry")
 
 
+_Key = tuple[str, str]
+
+
 class CapacityError(RuntimeError):
     """No room for another open agent instance."""
 
@@ -36,8 +47,15 @@ class ActorRegistry:
         self._models = models
         self._idle_timeout_s = settings.idle_timeout_s
         self.on_activate: Callable[[Actor], None] | None = None
-        self._actors: dict[tuple[str, str], Actor] = {}
-        self._activating: dict[tuple[str, str], asyncio.Task[Actor]] = {}
+        self._actors: dict[_Key, Actor] = {}
+        # Each activation in progress holds one of the places from the moment it is asked for.
+        self._activating: dict[_Key, asyncio.Task[Actor]] = {}
+        # Closes in progress. One closed by the sweeper keeps its place in _actors until it is
+        # closed; one closed to make room gives its place to the activation that waits for it.
+        self._closing: dict[_Key, asyncio.Task[None]] = {}
+        # Callers of get() still waiting for an activation: until they have their actor (and
+        # attach their socket) it looks idle, and must not be closed under them.
+        self._waiters: dict[_Key, int] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -45,11 +63,23 @@ class ActorRegistry:
         return instance_db_path(self.data_dir, agent, name)
 
     def active(self, agent: str, name: str) -> Actor | None:
-        return self._actors.get((agent, name))
+        key = (agent, name)
+        return None if key in self._closing else self._actors.get(key)
+
+    @property
+    def activating(self) -> int:
+        """Activations in progress (each counts against ``max_actors`` like an open actor)."""
+        return len(self._activating)
 
     async def get(self, agent: str, name: str) -> Actor:
-        """The actor of ``agent``/``name``, activated if needed (once, however many ask at once)."""
+        """The actor of ``agent``/``name``, activated if needed (once, however many ask at once).
+
+        Raises :class:`CapacityError` when the cap is reached and no open actor is idle.
+        """
         key = (agent, name)
+        while key in self._closing:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._closing[key])
         actor = self._actors.get(key)
         if actor is not None:
             actor.touch()
@@ -58,10 +88,18 @@ class ActorRegistry:
             raise RuntimeError("the server is shutting down")
         task = self._activating.get(key)
         if task is None:
-            task = asyncio.create_task(self._activate(agent, name))
+            evicted = self._reserve()
+            task = asyncio.create_task(self._activate(agent, name, evicted))
             self._activating[key] = task
-            task.add_done_callback(lambda _: self._activating.pop(key, None))
-        return await asyncio.shield(task)
+        self._waiters[key] = self._waiters.get(key, 0) + 1
+        try:
+            return await asyncio.shield(task)
+        finally:
+            left = self._waiters[key] - 1
+            if left:
+                self._waiters[key] = left
+            else:
+                del self._waiters[key]
 
     async def open_index(self) -> list[tuple[str, str]]:
         """Open the data dir's work index and reactivate what it lists (work a crash or a stop left open)."""
@@ -78,34 +116,64 @@ class ActorRegistry:
                 log.exception("reactivating %s/%s failed", agent, name)
         return resumed
 
-    async def _make_room(self) -> None:
-        """Keep under the cap: close the least recently used idle actors; refuse if none is idle."""
-        while len(self._actors) >= self.settings.max_actors:
-            idle = [a for a in self._actors.values() if a.idle]
-            if not idle:
-                raise CapacityError(
-                    f"this server has {len(self._actors)} agent instances open (the limit) and all are busy; "
-                    "try again later"
-                )
-            oldest = min(idle, key=lambda a: a.last_used)
-            del self._actors[(oldest.agent_name, oldest.name)]
-            await self._close_actor(oldest)
+    def _evictable(self, key: _Key, actor: Actor) -> bool:
+        return actor.idle and key not in self._closing and key not in self._waiters
 
-    async def _activate(self, agent: str, name: str) -> Actor:
-        # This task's context is copied into the session worker it starts: its logs name the instance.
-        current_agent.set(agent)
-        current_instance.set(name)
-        await self._make_room()
-        if self._index is not None:
-            # Marked before anything can run, so a crash from here on is found at the next start.
-            await self._index.mark(agent, name, int(time.time() * 1000))
-        actor = await Actor.activate(agent, name, self.path_of(agent, name), self.agents[agent],
-                                     self._models[agent], settings=self.settings)
-        if self.on_activate is not None:
-            self.on_activate(actor)
-        self._actors[(agent, name)] = actor
-        self._ensure_sweeper()
-        return actor
+    def _reserve(self) -> list[asyncio.Task[None]]:
+        """Take a place for one more instance, synchronously: close the least recently used idle
+        actors if the cap is reached (their closes are returned, to be awaited before opening);
+        refuse if not enough of them are idle."""
+        over = len(self._actors) + len(self._activating) + 1 - self.settings.max_actors
+        if over <= 0:
+            return []
+        idle = heapq.nsmallest(over, (a for k, a in self._actors.items() if self._evictable(k, a)),
+                               key=lambda a: a.last_used)
+        if len(idle) < over:
+            raise CapacityError(
+                f"this server has {len(self._actors) + len(self._activating)} agent instances open or opening "
+                "(the limit) and all are busy; try again later"
+            )
+        return [self._start_close((a.agent_name, a.name), a, keep_place=False) for a in idle]
+
+    def _start_close(self, key: _Key, actor: Actor, *, keep_place: bool) -> asyncio.Task[None]:
+        if not keep_place:
+            del self._actors[key]
+        task = asyncio.create_task(self._close_then_release(key, actor))
+        self._closing[key] = task
+        return task
+
+    async def _close_then_release(self, key: _Key, actor: Actor) -> None:
+        try:
+            await self._close_actor(actor)
+        except Exception:
+            log.exception("closing %s/%s failed", actor.agent_name, actor.name)
+        finally:
+            del self._closing[key]
+            if self._actors.get(key) is actor:
+                del self._actors[key]
+
+    async def _activate(self, agent: str, name: str, evicted: list[asyncio.Task[None]]) -> Actor:
+        key = (agent, name)
+        try:
+            # This task's context is copied into the session worker it starts: its logs name the instance.
+            current_agent.set(agent)
+            current_instance.set(name)
+            if evicted:
+                # Their places are ours: at no point are more files open than the cap.
+                await asyncio.gather(*(asyncio.shield(t) for t in evicted))
+            if self._index is not None:
+                # Marked before anything can run, so a crash from here on is found at the next start.
+                await self._index.mark(agent, name, int(time.time() * 1000))
+            actor = await Actor.activate(agent, name, self.path_of(agent, name), self.agents[agent],
+                                         self._models[agent], settings=self.settings)
+            if self.on_activate is not None:
+                self.on_activate(actor)
+            self._actors[key] = actor
+            self._ensure_sweeper()
+            return actor
+        finally:
+            # In the same synchronous step as the insert above: the place is never counted twice.
+            del self._activating[key]
 
     async def _close_actor(self, actor: Actor) -> None:
         open_work = actor.instance.has_open_work
@@ -125,13 +193,11 @@ class ActorRegistry:
 
     async def close_idle(self, unused_since: float) -> int:
         """Close actors idle and unused since ``unused_since`` (monotonic seconds)."""
-        closed = 0
-        for key, actor in list(self._actors.items()):
-            if actor.idle and actor.last_used <= unused_since:
-                del self._actors[key]
-                await self._close_actor(actor)
-                closed += 1
-        return closed
+        closes = [self._start_close(key, actor, keep_place=True) for key, actor in list(self._actors.items())
+                  if self._evictable(key, actor) and actor.last_used <= unused_since]
+        if closes:
+            await asyncio.gather(*(asyncio.shield(t) for t in closes))
+        return len(closes)
 
     def __len__(self) -> int:
         return len(self._actors)
@@ -145,6 +211,9 @@ class ActorRegistry:
         for task in list(self._activating.values()):
             with contextlib.suppress(Exception):
                 await task
+        for closing in list(self._closing.values()):
+            with contextlib.suppress(Exception):
+                await closing
         actors, self._actors = list(self._actors.values()), {}
         for actor in actors:
             try:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from protocol import (
-    MAX_ID_LENGTH,
+    MAX_CLIENT_ID_LENGTH,
     RPC,
     USE_CHAT_REQUEST,
     ClientFrame,
@@ -105,7 +105,7 @@ def _rate_limited(text: str | None, settings: Settings) -> str:
         with contextlib.suppress(ValueError, RecursionError):
             data = json.loads(text)
             rid = data.get("id") if isinstance(data, dict) and data.get("type") == USE_CHAT_REQUEST else None
-            if isinstance(rid, str) and len(rid) <= MAX_ID_LENGTH and is_unicode_text(rid):
+            if isinstance(rid, str) and len(rid) <= MAX_CLIENT_ID_LENGTH and is_unicode_text(rid):
                 return dump_chat_response(rid, reason, done=True, error=True, outcome="error")
     return error_frame(reason)
 
@@ -209,15 +209,16 @@ async def serve_socket(
     if admitted is None:
         return
     actor, conn_id, address = admitted
-    conn = Connection(ws, conn_id, max_queue=settings.max_send_queue, order=order)
+    conn = Connection(ws, conn_id, max_queue=settings.max_send_queue, max_queue_bytes=settings.max_send_queue_bytes,
+                      on_too_slow=metrics.refusals.labels("too_slow").inc, order=order)
     bucket = TokenBucket(settings.rate_limit_per_s, settings.rate_burst)
     actor.attach(conn)
     metrics.connections.inc()
     try:
         while True:
             message = await ws.receive()
-            if message["type"] == "websocket.disconnect":
-                break
+            if message["type"] == "websocket.disconnect" or conn.too_slow:
+                break  # a socket closed for not reading gets nothing more handled
             text = message.get("text")
             # Every frame takes a token before any work on it: one the server cannot use costs too.
             if not bucket.take():

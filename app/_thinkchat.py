@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -62,12 +63,16 @@ from protocol import (
 )
 from storage import OperationRow
 
-from ._connection import Connection
+from ._connection import Connection, Replay
 
-__all__ = ["ThinkChat", "error_frame"]
+__all__ = ["MAX_ACKED_PER_CONNECTION", "ThinkChat", "error_frame"]
 
 log = logging.getLogger("think_server.chat")
 
+# Streams remembered per socket as replayed already. The ids come from the client, so
+# only the latest are kept; an older one ACKed again is replayed again, which the
+# protocol allows (every ACK may replay from chunk 0).
+MAX_ACKED_PER_CONNECTION = 64
 
 
 def _error_frame(message: str) -> str:
@@ -84,6 +89,28 @@ error_frame = _error_frame
 def _settled(op: OperationRow) -> OperationSettled:
     """A stored settled operation as the event that would have announced it."""
     return OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
+
+
+class _Recent:
+    """The ``limit`` stream ids a socket ACKed last; the oldest is forgotten first."""
+
+    __slots__ = ("_ids", "_limit")
+
+    def __init__(self, limit: int) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._limit = limit
+
+    def __contains__(self, stream_id: object) -> bool:
+        return stream_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(self, stream_id: str) -> None:
+        self._ids[stream_id] = None
+        self._ids.move_to_end(stream_id)
+        if len(self._ids) > self._limit:
+            self._ids.popitem(last=False)
 
 
 @dataclass(slots=True)
@@ -109,7 +136,7 @@ class ThinkChat:
         self._requesters: dict[str, str] = {}  # operation id -> connection id that asked for it
         self._clearing: str | None = None
         self._answers: set[str] = set()  # operations that answer a tool call (no request of their own)
-        self._acked: dict[str, set[str]] = {}  # connection id -> streams it was replayed (once each)
+        self._acked: dict[str, _Recent] = {}  # connection id -> streams it was replayed (once each)
         self._recovering: str | None = None  # the operation being continued after an interruption
         self._json_cache: dict[str, tuple[UIMessage, str]] = {}  # message id -> (message, its JSON)
         self._unsubscribe = session.subscribe(self._on_event)
@@ -274,7 +301,7 @@ class ThinkChat:
             # the start waits for an ACK). `resuming` would make it ask for a replay of what it
             # has, so the answer is the non-authoritative "nothing to attach to": the client
             # keeps showing the stream it is receiving.
-            self._acked.setdefault(conn.id, set()).add(active.id)
+            self._acked_by(conn).add(active.id)
             conn.send(dump_frame(StreamResumeNone(probeId=probe_id)))
             return
         pending = self.session.pending()
@@ -292,8 +319,9 @@ class ThinkChat:
     def _on_ack(self, conn: Connection, request_id: str) -> bool:
         """Answer an ACK from memory; False when only storage knows the stream."""
         self._awaiting_ack.discard(conn.id)
-        acked = self._acked.setdefault(conn.id, set())
+        acked = self._acked_by(conn)
         if request_id in acked:
+            acked.add(request_id)  # the latest ACKed are the ones remembered
             return True  # this socket was replayed that stream already: never twice
         active = self._active
         if active is not None and active.id == request_id and active.settled is None:
@@ -313,8 +341,7 @@ class ThinkChat:
 
     async def _ack_from_storage(self, conn: Connection, request_id: str) -> None:
         """A stream this process did not see finish (a restart): replay it from its stored chunks."""
-        acked = self._acked.setdefault(conn.id, set())
-        acked.add(request_id)
+        self._acked_by(conn).add(request_id)
         db = self.session.db
         bodies: list[str] = []
         continuation = False
@@ -336,10 +363,22 @@ class ThinkChat:
         else:
             conn.send(dump_chat_response(request_id, "", done=True, replay=True))
 
+    def _acked_by(self, conn: Connection) -> _Recent:
+        acked = self._acked.get(conn.id)
+        if acked is None:
+            acked = self._acked[conn.id] = _Recent(MAX_ACKED_PER_CONNECTION)
+        return acked
+
     def _replay(self, conn: Connection, stream: _Stream) -> None:
-        for seq, body in enumerate(stream.bodies):
-            conn.send(dump_chat_response(stream.id, body, done=False, seq=seq, replay=True,
-                                         continuation=stream.continuation))
+        """Queue the chunks the stream has now, as one item the socket's writer renders at the
+        client's pace: however long the stream, it neither copies it nor counts as a backlog.
+        Live chunks appended to the list later are not part of it; they follow as live frames."""
+        rid, continuation = stream.id, stream.continuation
+
+        def render(seq: int, body: str) -> str:
+            return dump_chat_response(rid, body, done=False, seq=seq, replay=True, continuation=continuation)
+
+        conn.send_replay(Replay(stream.bodies, len(stream.bodies), render))
 
     async def _on_clear(self, conn: Connection) -> None:
         self._clearing = conn.id

@@ -68,6 +68,9 @@ class Settings(BaseModel):
     max_sockets_per_address: int = Field(256, ge=0)
     #: New agent instances (a new SQLite file each) one client address may create in any minute; 0: no cap.
     max_new_instances_per_minute: int = Field(600, ge=0)
+    #: Bytes of frames queued for one socket before it is closed as too slow (one frame counts at
+    #: most half of it; replays are not counted: they go at the client's pace).
+    max_send_queue_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
 
     # -- auth and browsers ---------------------------------------------------------
     #: A static bearer token every request must carry (header; ``?token=`` on the WebSocket upgrade only).
