@@ -26,7 +26,7 @@ from ._admission import AddressLimits, OriginPolicy
 from ._auth import Authenticator, AuthError
 from ._metrics import CONTENT_TYPE_LATEST, Metrics
 from ._registry import ActorRegistry, CapacityError
-from ._socket import serve_socket
+from ._socket import SocketServices, serve_socket
 from ._web import web_routes
 from .demo import DEMO_SCRIPT
 from .settings import Settings
@@ -82,8 +82,6 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
 
     registry.on_activate = watch
     auth = Authenticator(settings)
-    origins = OriginPolicy(settings.cors_origins)
-    limits = AddressLimits(settings.max_sockets_per_address, settings.max_new_instances_per_minute)
     ready = {"recovered": False}
 
     def check_address(agent: str, name: str) -> str | None:
@@ -94,6 +92,10 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         except InvalidNameError as exc:
             return str(exc)
         return None
+
+    services = SocketServices(registry, auth, OriginPolicy(settings.cors_origins),
+                              AddressLimits(settings.max_sockets_per_address, settings.max_new_instances_per_minute),
+                              settings, metrics, check_address)
 
     def refused(request: Request) -> Response | None:
         try:
@@ -106,8 +108,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
 
     async def chat_socket(ws: WebSocket) -> None:
         agent, name = ws.path_params["agent"], ws.path_params["name"]
-        await serve_socket(ws, agent=agent, name=name, check_address=check_address, registry=registry, auth=auth,
-                           origins=origins, limits=limits, settings=settings, metrics=metrics)
+        await serve_socket(ws, agent=agent, name=name, services=services)
 
     async def agent_http(request: Request) -> Response:
         denied = refused(request)
@@ -193,5 +194,5 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     app.state.registry = registry
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.address_limits = limits
+    app.state.address_limits = services.limits
     return app

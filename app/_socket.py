@@ -9,6 +9,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -39,7 +40,14 @@ from ._registry import ActorRegistry, CapacityError
 from ._thinkchat import error_frame
 from .settings import Settings
 
-__all__ = ["CLOSE_BAD_NAME", "CLOSE_FORBIDDEN", "CLOSE_UNAUTHORIZED", "CLOSE_UNKNOWN_AGENT", "serve_socket"]
+__all__ = [
+    "CLOSE_BAD_NAME",
+    "CLOSE_FORBIDDEN",
+    "CLOSE_UNAUTHORIZED",
+    "CLOSE_UNKNOWN_AGENT",
+    "SocketServices",
+    "serve_socket",
+]
 
 log = logging.getLogger("think_server.socket")
 
@@ -73,6 +81,20 @@ def _failure(frame: ClientFrame, reason: str) -> str:
     if isinstance(frame, RpcRequest):
         return dump_frame(RpcResponse(id=frame.id, success=False, error=reason))
     return error_frame(reason)
+
+
+@dataclass(frozen=True, slots=True)
+class SocketServices:
+    """What every chat socket is checked against and served by; built once per app."""
+
+    registry: ActorRegistry
+    auth: Authenticator
+    origins: OriginPolicy
+    limits: AddressLimits
+    settings: Settings
+    metrics: Metrics
+    #: Why an agent/instance address cannot be served, or None.
+    check_address: Callable[[str, str], str | None]
 
 
 class TokenBucket:
@@ -115,24 +137,15 @@ async def _refuse(ws: WebSocket, error: str, code: int, reason: str) -> None:
     await ws.close(code, close_reason(reason))
 
 
-async def _admit(
-    ws: WebSocket,
-    agent: str,
-    name: str,
-    *,
-    check_address: Callable[[str, str], str | None],
-    registry: ActorRegistry,
-    auth: Authenticator,
-    origins: OriginPolicy,
-    limits: AddressLimits,
-    metrics: Metrics,
-) -> tuple[Actor, str, str] | None:
+async def _admit(ws: WebSocket, agent: str, name: str, services: SocketServices) -> tuple[Actor, str, str] | None:
     """Check the socket and open its actor: (actor, connection id, client address), or None once refused.
 
     The order matters: a foreign page learns nothing, an anonymous client
     learns nothing about the agents served, and no check that fails leaves an
     instance or a file behind. A returned client address holds a socket slot.
     """
+    registry, auth, origins, limits, metrics = (services.registry, services.auth, services.origins,
+                                                services.limits, services.metrics)
     origin = ws.headers.get("origin")
     if origin is not None and not origins.allows(origin, ws.headers.get("host")):
         metrics.refusals.labels("origin").inc()
@@ -146,7 +159,7 @@ async def _admit(
         metrics.refusals.labels("auth").inc()
         await _refuse(ws, f"unauthorized: {exc}", CLOSE_UNAUTHORIZED, "unauthorized")
         return None
-    problem = check_address(agent, name)
+    problem = services.check_address(agent, name)
     if problem is not None:
         await _refuse(ws, problem, CLOSE_UNKNOWN_AGENT if agent not in registry.agents else CLOSE_BAD_NAME, problem)
         return None
@@ -187,27 +200,15 @@ async def _admit(
     return None
 
 
-async def serve_socket(
-    ws: WebSocket,
-    *,
-    agent: str,
-    name: str,
-    check_address: Callable[[str, str], str | None],
-    registry: ActorRegistry,
-    auth: Authenticator,
-    origins: OriginPolicy,
-    limits: AddressLimits,
-    settings: Settings,
-    metrics: Metrics,
-) -> None:
+async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: SocketServices) -> None:
     current_agent.set(agent)
     current_instance.set(name)
     order = next(_accepted)
     await ws.accept()
-    admitted = await _admit(ws, agent, name, check_address=check_address, registry=registry, auth=auth,
-                            origins=origins, limits=limits, metrics=metrics)
+    admitted = await _admit(ws, agent, name, services)
     if admitted is None:
         return
+    settings, metrics, limits = services.settings, services.metrics, services.limits
     actor, conn_id, address = admitted
     conn = Connection(ws, conn_id, max_queue=settings.max_send_queue, max_queue_bytes=settings.max_send_queue_bytes,
                       on_too_slow=metrics.refusals.labels("too_slow").inc, order=order)
