@@ -9,6 +9,7 @@ from ._index import WorkIndex
 from ._messages import MessageRow
 from ._operations import OperationRow
 from ._paths import InvalidNameError, instance_db_path, validate_agent_name, validate_instance_name
+from ._problems import Problem, describe_problem, problem_of
 from ._schema import SCHEMA_VERSION
 from ._sessions import SessionRow
 from ._streams import StreamRow
@@ -20,6 +21,7 @@ __all__ = [
     "InvalidNameError",
     "MessageRow",
     "OperationRow",
+    "Problem",
     "Reader",
     "SessionRow",
     "StorageError",
@@ -27,7 +29,9 @@ __all__ = [
     "ToolCallRow",
     "Tx",
     "WorkIndex",
+    "describe_problem",
     "instance_db_path",
+    "problem_of",
     "validate_agent_name",
     "validate_instance_name",
 ]
