@@ -60,6 +60,9 @@ class ChunkLog:
         self._flusher: asyncio.Task[None] | None = None
         self._committers = 0  # commit() calls in progress: they take the buffer themselves
         self._started = False
+        # Why the last background flush failed (a full disk, say): no new flush starts until a
+        # commit() tries again, and backpressure() raises it, so the turn stops at its next event.
+        self._failure: Exception | None = None
 
     @property
     def stream_id(self) -> str | None:
@@ -85,12 +88,15 @@ class ChunkLog:
             self._held.append(body)  # order is kept: nothing overtakes a held chunk
             return
         self._pending.append(body)
-        if self._committers == 0 and (self._flusher is None or self._flusher.done()):
+        if self._committers == 0 and self._failure is None and (self._flusher is None or self._flusher.done()):
             self._flusher = asyncio.create_task(self._flush_loop())
 
     async def backpressure(self) -> None:
+        """Wait while too much is buffered; raise why the background flush failed, if it did."""
         if len(self._pending) - self._in_flight >= MAX_BUFFERED and self._flusher is not None:
             await asyncio.shield(self._flusher)
+        if self._failure is not None:
+            raise self._failure
 
     async def commit(self, extra: Callable[[Tx], Awaitable[None]] | None = None) -> None:
         """Commit every buffered chunk together with ``extra``'s writes, in one transaction.
@@ -101,10 +107,12 @@ class ChunkLog:
         self._committers += 1
         try:
             await self._drain()  # the flusher stops after the transaction it is in
+            self._failure = None  # this commit tries everything buffered again
             await self._commit_batch(with_held=True, extra=extra)
         finally:
             self._committers -= 1
-            if self._pending and self._committers == 0 and (self._flusher is None or self._flusher.done()):
+            if (self._pending and self._committers == 0 and self._failure is None
+                    and (self._flusher is None or self._flusher.done())):
                 self._flusher = asyncio.create_task(self._flush_loop())
 
     async def _drain(self) -> None:
@@ -112,8 +120,13 @@ class ChunkLog:
             await asyncio.shield(self._flusher)
 
     async def _flush_loop(self) -> None:
-        while self._pending and self._committers == 0:
-            await self._commit_batch(with_held=False)
+        try:
+            while self._pending and self._committers == 0:
+                await self._commit_batch(with_held=False)
+        except Exception as exc:
+            # Kept for the turn (backpressure, its next commit), not left for the loop to log
+            # as never retrieved, once per chunk, while the disk stays full.
+            self._failure = exc
 
     async def _commit_batch(self, *, with_held: bool, extra: Callable[[Tx], Awaitable[None]] | None = None) -> None:
         # The buffer is only taken once the transaction has committed.

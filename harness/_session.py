@@ -45,10 +45,20 @@ from ._input import InputPolicy, check_client_messages
 from ._json import dumps, message_json
 from ._logcontext import current_operation, current_session
 from ._model import Model
-from ._outcomes import OperationResult, Receipt, SubmitRefused, describe_reason, result_of
+from ._outcomes import (
+    INTERNAL_ERROR,
+    OperationResult,
+    Receipt,
+    SubmitRefused,
+    describe_reason,
+    result_of,
+    storage_failure,
+)
 from ._recovery import Recovered, recover_operation
 from ._tools import Tool
-from ._turn import Outcome, Turn, TurnPlan, TurnSuspended
+from ._turn import Outcome, Turn, TurnPlan, TurnSuspended, Unsettled
+from ._unwritten import UnwrittenEnds
+from ._work import WorkNotices
 
 __all__ = ["Session"]
 
@@ -61,8 +71,10 @@ class _Held:
 
 class Session:
     def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model, *,
-                 stream_grace_ms: int = 10 * 60 * 1000, policy: InputPolicy | None = None) -> None:
+                 stream_grace_ms: int = 10 * 60 * 1000, policy: InputPolicy | None = None,
+                 work: WorkNotices | None = None) -> None:
         self.db = db
+        self._work_notices = work or WorkNotices(None, lambda: self.has_open_work)
         self.policy = policy or InputPolicy()
         self.stream_grace_ms = stream_grace_ms
         self._last_sweep = 0
@@ -89,6 +101,7 @@ class Session:
         self._resetting = False  # the worker takes no new operation until the transcript is cleared
         self.last_terminal: dict[str, Any] | None = None  # {operationId, body} of the last turn that failed
         self._client_tools: list[dict[str, Any]] = []  # schemas a browser declared, kept with the session
+        self._unwritten = UnwrittenEnds(db, self.write_settlement)  # ends told to clients, not yet written
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------
@@ -124,7 +137,10 @@ class Session:
             self._parents[msg.id] = row.parent_id
         self._stored_ids = set(await self.db.read.message_ids(self.id))
 
-        await self.sweep_streams()
+        try:
+            await self.sweep_streams()
+        except Exception as exc:  # housekeeping: a full disk must not keep the conversation from opening
+            log.warning("session %r: sweeping finished streams failed: %s", self.id, exc)
 
     def start(self) -> None:
         """Run the queue: recovered operations first, then what was pending."""
@@ -155,6 +171,7 @@ class Session:
         self._closed = True
         worker = self._worker
         if worker is None or worker.done():
+            await self._unwritten.flush()
             return
         if self._turn is not None:
             self._turn.suspend()
@@ -180,6 +197,12 @@ class Session:
     @property
     def idle(self) -> bool:
         return self._running_id is None and not self._queue
+
+    @property
+    def has_open_work(self) -> bool:
+        """Work a crash must not lose: an operation pending, running, being written, or ended
+        without its end written."""
+        return not self.idle or bool(self._reserved) or bool(self._unwritten)
 
     # -- events ---------------------------------------------------------------
 
@@ -226,15 +249,18 @@ class Session:
         options = {"client_tools": client_tools, "body": body}
         self._check_room()
         with self._reservation(op_id, [m.id for m in new]) as held:
+            await self._work_notices.opened()
             now = self.clock.now_ms()
             async with self.db.transaction() as tx:
                 await tx.ensure_session(self.id, now)
+                ends_written = await self._unwritten.write_in(tx)
                 if not await tx.insert_operation(op_id, self.id, kind, source, dumps(payload), dumps(options), now):
                     return Receipt(op_id, self.id, accepted=False)
                 if client_tools is not None:
                     await tx.set_client_tools(self.id, dumps(client_tools) if client_tools else None, now)
                 await tx.set_last_body(self.id, dumps(body) if body else None, now)
                 await tx.set_last_terminal(self.id, None, now)
+            ends_written()
             held.queued = True
         self.last_terminal = None
         if client_tools is not None:
@@ -306,13 +332,16 @@ class Session:
         except SubmitRefused as exc:
             raise AnswerRefused("queue_full", str(exc)) from None
         with self._reservation(op_id, [], answer) as held:
+            await self._work_notices.opened()
             now = self.clock.now_ms()
             async with self.db.transaction() as tx:
                 await tx.ensure_session(self.id, now)
+                ends_written = await self._unwritten.write_in(tx)
                 if not await tx.insert_operation(op_id, self.id, kind, source, dumps(payload), None, now):
                     return Receipt(op_id, self.id, accepted=False)
                 if client_tools:
                     await tx.set_client_tools(self.id, dumps(client_tools), now)
+            ends_written()
             held.queued = True
         if client_tools:
             self._client_tools = list(client_tools)
@@ -347,7 +376,17 @@ class Session:
             self._worker = asyncio.create_task(self._work(), name=f"session-worker:{self.id}")
 
     async def _work(self) -> None:
+        while True:
+            await self._drain()
+            if self._closed or self._resetting:
+                return
+            await self._work_notices.settled()
+            if not self._queue:
+                return  # nothing was queued while the index heard of it: done; else drain again
+
+    async def _drain(self) -> None:
         while self._queue and not self._closed and not self._resetting:
+            await self._unwritten.flush()
             op_id = self._queue.popleft()
             self._running_id = op_id
             current_session.set(self.id)
@@ -355,12 +394,15 @@ class Session:
             try:
                 await self._run(op_id)
             except TurnSuspended:
-                return  # shutting down: the operation stays running
+                return  # shutting down (closed): the operation stays running
+            except Unsettled as exc:
+                self._end_unsettled(op_id, exc.outcome, exc.__cause__, exc.message_ids)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("operation %s failed outside its turn", op_id)
-                await self._fail(op_id)
+            except Exception as exc:
+                if storage_failure(exc) is None:
+                    log.exception("operation %s failed outside its turn", op_id)
+                await self._fail(op_id, exc)
             finally:
                 self._running_id = None
                 self._streaming_id = None
@@ -549,15 +591,28 @@ class Session:
             await tx.set_last_terminal(self.id, dumps(terminal), now)
             self.last_terminal = terminal
 
-    async def _fail(self, op_id: str) -> None:
+    async def _fail(self, op_id: str, exc: Exception) -> None:
         """Settle an operation whose run broke outside the turn: no client may wait for it forever."""
-        outcome = Outcome("error", "unanswered", "The assistant failed with an internal error.")
+        outcome = Outcome("error", "unanswered", storage_failure(exc) or INTERNAL_ERROR)
         try:
             async with self.db.transaction() as tx:
                 await self.write_settlement(tx, op_id, outcome)
-        except Exception:
-            log.exception("operation %s: recording the failure failed too", op_id)
+        except Exception as again:
+            self._end_unsettled(op_id, outcome, again)
+            return
         self._finish(op_id, outcome, ())
+
+    def _end_unsettled(self, op_id: str, outcome: Outcome, cause: BaseException | None,
+                       message_ids: Sequence[str] = ()) -> None:
+        """End an operation whose end could not be written: clients are told now, the file later."""
+        if outcome.reason == INTERNAL_ERROR and cause is not None:
+            outcome = Outcome(outcome.status, outcome.outcome, storage_failure(cause) or INTERNAL_ERROR, outcome.text)
+        log.warning("operation %s ended (%s) but its end could not be written: %s", op_id,
+                    outcome.reason or outcome.status, cause)
+        self._unwritten.add(op_id, outcome)
+        if outcome.status == "error":
+            self.last_terminal = {"operationId": op_id, "body": describe_reason(outcome.reason)}
+        self._finish(op_id, outcome, message_ids)
 
     async def sweep_streams(self) -> int:
         """Delete finished streams past their replay grace, chunks included."""
@@ -631,6 +686,8 @@ class Session:
         finally:
             self._resetting = False
             self._kick()  # what was submitted during the reset runs on the empty transcript
+        if self._worker is None or self._worker.done():
+            await self._work_notices.settled()  # the worker that would have said so stopped for the reset
 
     async def _reset(self) -> None:
         for op_id in list(self._queue):

@@ -9,6 +9,7 @@ message is persisted and that call's stream finalized in one transaction.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import time
@@ -62,13 +63,14 @@ from ._model import (
     ToolInputDelta,
     ToolInputStart,
 )
+from ._outcomes import INTERNAL_ERROR, storage_failure
 from ._recovery_policy import RecoveryPolicy
 from ._tools import Tool
 
 if TYPE_CHECKING:
     from ._session import Session
 
-__all__ = ["Outcome", "Turn", "TurnPlan", "TurnState", "TurnSuspended", "closing_chunks"]
+__all__ = ["Outcome", "Turn", "TurnPlan", "TurnState", "TurnSuspended", "Unsettled", "closing_chunks"]
 
 log = logging.getLogger("think_server.turn")
 
@@ -108,6 +110,16 @@ class _Aborted(Exception):
 
 class TurnSuspended(Exception):
     """The turn stopped for a shutdown; its operation stays running and the next start recovers it."""
+
+
+class Unsettled(Exception):
+    """The turn ended, but writing its end failed (a full disk, say): the operation is still open in
+    the file. ``outcome`` is the end to tell clients now and to write once writes work again."""
+
+    def __init__(self, outcome: Outcome, message_ids: tuple[str, ...] = ()) -> None:
+        super().__init__(outcome.reason or outcome.status)
+        self.outcome = outcome
+        self.message_ids = message_ids
 
 
 class _Stalled(Exception):
@@ -228,7 +240,10 @@ class Turn:
         try:
             return await self._loop()
         except TurnSuspended:
-            await asyncio.shield(self._log.commit())  # keep what streamed; recovery continues from it
+            # Keep what streamed; recovery continues from it. If that cannot be written, the next
+            # start continues from what was.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._log.commit())
             raise
         except _Aborted:
             return await self._settle_partial("aborted", "completed", "aborted", None)
@@ -238,9 +253,14 @@ class Turn:
             return await self._settle_partial("error", "error", str(exc) or "The model call failed.", exc)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a bug or a tool framework failure: never leave the turn open
-            log.exception("turn %s failed", self.operation_id)
-            return await self._settle_partial("error", "error", "The assistant failed with an internal error.", exc)
+        except Exception as exc:  # a full disk, a bug, a tool framework failure: never leave the turn open
+            reason = storage_failure(exc)
+            if reason is None:
+                log.exception("turn %s failed", self.operation_id)
+                reason = INTERNAL_ERROR
+            else:  # not a bug: one line, no traceback
+                log.warning("turn %s stopped: %s (%s)", self.operation_id, reason, exc)
+            return await self._settle_partial("error", "error", reason, exc)
 
     async def _loop(self) -> Outcome:
         last_reason = "stop"
@@ -490,7 +510,14 @@ class Turn:
         self._running_calls.clear()
         self._assembler.settle()
         outcome = Outcome(status, "unanswered", reason, message_text(self._assembler.message))
-        await asyncio.shield(self._commit(stream_status=stream_status, outcome=outcome, tool_records=records))
+        try:
+            await asyncio.shield(self._commit(stream_status=stream_status, outcome=outcome, tool_records=records))
+        except Exception as exc:
+            self._state = TurnState.SETTLED
+            if reason == INTERNAL_ERROR:
+                # Writing the end failed too: that, not the first failure, is what the user can act on.
+                outcome = Outcome(status, "unanswered", storage_failure(exc) or reason, outcome.text)
+            raise Unsettled(outcome, self.message_ids) from exc
         self._state = TurnState.SETTLED
         return outcome
 
