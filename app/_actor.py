@@ -11,7 +11,7 @@ import enum
 import time
 from pathlib import Path
 
-from harness import Agent, Instance, Model, Session
+from harness import Agent, Instance, Model, OnWork, Session
 from protocol import Identity, McpServers, dump_frame
 
 from ._connection import Connection
@@ -38,9 +38,9 @@ class Actor:
 
     @classmethod
     async def activate(cls, agent_name: str, name: str, path: Path, agent: Agent, model: Model, *,
-                       settings: Settings) -> Actor:
+                       settings: Settings, on_work: OnWork | None = None) -> Actor:
         instance = await Instance.open(path, agent, model, stream_grace_ms=int(settings.stream_grace_s * 1000),
-                                       policy=settings.input_policy())
+                                       policy=settings.input_policy(), on_work=on_work)
         try:
             session = await instance.session(start=False)
         except BaseException:

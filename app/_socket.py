@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import json
 import logging
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -27,10 +28,10 @@ from protocol import (
     is_unicode_text,
     parse_client_frame,
 )
-from storage import StorageError
+from storage import StorageError, describe_problem, problem_of
 
 from ._actor import Actor
-from ._admission import AddressLimits, OriginPolicy, connection_id_problem
+from ._admission import AddressLimits, OriginPolicy, SocketCap, connection_id_problem
 from ._auth import Authenticator, AuthError
 from ._close import close_reason
 from ._connection import Connection
@@ -95,6 +96,8 @@ class SocketServices:
     metrics: Metrics
     #: Why an agent/instance address cannot be served, or None.
     check_address: Callable[[str, str], str | None]
+    #: Chat sockets open on the whole server, capped below the file descriptor limit.
+    sockets: SocketCap
 
 
 class TokenBucket:
@@ -168,8 +171,15 @@ async def _admit(ws: WebSocket, agent: str, name: str, services: SocketServices)
     if bad_id is not None:
         await _refuse(ws, bad_id, CLOSE_BAD_NAME, "invalid connection id (_pk)")
         return None
+    sockets = services.sockets
+    if not sockets.take():
+        metrics.refusals.labels("server_sockets").inc()
+        await _refuse(ws, f"this server has {sockets.open} chat sockets open, the most {sockets.why} allows; "
+                          "try again later", CLOSE_TRY_LATER, "too many sockets on this server")
+        return None
     address = ws.client.host if ws.client is not None else ""
     if not limits.open_socket(address):
+        sockets.release()
         metrics.refusals.labels("address_sockets").inc()
         await _refuse(ws, f"this client address has {limits.max_sockets} chat sockets open, the most it may "
                           "(THINK_MAX_SOCKETS_PER_ADDRESS); close one or try again later",
@@ -190,13 +200,18 @@ async def _admit(ws: WebSocket, agent: str, name: str, services: SocketServices)
     except CapacityError as exc:
         metrics.refusals.labels("capacity").inc()
         await _refuse(ws, str(exc), CLOSE_TRY_LATER, "at capacity")
-    except (StorageError, OSError) as exc:
-        log.exception("cannot activate %s/%s", agent, name, extra={"agent": agent, "instance": name})
-        await ws.send_text(error_frame(f"the agent instance cannot be opened: {exc}"))
-        await ws.close(1011)
+    except StorageError as exc:  # the registry logged it (once, for a file that cannot be used)
+        metrics.refusals.labels("storage").inc()
+        words = describe_problem(exc.problem)
+        # A full disk or no descriptor left passes: the client comes back later. A damaged file does not.
+        await _refuse(ws, f"this agent instance cannot be opened: {words} ({exc})",
+                      CLOSE_TRY_LATER if exc.problem.transient else 1011, words)
+    except (sqlite3.Error, OSError) as exc:  # the registry logged it, with its traceback
+        await _refuse(ws, f"this agent instance cannot be opened: {exc}", 1011, "cannot open the instance")
     finally:
         if not admitted:
             limits.close_socket(address)
+            sockets.release()
     return None
 
 
@@ -241,16 +256,26 @@ async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: Socket
                 continue
             try:
                 await actor.chat.handle(conn, frame)
-            except Exception:
-                log.exception("handling %s failed", frame.type,
-                              extra={"agent": agent, "instance": name, "connection": conn_id})
+            except Exception as exc:
                 # Nothing was accepted (every state change is one transaction); the request still ends.
-                conn.send(_failure(frame, f"the server failed to handle this {frame.type} frame; nothing "
-                                          "of it was kept"))
+                conn.send(_failure(frame, _handling_failed(exc, frame.type, conn_id)))
     except WebSocketDisconnect:
         pass
     finally:
         metrics.connections.dec()
         limits.close_socket(address)
+        services.sockets.release()
         actor.detach(conn)
         await conn.finished()
+
+
+def _handling_failed(exc: Exception, frame_type: str, conn_id: str) -> str:
+    """Log a frame whose handling failed (a full disk in one line, a bug with its traceback); its answer."""
+    problem = problem_of(exc)
+    if problem is None:
+        log.exception("handling %s failed", frame_type, extra={"connection": conn_id})
+        return f"the server failed to handle this {frame_type} frame; nothing of it was kept"
+    log.warning("handling %s failed: %s", frame_type, exc, extra={"connection": conn_id})
+    words = describe_problem(problem)
+    later = "; try again later" if problem.transient else ""
+    return f"{words[0].upper()}{words[1:]}: this {frame_type} frame could not be handled; nothing of it was kept{later}"

@@ -44,7 +44,10 @@ class Settings(BaseModel):
     #: How long a finished stream stays replayable for a late ACK; then it is swept with its chunks.
     stream_grace_s: float = Field(600.0, ge=0)
     #: Most agent instances open at once; the least recently used idle ones are closed first.
+    #: Fewer if the file descriptor limit (``ulimit -n``) leaves room for fewer: the log says at start.
     max_actors: int = Field(1000, ge=1)
+    #: Instances with unfinished work reopened at a time at start, in the background (``/readyz`` reports it).
+    recovery_concurrency: int = Field(8, ge=1, le=256)
 
     # -- limits on what clients send ---------------------------------------------
     #: Largest frame a client may send. The hook sends the whole transcript with every

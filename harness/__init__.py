@@ -43,6 +43,7 @@ from ._recovery_policy import RecoveryPolicy
 from ._scripted import Script, ScriptedModel, ScriptError, load_script
 from ._session import Session
 from ._tools import Tool, ToolInputError, client_tool, tool
+from ._work import OnWork
 
 __all__ = [
     "ROOT_SESSION",
@@ -64,6 +65,7 @@ __all__ = [
     "ModelEvent",
     "ModelRequest",
     "ModelSpecError",
+    "OnWork",
     "OperationResult",
     "OperationSettled",
     "ReasoningDelta",

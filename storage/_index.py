@@ -10,7 +10,10 @@ a mark cannot happen.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
+import time
 from pathlib import Path
 
 import aiosqlite
@@ -54,6 +57,16 @@ class WorkIndex:
                                    problem_of(exc) or Problem.DAMAGED) from exc
             raise
         return cls(conn)
+
+    @staticmethod
+    def set_aside(data_dir: Path) -> Path:
+        """Move a damaged index (and its -wal, -shm) out of the way, for a new one; where it went."""
+        path = data_dir / INDEX_FILE
+        aside = path.with_name(f"{INDEX_FILE}.damaged-{int(time.time())}")
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+        return aside
 
     async def mark(self, agent: str, name: str, now: int) -> None:
         async with self._lock:
