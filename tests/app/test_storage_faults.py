@@ -225,15 +225,19 @@ async def test_files_that_cannot_be_used_are_reported_to_their_clients_and_stop_
     await good.close()
 
 
-async def test_a_replaced_file_is_tried_again(serve: Any, tmp_path: Path) -> None:
+async def test_an_unusable_file_is_not_opened_again_until_it_is_replaced(
+        serve: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     data = tmp_path / "data"
     path = instance_db_path(data, AGENT, "mended")
     path.parent.mkdir(parents=True)
     path.write_bytes(b"junk" * 1000)
+    caplog.set_level(logging.WARNING)
     srv = await serve(agents(), data_dir=data)
-    b = await Client.open(url(srv, "mended"))
-    await b.wait_for(lambda f: f.get("type") == "cf_agent_error")
-    await b.close()
+    for _ in range(3):  # a client that keeps reconnecting
+        b = await Client.open(url(srv, "mended"))
+        await b.wait_for(lambda f: f.get("type") == "cf_agent_error")
+        await b.close()
+    assert len([r for r in caplog.records if "mended" in r.getMessage()]) == 1
     path.unlink()  # an operator removed (or restored) the file
     c = await Client.open(url(srv, "mended"))
     assert (await turn(c, srv, "mended", "hello"))["outcome"] == "completed"

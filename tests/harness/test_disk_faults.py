@@ -112,7 +112,8 @@ async def test_a_full_disk_does_not_keep_a_conversation_from_loading(disk: Fault
         session = await inst.session()
         await settle(session, (await session.submit([user("u1", "hi")])).operation_id)
         disk.fill()
-        second = await Instance.open(path, Agent(), FakeModel(text("t", "hello")))
+        # No replay grace: loading sweeps the turn's finished stream, a write the full disk refuses.
+        second = await Instance.open(path, Agent(), FakeModel(text("t", "hello")), stream_grace_ms=0)
         try:
             loaded = await second.session()
             assert [m.role for m in loaded.messages()] == ["user", "assistant"]
