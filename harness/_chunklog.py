@@ -107,7 +107,6 @@ class ChunkLog:
         self._committers += 1
         try:
             await self._drain()  # the flusher stops after the transaction it is in
-            self._failure = None  # this commit tries everything buffered again
             await self._commit_batch(with_held=True, extra=extra)
         finally:
             self._committers -= 1
@@ -116,8 +115,10 @@ class ChunkLog:
                 self._flusher = asyncio.create_task(self._flush_loop())
 
     async def _drain(self) -> None:
+        """Wait for the background flush to stop; what it failed to write, the caller's commit tries again."""
         while self._flusher is not None and not self._flusher.done():
             await asyncio.shield(self._flusher)
+        self._failure = None
 
     async def _flush_loop(self) -> None:
         try:
