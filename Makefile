@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DATA_DIR ?=
 
-.PHONY: install run test lint typecheck unit conformance conformance-server node-deps web browser-deps clean
+.PHONY: install run test lint typecheck unit conformance conformance-server node-deps web browser-deps soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,12 @@ conformance: $(STAMP)
 
 test: lint typecheck unit
 	$(PY) tests/run_conformance.py --required
+
+# Load and abuse at full size (not part of `make test`, which runs them small): a 10-minute
+# chat soak of 500 sockets, a client that never reads, a reconnect storm of 200, 10,000
+# instances touched. Prints its figures; fails if a promise does not hold.
+soak: $(STAMP)
+	$(PY) -m tests.soak.soak all $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(CLIENT)/node_modules $(WEB)/node_modules $(WEB)/dist .pytest_cache .mypy_cache .ruff_cache test-artifacts

@@ -121,7 +121,6 @@ class _Stream:
     continuation: bool
     bodies: list[str] = field(default_factory=list)
     settled: OperationSettled | None = None
-    finished_at: int = 0
 
 
 class ThinkChat:
@@ -132,7 +131,6 @@ class ThinkChat:
         self._awaiting_ack: set[str] = set()  # told `resuming`, excluded from live frames until they ACK
         self._parked: set[str] = set()  # told `pending`, to be told `resuming` when the stream starts
         self._active: _Stream | None = None
-        self._finished: dict[str, _Stream] = {}
         self._requesters: dict[str, str] = {}  # operation id -> connection id that asked for it
         self._clearing: str | None = None
         self._answers: set[str] = set()  # operations that answer a tool call (no request of their own)
@@ -229,11 +227,6 @@ class ThinkChat:
             conn.send(dump_chat_response(rid, f"Invalid chat request: {exc}", done=True, error=True,
                                          outcome="error"))
             return
-        finished = self._finished.get(rid)
-        if finished is not None and finished.settled is not None:
-            # A retry of a request that already ran: answer with its end, do not run it again.
-            conn.send(self._terminal_frame(finished, finished.settled))
-            return
         regenerate_from = None
         if body.trigger == "regenerate-message":
             regenerate_from = body.message_ids[-1] if body.message_ids else None
@@ -317,7 +310,11 @@ class ThinkChat:
         conn.send(dump_frame(StreamResumeNone(reason="idle", probeId=probe_id)))
 
     def _on_ack(self, conn: Connection, request_id: str) -> bool:
-        """Answer an ACK from memory; False when only storage knows the stream."""
+        """Answer an ACK of the live stream from memory; False when storage has the stream.
+
+        A finished stream is not kept in memory: its chunks are on disk (replayable for the
+        stream grace), so the memory of a busy server does not climb with its throughput.
+        """
         self._awaiting_ack.discard(conn.id)
         acked = self._acked_by(conn)
         if request_id in acked:
@@ -331,16 +328,10 @@ class ThinkChat:
             conn.send(dump_chat_response(request_id, "", done=False, replay=True, replay_complete=True,
                                          continuation=active.continuation))
             return True
-        finished = self._finished.get(request_id)
-        if finished is not None and finished.settled is not None:
-            acked.add(request_id)
-            self._replay(conn, finished)
-            conn.send(self._terminal_frame(finished, finished.settled, replay=True))
-            return True
         return False
 
     async def _ack_from_storage(self, conn: Connection, request_id: str) -> None:
-        """A stream this process did not see finish (a restart): replay it from its stored chunks."""
+        """A finished stream, or one a restart cut short: replay it from its stored chunks."""
         self._acked_by(conn).add(request_id)
         db = self.session.db
         bodies: list[str] = []
@@ -456,10 +447,7 @@ class ThinkChat:
         if stream is None:
             stream = _Stream(event.operation_id, continuation=False)
         stream.settled = event
-        stream.finished_at = self._now_ms()
         self._active = None
-        self._finished[stream.id] = stream
-        self._sweep_finished()
         requester = self._requesters.pop(event.operation_id, None)
         self._awaiting_ack.clear()  # so sockets that never ACKed still see the end
         if stream.bodies:
@@ -488,7 +476,6 @@ class ThinkChat:
 
     def _on_reset(self) -> None:
         self._active = None
-        self._finished.clear()
         self._awaiting_ack.clear()
         self._release_parked()
         exclude = (self._clearing,) if self._clearing else ()
@@ -515,11 +502,6 @@ class ThinkChat:
         for cid, conn in self.connections.items():
             if cid not in skip:
                 conn.send(text)
-
-    def _sweep_finished(self) -> None:
-        limit = self._now_ms() - self.session.stream_grace_ms
-        for rid in [rid for rid, s in self._finished.items() if s.finished_at < limit]:
-            del self._finished[rid]
 
     def messages_text(self) -> str:
         """The transcript as a JSON array; each message is serialized once, until it changes.
