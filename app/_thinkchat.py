@@ -258,6 +258,12 @@ class ThinkChat:
             self._requesters[rid] = conn.id  # still queued or running: its end reaches this socket too
             return
         self._requesters.pop(rid, None)
+        terminal = self.session.last_terminal
+        if terminal is not None and terminal.get("operationId") == rid:
+            # It failed, maybe without its end written yet (a full disk): the file still says running.
+            conn.send(dump_chat_response(rid, str(terminal.get("body") or "The turn failed."), done=True,
+                                         error=True, outcome="error"))
+            return
         op = await self.session.db.read.operation(rid)
         if op is None or op.session_id != self.session.id:
             conn.send(dump_chat_response(rid, "Invalid chat request: that request id belongs to another "

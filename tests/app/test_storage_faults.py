@@ -56,8 +56,8 @@ async def messages(srv: RunningServer, name: str) -> list[dict[str, Any]]:
     return result
 
 
-async def turn(c: Client, srv: RunningServer, name: str, text: str) -> dict[str, Any]:
-    rid, frame, _ = chat_request(text, await messages(srv, name))
+async def turn(c: Client, srv: RunningServer, name: str, text: str, rid: str | None = None) -> dict[str, Any]:
+    rid, frame, _ = chat_request(text, await messages(srv, name), rid=rid)
     start = len(c.frames)
     await c.send(frame)
     return await c.wait_for(is_done(rid), timeout=20, start=start)
@@ -107,6 +107,8 @@ async def test_a_full_disk_mid_turn_ends_it_clearly_and_the_server_serves_again_
     path = instance_db_path(srv.data_dir, AGENT, "full")
     assert integrity(path) == "ok"
     assert operation(path, end["id"])[0] == "running", "its end could not be written either"
+    retry = await turn(c, srv, "full", "slow", rid=end["id"])  # the client sends the same request again
+    assert retry["error"] is True and retry["body"] == end["body"], "its end, not a second turn or 'completed'"
 
     disk.free()
     again = await turn(c, srv, "full", "hello again")
