@@ -9,7 +9,6 @@ message is persisted and that call's stream finalized in one transaction.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import time
@@ -240,10 +239,12 @@ class Turn:
         try:
             return await self._loop()
         except TurnSuspended:
-            # Keep what streamed; recovery continues from it. If that cannot be written, the next
-            # start continues from what was.
-            with contextlib.suppress(Exception):
+            # Keep what streamed; recovery continues from it. If that cannot be written (a full
+            # disk), the next start continues from what was, and the shutdown goes on.
+            try:
                 await asyncio.shield(self._log.commit())
+            except Exception as exc:
+                log.warning("turn %s: what streamed last could not be kept at shutdown: %s", self.operation_id, exc)
             raise
         except _Aborted:
             return await self._settle_partial("aborted", "completed", "aborted", None)
