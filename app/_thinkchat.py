@@ -412,6 +412,7 @@ class ThinkChat:
                 if cid not in self._awaiting_ack:
                     self._awaiting_ack.add(cid)
                     conn.send(frame)
+            self._parked.clear()  # told already: the stream's first new chunk must not tell them again
         if event.recovering:
             self._recovering = event.operation_id
             self._broadcast(dump_frame(ChatRecovering(recovering=True, id=event.operation_id)))
