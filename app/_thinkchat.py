@@ -293,13 +293,16 @@ class ThinkChat:
     def _on_resume_request(self, conn: Connection, probe_id: str | None) -> None:
         active = self._active
         if active is not None and active.settled is None and active.bodies:
-            if conn.id in self._awaiting_ack:
+            acked = self._acked.get(conn.id)
+            if conn.id in self._awaiting_ack or (acked is not None and active.id in acked):
+                # Waiting to ACK, or attached by an ACK already (its next ACK replays nothing):
+                # the client's probe attaches it, as PROTOCOL §7.3 says.
                 conn.send(dump_frame(StreamResuming(id=active.id, probeId=probe_id)))
                 return
-            # The socket gets this stream live and has every chunk of it (a socket that lacks
-            # the start waits for an ACK). `resuming` would make it ask for a replay of what it
-            # has, so the answer is the non-authoritative "nothing to attach to": the client
-            # keeps showing the stream it is receiving.
+            # The socket got this stream live from its start, never through an ACK (a socket
+            # that lacks the start waits for one). `resuming` would make it ask for a replay
+            # of what it has, so the answer is the non-authoritative "nothing to attach to":
+            # the client keeps showing the stream it is receiving.
             self._acked_by(conn).add(active.id)
             conn.send(dump_frame(StreamResumeNone(probeId=probe_id)))
             return
