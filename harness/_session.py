@@ -230,7 +230,8 @@ class Session:
         body: dict[str, Any] | None = None,
     ) -> Receipt:
         """Durably queue input: new messages to answer, or a regeneration of ``regenerate_from``."""
-        op_id = operation_id or self.clock.new_id()
+        # The caller's id, even "": its terminal frame must name the id the client sent.
+        op_id = operation_id if operation_id is not None else self.clock.new_id()
         existing = await self.db.read.operation(op_id)
         if existing is not None:
             return Receipt(op_id, existing.session_id, accepted=False)
@@ -319,7 +320,7 @@ class Session:
         An answer that cannot apply (unknown call, a result for a server tool, a
         call already answered) raises :class:`AnswerRefused` and writes nothing.
         """
-        op_id = operation_id or self.clock.new_id()
+        op_id = operation_id if operation_id is not None else self.clock.new_id()
         if await self.db.read.operation(op_id) is not None:
             return Receipt(op_id, self.id, accepted=False)
         check_answer(self._messages, answer, self.agent.tool_map())
