@@ -135,6 +135,13 @@ def _rate_limited(text: str | None, settings: Settings) -> str:
     return error_frame(reason)
 
 
+def _utf8_size(text: str, limit: int) -> int:
+    """The frame's size in bytes, as the limit counts it; measured only when it may be over."""
+    if len(text) * 4 <= limit:  # at most four bytes a character
+        return len(text)
+    return len(text) if text.isascii() else len(text.encode())
+
+
 async def _refuse(ws: WebSocket, error: str, code: int, reason: str) -> None:
     await ws.send_text(error_frame(error))
     await ws.close(code, close_reason(reason))
@@ -244,9 +251,10 @@ async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: Socket
             if text is None:
                 conn.send(error_frame("binary frames are not part of the chat protocol; send JSON text"))
                 continue
-            if len(text) > settings.max_frame_bytes:
+            size = _utf8_size(text, settings.max_frame_bytes)
+            if size > settings.max_frame_bytes:
                 metrics.refusals.labels("frame_size").inc()
-                conn.send(error_frame(f"frame of {len(text)} bytes is over the limit of "
+                conn.send(error_frame(f"frame of {size} bytes is over the limit of "
                                       f"{settings.max_frame_bytes}; it was ignored"))
                 continue
             try:

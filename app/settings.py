@@ -134,6 +134,16 @@ class Settings(BaseModel):
         )
 
     @property
+    def websocket_max_size(self) -> int:
+        """The WebSocket layer's own cap on one message (past it, it closes the socket with 1009).
+
+        Above ``max_frame_bytes`` on purpose: a frame over the limit is answered by the
+        server with an error and the socket stays open; the cap only bounds the memory
+        one message can take.
+        """
+        return 2 * self.max_frame_bytes
+
+    @property
     def auth_enabled(self) -> bool:
         return any(x is not None for x in (self.auth_token, self.jwt_secret, self.jwt_public_key))
 
