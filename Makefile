@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DATA_DIR ?=
 
-.PHONY: install run test lint typecheck unit conformance conformance-server node-deps web browser-deps soak clean
+.PHONY: install run test lint typecheck unit fuzz conformance conformance-server node-deps web browser-deps soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,12 @@ typecheck: $(STAMP)
 
 unit: $(STAMP) node-deps web browser-deps
 	$(PY) -m pytest -q
+
+# Property-based fuzzing (tests/fuzz) against the real server: 100,000 random cases of client frames,
+# frame sequences and HTTP requests (`make test` runs a fixed few thousand of them). Prints the
+# number of cases run, and any failure shrunk to its minimal example.
+fuzz: $(STAMP)
+	THINK_FUZZ_PROFILE=fuzz $(PY) -m pytest tests/fuzz -q --hypothesis-show-statistics
 
 conformance-server: $(STAMP)
 	$(PY) tests/run_conformance.py --serve --port $(or $(PORT),8799) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
