@@ -232,10 +232,56 @@ def chat(live: LiveServer) -> Iterator[Chat]:
     c.client.close()
 
 
-@share(0.55)
+@share(0.5)
 @given(wire=wires(), hello=st.integers(0, 24))
 def test_every_frame_gets_its_answer_and_only_valid_input_is_stored(chat: Chat, wire: Wire, hello: int) -> None:
     CASES["test_every_frame_gets_its_answer_and_only_valid_input_is_stored"] += 1
     chat.case(wire)
     if hello == 0:  # every 25th case on average, and in every shrunk example (it shrinks towards 0)
         chat.says_hello()
+
+
+# -- over the rate limit ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chat]:
+    """A socket whose every frame is over the rate (one frame's burst, spent on its first)."""
+    server = LiveServer(agents(), tmp_path_factory.mktemp("fuzz-rate") / "data", rate_limit_per_s=1e-9,
+                        rate_burst=1, max_frame_bytes=LIMITS.max_frame_bytes)
+    server.start()
+    c = Chat.__new__(Chat)
+    c.live, c.name = server, "limited"
+    c.client = SyncClient.open(f"{server.ws_base}/agents/{AGENT}/limited?_pk={uuid.uuid4()}")
+    c.client.read_until(lambda f: f.get("type") == "cf_agent_mcp_servers")
+    c.client.send({"type": "cf_agent_chat_clear"})  # spends the burst
+    yield c
+    c.client.close()
+    server.stop()
+
+
+@share(0.05)
+@given(wire=wires())
+def test_a_frame_over_the_rate_is_refused_and_a_request_still_ends(limited: Chat, wire: Wire) -> None:
+    """README: every frame takes from the rate limit, even one that cannot be parsed; a chat request over
+    the rate is answered by its id, so that the client's turn ends; the socket stays open."""
+    CASES["test_a_frame_over_the_rate_is_refused_and_a_request_still_ends"] += 1
+    exp = expect(wire.data, wire.text, LIMITS)
+    if exp.answer == "closed":
+        return  # the WebSocket layer's own closes come before any rate (the frame fuzz has them)
+    if limited.client.close_code is not None:
+        limited.reopen()
+        limited.client.send({"type": "cf_agent_chat_clear"})
+    limited.client.send(wire.data, text=wire.text)
+    (answer,) = limited.client.read_until(lambda f: True)  # over the rate: one answer, at once
+    note(f"expected: {exp}; answer: {answer}")
+    if exp.answer == "end":  # a chat request with an id it can be answered by: its turn ends
+        assert exp.id is not None and is_end(exp.id)(answer) and answer.get("error") is True, answer
+    elif answer.get("type") == RESPONSE:  # by its id, when one can be read from it
+        assert answer.get("done") is True and answer.get("error") is True, answer
+        obj = json.loads(wire.data)
+        assert obj["type"] == "cf_agent_use_chat_request" and answer["id"] == obj["id"], answer
+    else:
+        assert answer.get("type") == "cf_agent_error" and "rate limit" in answer["error"], answer
+    assert limited.client.close_code is None
+    assert limited.stored() == []

@@ -10,6 +10,7 @@ stored transcript stays as it was, and the server keeps serving.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import uuid
@@ -20,6 +21,7 @@ from urllib.parse import quote
 import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from tests.fuzz._live import WAIT_S, LiveServer, SyncClient
 from tests.fuzz.profiles import CASES, share
@@ -167,7 +169,7 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Http]:
     server.stop()
 
 
-@share(0.25)
+@share(0.22)
 @given(request=requests(), check=st.integers(0, 9))
 def test_no_request_gets_a_5xx_or_touches_a_file(http: Http, request: tuple[str, bytes], check: int) -> None:
     CASES["test_no_request_gets_a_5xx_or_touches_a_file"] += 1
@@ -177,3 +179,38 @@ def test_no_request_gets_a_5xx_or_touches_a_file(http: Http, request: tuple[str,
     if check == 0:  # every tenth case, and in every shrunk example
         http.still_serving()
 
+
+
+@share(0.03)
+@given(agent=st.sampled_from([AGENT, "My-Agent", "nope", "..", "%2e%2e", ""]), name=raw_segments,
+       pk=st.one_of(st.none(), raw_segments))
+def test_a_socket_address_never_reaches_outside_the_data_dir(http: Http, agent: str, name: str,
+                                                              pk: str | None) -> None:
+    """Any agent, instance name and connection id in a chat socket's URL: refused with a close code the
+    client understands, or served from a file under the data dir; never a file anywhere else."""
+    CASES["test_a_socket_address_never_reaches_outside_the_data_dir"] += 1
+    url = f"{http.live.ws_base}/agents/{agent}/{name}" + ("" if pk is None else f"?_pk={pk}")
+    note(url)
+    try:
+        client = SyncClient.open(url)
+    except (InvalidHandshake, InvalidURI, OSError) as exc:
+        event("handshake refused")
+        note(repr(exc))
+    else:
+        try:
+            first = client.read_until(lambda f: True)[0]
+            if first.get("type") == "cf_agent_error":
+                event("refused")
+                with contextlib.suppress(ConnectionClosed):
+                    client.ws.recv(timeout=WAIT_S)
+                assert client.close_code in (4000, 4001, 4003, 4004, 1008, 1013), client.close_code
+            else:
+                event("served")
+                client.read_until(lambda f: f.get("type") == "cf_agent_mcp_servers")
+        finally:
+            client.close()
+    files = http.all_files()
+    new = {p for p in files - http.files if not p.name.endswith(("-wal", "-shm", "-journal"))}
+    agents_dir = http.live.data_dir.resolve() / "agents" / AGENT
+    assert all(p.resolve().parent == agents_dir and p.name.endswith(".sqlite3") for p in new), new
+    http.files = files
