@@ -187,7 +187,9 @@ class ThinkChat:
         elif isinstance(frame, StreamResumeRequest):
             self._on_resume_request(conn, frame.probeId)
         elif isinstance(frame, StreamResumeAck):
-            if not self._on_ack(conn, frame.id):
+            # An ACK of a request still queued is ignored (PROTOCOL §7.4: another stream is active):
+            # its stream and its end reach the socket when it runs; an answer now would end it early.
+            if not self._on_ack(conn, frame.id) and frame.id not in self.session.pending():
                 await self._ack_from_storage(conn, frame.id)
         elif isinstance(frame, ChatRequestCancel):
             await self.session.abort(frame.id)

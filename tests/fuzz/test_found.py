@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from pathlib import Path
 
 from tests.app.test_security import cli_server
-from tests.app.test_thinkchat import get_messages, is_type, send_turn, text_of, url
-from tests.conftest import Client, is_done
+from tests.app.test_thinkchat import (
+    GatedModel,
+    agents_with,
+    body_chunks,
+    frames_of,
+    get_messages,
+    is_type,
+    probe,
+    send_turn,
+    text_of,
+    url,
+)
+from tests.conftest import Client, chat_request, is_done
 
 
 async def test_a_chat_request_with_an_empty_id_ends_under_that_id(serve) -> None:
@@ -40,3 +52,27 @@ async def test_a_frame_over_the_size_limit_is_answered_and_the_socket_stays(tmp_
         _, done, _ = await send_turn(c, "hi")
         assert done["outcome"] == "completed" and c.ws.close_code is None
         await c.close()
+
+
+async def test_an_ack_of_a_queued_request_ends_nothing(serve) -> None:
+    """PROTOCOL §7.4 rule 2: an ACK naming another request than the active stream is ignored. It was
+    answered with a terminal frame (done:true, replay:true) while the request was still queued, and the
+    socket counted the request as replayed, so a later offer of its stream replayed nothing."""
+    model = GatedModel({"rules": [{"match": "*", "steps": [[{"text": ["a", "b", "c"]}]]}]}, pause_before=1)
+    srv = await serve(agents_with(model))
+    c = await Client.open(url(srv, "early-ack"))
+    first, frame, _ = chat_request("one")
+    await c.send(frame)
+    await asyncio.wait_for(model.paused.wait(), 10)  # the first turn streams, and waits
+    queued, frame, _ = chat_request("two")
+    await c.send(frame)
+    await c.send({"type": "cf_agent_stream_resume_ack", "id": queued})
+    await probe(c)  # the ACK is handled
+    assert frames_of(c, queued) == [], "a queued request got frames before it ran"
+    model.gate.set()
+    await c.wait_for(is_done(first))
+    end = await c.wait_for(is_done(queued))
+    assert end["outcome"] == "completed" and not end.get("replay"), end
+    assert [f for f in frames_of(c, queued) if f["done"]] == [end]
+    assert "".join(ch["delta"] for ch in body_chunks(frames_of(c, queued)) if ch["type"] == "text-delta") == "abc"
+    await c.close()
