@@ -47,9 +47,11 @@ class LiveServer:
         self.ws_base = f"ws://127.0.0.1:{self.port}"
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fuzz-server", daemon=True)
-        # As app.cli runs it, with the WebSocket layer's own cap on a message.
+        # As app.cli runs it, with the WebSocket layer's own cap on a message, but no keepalive pings:
+        # a ping's payload comes from the global `random`, and Hypothesis, generating a case in the
+        # test's thread meanwhile, would take that for its strategy using `random`.
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
-                                ws_max_size=self.settings.websocket_max_size)
+                                ws_max_size=self.settings.websocket_max_size, ws_ping_interval=None)
         self._server = uvicorn.Server(config)
         self._task: asyncio.Task[None] | None = None
         self.http = httpx.Client(base_url=self.base, timeout=WAIT_S)
@@ -114,7 +116,8 @@ class SyncClient:
     @classmethod
     def open(cls, url: str) -> SyncClient:
         stack = contextlib.ExitStack()
-        ws = stack.enter_context(connect(url, max_size=None, open_timeout=WAIT_S, close_timeout=5))
+        ws = stack.enter_context(connect(url, max_size=None, open_timeout=WAIT_S, close_timeout=5,
+                                         ping_interval=None))  # no pings: see LiveServer
         return cls(ws, _stack=stack)
 
     @property

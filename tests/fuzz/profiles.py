@@ -2,15 +2,15 @@
 
 ``ci`` (the default, part of the normal suite): a few thousand cases in all, derandomized so
 that a run is repeatable. ``fuzz`` (``make fuzz``): 100,000 cases, random, so that each run
-tries new ones. Pick one with ``THINK_FUZZ_PROFILE``. Each test takes a share of its
-profile's total, weighted by how much one of its cases costs.
+tries new ones; ``dev``: a few hundred, to try a change. Pick one with ``THINK_FUZZ_PROFILE``.
+Each test takes a share of its profile's total, weighted by how much one of its cases costs.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Final
+from typing import Any, Final
 
 from hypothesis import HealthCheck, settings
 
@@ -19,16 +19,18 @@ TOTALS: Final = {"ci": 3_000, "fuzz": 100_000, "dev": 300}
 
 # Cases are driven over real sockets: their time varies with the machine, so no deadline.
 # Generated frames are big by design (huge strings, deep nesting): those checks are off too.
-_COMMON = {
+_COMMON: dict[str, Any] = {
     "deadline": None,
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
                               HealthCheck.filter_too_much],
-    # The example database is kept out of the repository (.gitignore: .hypothesis/).
+    # A failure also prints the @reproduce_failure blob that replays it exactly.
     "print_blob": True,
 }
-settings.register_profile("ci", derandomize=True, database=None, **_COMMON)  # type: ignore[arg-type]
-settings.register_profile("fuzz", **_COMMON)  # type: ignore[arg-type]
-settings.register_profile("dev", derandomize=True, database=None, **_COMMON)  # type: ignore[arg-type]
+settings.register_profile("ci", derandomize=True, database=None, **_COMMON)
+# Failures found are kept in Hypothesis' example database, .hypothesis/ (not in the repository),
+# and tried first by the next `make fuzz`.
+settings.register_profile("fuzz", **_COMMON)
+settings.register_profile("dev", derandomize=True, database=None, **_COMMON)
 
 PROFILE: Final = os.environ.get("THINK_FUZZ_PROFILE", "ci")
 if PROFILE not in TOTALS:

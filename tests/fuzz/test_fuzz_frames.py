@@ -64,7 +64,8 @@ def agents() -> dict[str, Agent]:
 
 
 def start(data_dir: Path, **settings: Any) -> LiveServer:
-    return LiveServer(agents(), data_dir, rate_limit_per_s=1e9, rate_burst=10**9,
+    # Every case comes from one address: no caps per address (rate, new instances) but where tested.
+    return LiveServer(agents(), data_dir, rate_limit_per_s=1e9, rate_burst=10**9, max_new_instances_per_minute=0,
                       max_frame_bytes=LIMITS.max_frame_bytes, max_message_bytes=LIMITS.max_message_bytes,
                       max_messages_per_request=LIMITS.max_messages_per_request, **settings).start()
 
@@ -250,10 +251,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chat]:
     server = LiveServer(agents(), tmp_path_factory.mktemp("fuzz-rate") / "data", rate_limit_per_s=1e-9,
                         rate_burst=1, max_frame_bytes=LIMITS.max_frame_bytes)
     server.start()
-    c = Chat.__new__(Chat)
-    c.live, c.name = server, "limited"
-    c.client = SyncClient.open(f"{server.ws_base}/agents/{AGENT}/limited?_pk={uuid.uuid4()}")
-    c.client.read_until(lambda f: f.get("type") == "cf_agent_mcp_servers")
+    c = Chat(server, "limited")
     c.client.send({"type": "cf_agent_chat_clear"})  # spends the burst
     yield c
     c.client.close()
