@@ -51,7 +51,8 @@ class LiveServer:
         # a ping's payload comes from the global `random`, and Hypothesis, generating a case in the
         # test's thread meanwhile, would take that for its strategy using `random`.
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
-                                ws_max_size=self.settings.websocket_max_size, ws_ping_interval=None)
+                                ws_max_size=self.settings.websocket_max_size, ws_ping_interval=None,
+                                limit_concurrency=self.app.state.fd_budget.max_connections)
         self._server = uvicorn.Server(config)
         self._task: asyncio.Task[None] | None = None
         self.http = httpx.Client(base_url=self.base, timeout=WAIT_S)
