@@ -83,7 +83,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     if budget.capped:
         registry.cap(budget.max_instances, fd_limit)
     recovery = StartupRecovery(registry, settings.recovery_concurrency)
-    metrics = Metrics(lambda: len(registry))
+    metrics = Metrics(lambda: len(registry), lambda: registry.history_budget.total)
 
     def watch(actor: Actor) -> None:
         actor.chat.session.subscribe(metrics.on_event)
@@ -145,7 +145,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
                 if kind.transient:
                     return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
                 return JSONResponse(body, status_code=500)
-        return Response(actor.chat.messages_text(), media_type="application/json")
+        return Response(await actor.chat.messages_text(), media_type="application/json")
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")

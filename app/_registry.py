@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from harness import Agent, Model
+from harness import Agent, HistoryBudget, Model
 from storage import StorageError, WorkIndex, instance_db_path, problem_of
 
 from ._actor import Actor
@@ -47,6 +47,8 @@ class ActorRegistry:
     def __init__(self, data_dir: Path, agents: Mapping[str, Agent], models: Mapping[str, Model],
                  settings: Settings) -> None:
         self.settings = settings
+        #: The transcripts all open instances keep in memory, together.
+        self.history_budget = HistoryBudget(int(settings.transcript_memory_mb * 1024 * 1024))
         self._stream_grace_ms = int(settings.stream_grace_s * 1000)
         self._index: WorkIndex | None = None
         self.data_dir = data_dir
@@ -243,7 +245,8 @@ class ActorRegistry:
             try:
                 actor = await Actor.activate(agent, name, self.path_of(agent, name), self.agents[agent],
                                              self._models[agent], settings=self.settings,
-                                             on_work=functools.partial(self._on_work, agent, name))
+                                             on_work=functools.partial(self._on_work, agent, name),
+                                             budget=self.history_budget)
             except (StorageError, sqlite3.Error, OSError) as exc:
                 error = self._activation_failed(key, exc)
                 if error is None or error is exc:

@@ -235,9 +235,9 @@ async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: Socket
     conn = Connection(ws, conn_id, max_queue=settings.max_send_queue, max_queue_bytes=settings.max_send_queue_bytes,
                       on_too_slow=metrics.refusals.labels("too_slow").inc, order=order)
     bucket = TokenBucket(settings.rate_limit_per_s, settings.rate_burst)
-    actor.attach(conn)
     metrics.connections.inc()
     try:
+        await actor.attach(conn)  # inside: whatever happens, the socket's places are given back
         while True:
             message = await ws.receive()
             if message["type"] == "websocket.disconnect" or conn.too_slow:

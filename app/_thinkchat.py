@@ -21,6 +21,7 @@ from harness import (
     AnswerRefused,
     ChunksCommitted,
     HarnessEvent,
+    History,
     MessagePersisted,
     MessageUpdated,
     OperationSettled,
@@ -50,11 +51,9 @@ from protocol import (
     StreamResuming,
     ToolApprovalFrame,
     ToolResultFrame,
-    UIMessage,
     UseChatRequest,
     dump_chat_response,
     dump_frame,
-    dump_message_text,
     is_unicode_text,
     parse_chat_request_body,
 )
@@ -136,7 +135,6 @@ class ThinkChat:
         self._answers: set[str] = set()  # operations that answer a tool call (no request of their own)
         self._acked: dict[str, _Recent] = {}  # connection id -> streams it was replayed (once each)
         self._recovering: str | None = None  # the operation being continued after an interruption
-        self._json_cache: dict[str, tuple[UIMessage, str]] = {}  # message id -> (message, its JSON)
         self._unsubscribe = session.subscribe(self._on_event)
 
     def close(self) -> None:
@@ -144,12 +142,13 @@ class ThinkChat:
 
     # -- connections ------------------------------------------------------------
 
-    def connect(self, conn: Connection) -> bool:
+    async def connect(self, conn: Connection) -> bool:
         """Register a socket and greet it; False if a newer socket with its id is here already.
 
         A reconnect with the same id replaces the older socket, whichever of the
         two is handled first: in a reconnect storm the stale one may get here last.
         """
+        history = await self.session.history()  # read back first if it was dropped; the rest is one step
         old = self.connections.get(conn.id)
         if old is not None and old is not conn:
             if old.order > conn.order:
@@ -166,7 +165,7 @@ class ThinkChat:
             self._awaiting_ack.add(conn.id)
             conn.send(dump_frame(StreamResuming(id=active.id)))
         else:
-            conn.send(self._transcript_frame(connect=True))
+            conn.send(self._transcript_frame(history, connect=True))
         if self._recovering is not None:
             conn.send(dump_frame(ChatRecovering(recovering=True, id=self._recovering)))
         return True
@@ -425,7 +424,8 @@ class ThinkChat:
             # Other tabs learn the user message now that it is persisted.
             requester = self._requesters.get(event.operation_id)
             if any(cid != requester for cid in self.connections):
-                self._broadcast(self._transcript_frame(), exclude=(requester,) if requester else ())
+                self._broadcast(self._transcript_frame(self._running_history()),
+                                exclude=(requester,) if requester else ())
 
     def _on_stream_started(self, event: StreamStarted) -> None:
         if self._active is None or self._active.id != event.operation_id:
@@ -464,7 +464,7 @@ class ThinkChat:
         self._awaiting_ack.clear()  # so sockets that never ACKed still see the end
         if stream.bodies:
             if self._clearing is None and self.connections:  # a clear in progress empties every tab right after
-                self._broadcast(self._transcript_frame())
+                self._broadcast(self._transcript_frame(self._running_history()))
             self._broadcast(self._terminal_frame(stream, event))
         elif requester is not None and event.operation_id not in self._answers:
             # A chat request that produced no stream still ends, for its sender only.
@@ -495,9 +495,17 @@ class ThinkChat:
 
     # -- frames ---------------------------------------------------------------------
 
-    def _transcript_frame(self, *, connect: bool = False) -> str:
-        return ('{"type":"cf_agent_chat_messages","messages":' + self.messages_text()
+    @staticmethod
+    def _transcript_frame(history: History, *, connect: bool = False) -> str:
+        return ('{"type":"cf_agent_chat_messages","messages":' + history.json_array()
                 + (',"connect":true}' if connect else "}"))
+
+    def _running_history(self) -> History:
+        # Announced at the start and the end of a run: the session holds its transcript then.
+        history = self.session.loaded_history
+        if history is None:
+            raise RuntimeError(f"session {self.session.id!r}: transcript not in memory while a run is announced")
+        return history
 
     def _terminal_frame(self, stream: _Stream, event: OperationSettled, *, replay: bool = False) -> str:
         ids = list(event.message_ids) or None
@@ -515,18 +523,6 @@ class ThinkChat:
             if cid not in skip:
                 conn.send(text)
 
-    def messages_text(self) -> str:
-        """The transcript as a JSON array; each message is serialized once, until it changes.
-
-        The session replaces a message object whenever the message changes, so an
-        entry is reused only for the very object it was made from.
-        """
-        cache, fresh = self._json_cache, {}
-        texts = []
-        for m in self.session.messages():
-            hit = cache.get(m.id)
-            text = hit[1] if hit is not None and hit[0] is m else dump_message_text(m)
-            fresh[m.id] = (m, text)
-            texts.append(text)
-        self._json_cache = fresh
-        return "[" + ",".join(texts) + "]"
+    async def messages_text(self) -> str:
+        """The transcript as a JSON array (``get-messages``)."""
+        return (await self.session.history()).json_array()

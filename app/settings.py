@@ -43,6 +43,9 @@ class Settings(BaseModel):
     idle_timeout_s: float = Field(300.0, gt=0)
     #: How long a finished stream stays replayable for a late ACK; then it is swept with its chunks.
     stream_grace_s: float = Field(600.0, ge=0)
+    #: Memory the transcripts of open conversations may take together, in MiB; past it the
+    #: least recently used idle ones are dropped and read back from disk when next needed. 0: no limit.
+    transcript_memory_mb: float = Field(128, ge=0)
     #: Most agent instances open at once; the least recently used idle ones are closed first.
     #: Fewer if the file descriptor limit (``ulimit -n``) leaves room for fewer: the log says at start.
     max_actors: int = Field(1000, ge=1)

@@ -16,6 +16,7 @@ from ._events import (
     StreamStarted,
     ToolCallFinished,
 )
+from ._history import History, HistoryBudget
 from ._input import InputPolicy
 from ._instance import ROOT_SESSION, Instance
 from ._logcontext import current_operation, current_session
@@ -54,6 +55,8 @@ __all__ = [
     "Clock",
     "Finish",
     "HarnessEvent",
+    "History",
+    "HistoryBudget",
     "InputPolicy",
     "Instance",
     "Listener",

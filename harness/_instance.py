@@ -10,6 +10,7 @@ from storage import Database
 
 from ._agent import Agent
 from ._clock import Clock
+from ._history import HistoryBudget
 from ._input import InputPolicy
 from ._model import Model
 from ._session import Session
@@ -26,8 +27,10 @@ DEFAULT_STREAM_GRACE_MS = 10 * 60 * 1000
 class Instance:
     def __init__(self, db: Database, agent: Agent, model: Model, clock: Clock,
                  stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None,
-                 on_work: OnWork | None = None) -> None:
+                 on_work: OnWork | None = None, budget: HistoryBudget | None = None) -> None:
         self.db = db
+        #: Shared by the sessions of every instance of a process: how much transcript memory they hold.
+        self.budget = budget or HistoryBudget(0)
         #: Tells ``on_work`` when the instance gets open work and when it has none left.
         self.work = WorkNotices(on_work, lambda: self.has_open_work)
         self.stream_grace_ms = stream_grace_ms
@@ -41,10 +44,10 @@ class Instance:
     @classmethod
     async def open(cls, path: Path, agent: Agent, model: Model, clock: Clock | None = None,
                    stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None,
-                   on_work: OnWork | None = None) -> Instance:
+                   on_work: OnWork | None = None, budget: HistoryBudget | None = None) -> Instance:
         """Open the instance's file; ``on_work(opened)`` hears when it gets open work and when it has none."""
         db = await Database.open(path)
-        return cls(db, agent, model, clock or Clock(), stream_grace_ms, policy, on_work)
+        return cls(db, agent, model, clock or Clock(), stream_grace_ms, policy, on_work, budget)
 
     async def session(self, session_id: str = ROOT_SESSION, *, start: bool = True) -> Session:
         """The session, loaded from the file the first time it is used.
@@ -62,7 +65,8 @@ class Instance:
         self._opening[session_id] = fut
         try:
             session = Session(self.db, self.clock, session_id, self.agent, self.model,
-                              stream_grace_ms=self.stream_grace_ms, policy=self.policy, work=self.work)
+                              stream_grace_ms=self.stream_grace_ms, policy=self.policy, work=self.work,
+                              budget=self.budget)
             await session.load()
         except BaseException as exc:
             fut.set_exception(exc)

@@ -41,6 +41,7 @@ from ._events import (
     RunStarted,
     SessionReset,
 )
+from ._history import History, HistoryBudget
 from ._input import InputPolicy, check_client_messages
 from ._json import dumps, message_json
 from ._logcontext import current_operation, current_session
@@ -72,8 +73,9 @@ class _Held:
 class Session:
     def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model, *,
                  stream_grace_ms: int = 10 * 60 * 1000, policy: InputPolicy | None = None,
-                 work: WorkNotices | None = None) -> None:
+                 work: WorkNotices | None = None, budget: HistoryBudget | None = None) -> None:
         self.db = db
+        self._budget = budget or HistoryBudget(0)
         self._work_notices = work or WorkNotices(None, lambda: self.has_open_work)
         self.policy = policy or InputPolicy()
         self.stream_grace_ms = stream_grace_ms
@@ -82,8 +84,7 @@ class Session:
         self.id = session_id
         self.agent = agent
         self.model = model
-        self._messages: list[UIMessage] = []
-        self._parents: dict[str, str | None] = {}
+        self._history: History | None = None  # None while dropped to keep within the budget
         self._listeners: list[Listener] = []
         self._queue: deque[str] = deque()
         self._worker: asyncio.Task[None] | None = None
@@ -93,7 +94,6 @@ class Session:
         self._queued_inputs: dict[str, list[str]] = {}  # message ids of queued submissions
         self._queued_ids: set[str] = set()  # the same ids and those being queued, for lookups
         self._reserved: set[str] = set()  # operations being written, not queued yet
-        self._stored_ids: set[str] = set()  # every stored message of the session, on any branch
         self._streaming_id: str | None = None  # the assistant message the running turn writes
         self._queued_answers: dict[str, Answer] = {}
         self._recovered: dict[str, Recovered] = {}
@@ -124,18 +124,7 @@ class Session:
                 self._client_tools = json.loads(session_row.client_tools_json)
             if session_row.last_terminal_json:
                 self.last_terminal = json.loads(session_row.last_terminal_json)
-        rows = await self.db.read.active_path(self.id)
-        self._messages = []
-        self._parents = {}
-        for row in rows:
-            try:
-                msg = parse_message(json.loads(row.content))
-            except (ValueError, TypeError):
-                log.warning("session %r: skipping unreadable message %r", self.id, row.id)
-                continue
-            self._messages.append(msg)
-            self._parents[msg.id] = row.parent_id
-        self._stored_ids = set(await self.db.read.message_ids(self.id))
+        await self.history()
 
         try:
             await self.sweep_streams()
@@ -169,6 +158,7 @@ class Session:
         A running turn is suspended first, so what it streamed is committed.
         """
         self._closed = True
+        self._budget.released(self)
         worker = self._worker
         if worker is None or worker.done():
             await self._unwritten.flush()
@@ -183,8 +173,54 @@ class Session:
     # -- reading --------------------------------------------------------------
 
     def messages(self) -> list[UIMessage]:
+        """The active transcript (the live list: do not mutate), when it is in memory.
+
+        A session that was idle may have dropped it to keep within the process's
+        budget: ``await history()`` first, or use ``await transcript()``.
+        """
+        if self._history is None:
+            raise RuntimeError(f"session {self.id!r}: the transcript is not in memory; await transcript()")
+        return self._history.messages
+
+    async def transcript(self) -> list[UIMessage]:
         """The active transcript (the live list: do not mutate)."""
-        return self._messages
+        return (await self.history()).messages
+
+    async def history(self) -> History:
+        """The transcript in memory, read back from storage if it was dropped."""
+        history = self._history
+        if history is None:
+            history = await History.load(self.db, self.id, on_unreadable=self._unreadable)
+            if self._history is None:  # not loaded by another caller meanwhile
+                self._history = history
+            history = self._history
+        self._budget.used(self, history.weight())
+        return history
+
+    @property
+    def loaded_history(self) -> History | None:
+        """The transcript if it is in memory now (always while an operation runs)."""
+        return self._history
+
+    def drop_history(self) -> bool:
+        """Let go of the transcript unless the session is working; whether it did."""
+        if self._history is None or self._running_id is not None or self._queue or self._reserved:
+            return False
+        self._history = None
+        return True
+
+    def _unreadable(self, message_id: str) -> None:
+        log.warning("session %r: skipping unreadable message %r", self.id, message_id)
+
+    @property
+    def _hist(self) -> History:
+        # The worker's view: an operation holds the transcript in memory while it runs.
+        assert self._history is not None, "the transcript is loaded before an operation runs"
+        return self._history
+
+    @property
+    def _messages(self) -> list[UIMessage]:
+        return self._hist.messages
 
     @property
     def running_operation(self) -> str | None:
@@ -272,7 +308,9 @@ class Session:
 
     def knows(self, message_id: str) -> bool:
         """Whether the session holds a message with this id: stored on any branch, streaming, or queued."""
-        return message_id in self._stored_ids or message_id in self._queued_ids or message_id == self._streaming_id
+        history = self._history  # when dropped, submit() asks storage
+        return ((history is not None and message_id in history.stored_ids) or message_id in self._queued_ids
+                or message_id == self._streaming_id)
 
     def _check_room(self) -> None:
         waiting = len(self._queue) + len(self._reserved)
@@ -323,7 +361,7 @@ class Session:
         op_id = operation_id if operation_id is not None else self.clock.new_id()
         if await self.db.read.operation(op_id) is not None:
             return Receipt(op_id, self.id, accepted=False)
-        check_answer(self._messages, answer, self.agent.tool_map())
+        check_answer((await self.history()).messages, answer, self.agent.tool_map())
         if any(a.tool_call_id == answer.tool_call_id for a in self._queued_answers.values()):
             raise AnswerRefused("already_answered", f"tool call {answer.tool_call_id!r} already has an answer queued")
         kind = "approval" if answer.kind == "approval" else "tool_result"
@@ -408,6 +446,10 @@ class Session:
                 self._running_id = None
                 self._streaming_id = None
                 self._turn = None
+                if self._budget.over and self.drop_history():
+                    # Memory is short and every transcript is at work: this one is read back
+                    # at its next operation instead of staying for it.
+                    self._budget.released(self)
                 self._unqueue(op_id)
                 self._abort_requested.discard(op_id)
             if self.clock.now_ms() - self._last_sweep > min(self.stream_grace_ms, 60_000):
@@ -420,6 +462,7 @@ class Session:
         row = await self.db.read.operation(op_id)
         if row is None or row.status not in ("pending", "running"):
             return
+        await self.history()  # held until the operation is done: drop_history() refuses while it runs
         payload = json.loads(row.input_json)
         recovered = self._recovered.pop(op_id, None)
         if recovered is not None:
@@ -446,15 +489,9 @@ class Session:
                 await tx.insert_message(self.id, m.id, parent, m.role, message_json(m), op_id, now)
                 parent = m.id
             await tx.start_operation(op_id, message_id, now)
-        self._stored_ids.update(m.id for m in new_messages)
         self._streaming_id = message_id
         if new_messages:
-            del self._messages[len(base):]  # base is a prefix of the active path
-            prev = base[-1].id if base else None
-            for m in new_messages:
-                self._messages.append(m)
-                self._parents[m.id] = prev
-                prev = m.id
+            self._hist.extend(len(base), new_messages)  # base is a prefix of the active path
         self.publish(RunStarted(op_id, message_id, continuation=False))
         carried = [m.id for m in new_messages]
         if not new_messages and regenerate_from is None:
@@ -519,7 +556,7 @@ class Session:
         async with self.db.transaction() as tx:
             await tx.update_message(self.id, updated.id, message_json(updated), now)
             await tx.start_operation(op_id, updated.id, now)
-        self._messages[index] = updated
+        self._hist.replace(index, updated)
         self.publish(MessagePersisted(updated))
         self.publish(MessageUpdated(updated))
         last = index == len(self._messages) - 1
@@ -540,7 +577,7 @@ class Session:
         async with self.db.transaction() as tx:
             await tx.consume_deferred_continuations(self.id, updated.id)
         self.publish(RunStarted(op_id, updated.id, continuation=True))
-        plan = TurnPlan(op_id, updated.id, self._parents.get(updated.id), self._messages[:index],
+        plan = TurnPlan(op_id, updated.id, self._hist.parents.get(updated.id), self._messages[:index],
                         continuation=True, existing=updated)
         turn = self._turn_for(plan)
         outcome = await turn.run()
@@ -562,7 +599,7 @@ class Session:
         async with self.db.transaction() as tx:
             await tx.update_message(self.id, updated.id, message_json(updated), now)
             await tx.finish_tool_call(self.id, tool_call_id, record[0], record[1], record[2], now)
-        self._messages[index] = updated
+        self._hist.replace(index, updated)
         self.publish(MessagePersisted(updated))
         self.publish(MessageUpdated(updated))
 
@@ -631,30 +668,10 @@ class Session:
 
     # -- the in-memory transcript -------------------------------------------------
 
-    def _place(self, msg: UIMessage, parent_id: str | None) -> None:
-        """Put a persisted message on the active path (replacing it, or as the new leaf under its parent)."""
-        for i, m in enumerate(self._messages):
-            if m.id == msg.id:
-                self._messages[i] = msg
-                return
-        if parent_id is not None:
-            self._truncate_after(parent_id)
-        self._messages.append(msg)
-        self._parents[msg.id] = parent_id
-
-    def _truncate_after(self, message_id: str) -> None:
-        for i, m in enumerate(self._messages):
-            if m.id == message_id:
-                for dropped in self._messages[i + 1:]:
-                    self._parents.pop(dropped.id, None)
-                del self._messages[i + 1:]
-                return
-
     def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None:
         # A snapshot: the turn's live message keeps growing with parts not committed yet.
         snapshot = msg.model_copy(deep=True)
-        self._stored_ids.add(snapshot.id)
-        self._place(snapshot, parent_id)
+        self._hist.place(snapshot, parent_id)
         self.publish(MessagePersisted(snapshot))
 
     # -- abort and reset ------------------------------------------------------------
@@ -712,9 +729,8 @@ class Session:
             await tx.delete_session_streams(self.id)
             await tx.delete_session_tool_calls(self.id)
             await tx.reset_session(self.id, now)
-        self._messages = []
-        self._parents = {}
-        self._stored_ids = set()
+        self._history = History(set())
+        self._budget.used(self, 0)
         self._client_tools = []
         self.last_terminal = None
         self.publish(SessionReset())

@@ -6,6 +6,7 @@ Open a file with :meth:`Database.open`; change it only inside
 
 from ._db import Database, Reader, StorageError, Tx
 from ._index import WorkIndex
+from ._memory import sqlite_memory_used
 from ._messages import MessageRow
 from ._operations import OperationRow
 from ._paths import InvalidNameError, instance_db_path, validate_agent_name, validate_instance_name
@@ -32,6 +33,7 @@ __all__ = [
     "describe_problem",
     "instance_db_path",
     "problem_of",
+    "sqlite_memory_used",
     "validate_agent_name",
     "validate_instance_name",
 ]

@@ -94,8 +94,8 @@ async def chat(work: Path, *, sockets: int, seconds: float, warmup: float, sampl
             if i % 20 == 19:
                 await asyncio.sleep(0.05)
         started = time.monotonic()
-        report.say(f"{'t(s)':>6} {'RSS MB':>8} {'disk MB':>8} {'turns':>7} {'deltas/s':>9} "
-                   f"{'gap p50':>8} {'gap p99':>8} {'fds':>6} {'thr':>5}")
+        report.say(f"{'t(s)':>6} {'RSS MB':>8} {'SQLite':>7} {'transcr':>7} {'disk MB':>8} {'turns':>7} "
+                   f"{'deltas/s':>9} {'gap p50':>8} {'gap p99':>8} {'fds':>6} {'thr':>5}")
         base_rss = None
         samples: list[tuple[float, float]] = []
         last_deltas, last_t = 0, started
@@ -108,8 +108,11 @@ async def chat(work: Path, *, sockets: int, seconds: float, warmup: float, sampl
             rate = (tally.deltas - last_deltas) / (now - last_t)
             last_deltas, last_t = tally.deltas, now
             p50, p99 = percentile(gaps, 50), percentile(gaps, 99)
-            report.say(f"{t:6.0f} {rss:8.1f} {server.disk_mb():8.1f} {tally.turns:7d} {rate:9.0f} "
-                       f"{p50 or 0:8.1f} {p99 or 0:8.1f} {server.fds():6d} {server.threads():5d}")
+            sqlite = metric(server, "think_sqlite_memory_bytes") / 1e6
+            transcripts = metric(server, "think_transcript_memory_bytes") / 1e6
+            report.say(f"{t:6.0f} {rss:8.1f} {sqlite:7.1f} {transcripts:7.1f} {server.disk_mb():8.1f} "
+                       f"{tally.turns:7d} {rate:9.0f} {p50 or 0:8.1f} {p99 or 0:8.1f} {server.fds():6d} "
+                       f"{server.threads():5d}")
             if t >= warmup:
                 if base_rss is None:
                     base_rss = rss
