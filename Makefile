@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DATA_DIR ?=
 
-.PHONY: install run test lint typecheck unit conformance conformance-server node-deps web browser-deps chaos clean
+.PHONY: install run test lint typecheck unit fuzz conformance conformance-server node-deps web browser-deps soak chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,12 @@ typecheck: $(STAMP)
 unit: $(STAMP) node-deps web browser-deps
 	$(PY) -m pytest -q
 
+# Property-based fuzzing (tests/fuzz) against the real server: 100,000 random cases of client frames,
+# frame sequences and HTTP requests (`make test` runs a fixed few thousand of them). Prints the
+# number of cases run, and any failure shrunk to its minimal example.
+fuzz: $(STAMP)
+	THINK_FUZZ_PROFILE=fuzz $(PY) -m pytest tests/fuzz -q --hypothesis-show-statistics
+
 conformance-server: $(STAMP)
 	$(PY) tests/run_conformance.py --serve --port $(or $(PORT),8799) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 
@@ -82,6 +88,12 @@ KILLS ?= 200
 SEED ?=
 chaos: $(STAMP)
 	$(PY) -m tests.chaos.run --kills $(KILLS) $(if $(SEED),--seed $(SEED)) --quiet
+
+# Load and abuse at full size (not part of `make test`, which runs them small): a 10-minute
+# chat soak of 500 sockets, a client that never reads, a reconnect storm of 200, 10,000
+# instances touched. Prints its figures; fails if a promise does not hold.
+soak: $(STAMP)
+	$(PY) -m tests.soak.soak all $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(CLIENT)/node_modules $(WEB)/node_modules $(WEB)/dist .pytest_cache .mypy_cache .ruff_cache test-artifacts

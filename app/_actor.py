@@ -11,7 +11,7 @@ import enum
 import time
 from pathlib import Path
 
-from harness import Agent, Instance, Model, Session
+from harness import Agent, HistoryBudget, Instance, Model, OnWork, Session
 from protocol import Identity, McpServers, dump_frame
 
 from ._connection import Connection
@@ -38,9 +38,10 @@ class Actor:
 
     @classmethod
     async def activate(cls, agent_name: str, name: str, path: Path, agent: Agent, model: Model, *,
-                       settings: Settings) -> Actor:
+                       settings: Settings, on_work: OnWork | None = None,
+                       budget: HistoryBudget | None = None) -> Actor:
         instance = await Instance.open(path, agent, model, stream_grace_ms=int(settings.stream_grace_s * 1000),
-                                       policy=settings.input_policy())
+                                       policy=settings.input_policy(), on_work=on_work, budget=budget)
         try:
             session = await instance.session(start=False)
         except BaseException:
@@ -58,9 +59,9 @@ class Actor:
         """Nothing to lose by closing it: no sockets, no running or queued work."""
         return not self.chat.connections and self.instance.idle
 
-    def attach(self, conn: Connection) -> None:
+    async def attach(self, conn: Connection) -> None:
         self.touch()
-        if not self.chat.connect(conn):
+        if not await self.chat.connect(conn):
             return  # a newer socket of the same client is here: this one is closing
         conn.send(dump_frame(Identity(name=self.name, agent=self.agent_name)))
         conn.send(dump_frame(McpServers()))

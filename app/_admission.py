@@ -1,4 +1,5 @@
-"""Who may open a chat socket: the page's origin, the connection id, and caps per client address.
+"""Who may open a chat socket: the page's origin, the connection id, caps per client address and
+on the whole server.
 
 Each check runs before an actor is touched, so a refused socket opens no
 instance and creates no file.
@@ -12,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
-__all__ = ["AddressLimits", "OriginPolicy", "connection_id_problem"]
+__all__ = ["AddressLimits", "OriginPolicy", "SocketCap", "connection_id_problem"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _Origin = tuple[str, str, int]
@@ -74,6 +75,26 @@ def connection_id_problem(value: str) -> str | None:
     if not _CONNECTION_ID.fullmatch(value):
         return f"the connection id (_pk) must be characters of A-Z, a-z, 0-9, '_', '.', ':' and '-'; got {value!r}"
     return None
+
+
+class SocketCap:
+    """Chat sockets open on the whole server: at most ``limit``, what the file descriptor limit leaves
+    for them, so a socket is refused with a clear answer before the process has none left."""
+
+    def __init__(self, limit: int, why: str) -> None:
+        self.limit = limit
+        self.why = why
+        self.open = 0
+
+    def take(self) -> bool:
+        """Count one more socket; False (and nothing counted) at the cap."""
+        if self.open >= self.limit:
+            return False
+        self.open += 1
+        return True
+
+    def release(self) -> None:
+        self.open -= 1
 
 
 class AddressLimits:

@@ -19,14 +19,16 @@ from starlette.websockets import WebSocket
 
 from harness import Agent, Model, ModelSpecError, ScriptedModel, resolve_model
 from protocol import agent_name_to_kebab
-from storage import InvalidNameError, validate_agent_name, validate_instance_name
+from storage import InvalidNameError, StorageError, describe_problem, validate_agent_name, validate_instance_name
 
 from ._actor import Actor
-from ._admission import AddressLimits, OriginPolicy
+from ._admission import AddressLimits, OriginPolicy, SocketCap
 from ._auth import Authenticator, AuthError
+from ._fdlimit import fd_budget
 from ._metrics import CONTENT_TYPE_LATEST, Metrics
+from ._recovery import StartupRecovery
 from ._registry import ActorRegistry, CapacityError
-from ._socket import serve_socket
+from ._socket import SocketServices, serve_socket
 from ._web import web_routes
 from .demo import DEMO_SCRIPT
 from .settings import Settings
@@ -75,16 +77,19 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     except ModelSpecError as exc:
         raise ValueError(f"invalid model setting: {exc}") from exc
     registry = ActorRegistry(Path(settings.data_dir), routed, models, settings)
-    metrics = Metrics(lambda: len(registry))
+    # What the file descriptor limit leaves room for caps instances and sockets below THINK_MAX_ACTORS.
+    budget = fd_budget(settings.max_actors)
+    fd_limit = f"the file descriptor limit ({budget.limit})"
+    if budget.capped:
+        registry.cap(budget.max_instances, fd_limit)
+    recovery = StartupRecovery(registry, settings.recovery_concurrency)
+    metrics = Metrics(lambda: len(registry), lambda: registry.history_budget.total)
 
     def watch(actor: Actor) -> None:
         actor.chat.session.subscribe(metrics.on_event)
 
     registry.on_activate = watch
     auth = Authenticator(settings)
-    origins = OriginPolicy(settings.cors_origins)
-    limits = AddressLimits(settings.max_sockets_per_address, settings.max_new_instances_per_minute)
-    ready = {"recovered": False}
 
     def check_address(agent: str, name: str) -> str | None:
         if agent not in routed:
@@ -94,6 +99,10 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         except InvalidNameError as exc:
             return str(exc)
         return None
+
+    services = SocketServices(registry, auth, OriginPolicy(settings.cors_origins),
+                              AddressLimits(settings.max_sockets_per_address, settings.max_new_instances_per_minute),
+                              settings, metrics, check_address, SocketCap(budget.max_sockets, fd_limit))
 
     def refused(request: Request) -> Response | None:
         try:
@@ -106,8 +115,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
 
     async def chat_socket(ws: WebSocket) -> None:
         agent, name = ws.path_params["agent"], ws.path_params["name"]
-        await serve_socket(ws, agent=agent, name=name, check_address=check_address, registry=registry, auth=auth,
-                           origins=origins, limits=limits, settings=settings, metrics=metrics)
+        await serve_socket(ws, agent=agent, name=name, services=services)
 
     async def agent_http(request: Request) -> Response:
         denied = refused(request)
@@ -130,22 +138,32 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
                 actor = await registry.get(agent, name)
             except CapacityError as exc:
                 return PlainTextResponse(str(exc), status_code=503, headers={"Retry-After": "1"})
-        return Response(actor.chat.messages_text(), media_type="application/json")
+            except StorageError as exc:  # the registry logged it
+                kind = exc.problem
+                body = {"error": f"this agent instance cannot be opened: {describe_problem(kind)} ({exc})",
+                        "problem": kind.value}
+                if kind.transient:
+                    return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
+                return JSONResponse(body, status_code=500)
+        return Response(await actor.chat.messages_text(), media_type="application/json")
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
     async def readyz(request: Request) -> Response:
         problems = []
-        if not ready["recovered"]:
-            problems.append("the recovery scan has not finished")
+        if not recovery.finished:
+            problems.append("instances with unfinished work are still being reopened")
         try:
             with tempfile.NamedTemporaryFile(dir=settings.data_dir, prefix=".ready-"):
                 pass
         except OSError as exc:
             problems.append(f"the data dir is not writable: {exc.strerror}")
         if problems:
-            return JSONResponse({"ready": False, "problems": problems}, status_code=503)
+            body: dict[str, object] = {"ready": False, "problems": problems}
+            if not recovery.finished:
+                body["recovering"] = recovery.progress()
+            return JSONResponse(body, status_code=503)
         return JSONResponse({"ready": True})
 
     async def metrics_endpoint(request: Request) -> Response:
@@ -157,13 +175,13 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         os.makedirs(settings.data_dir, exist_ok=True)
-        resumed = await registry.open_index()
-        ready["recovered"] = True
-        if resumed:
-            log.info("resumed %d instance(s) with unfinished work", len(resumed))
+        (log.warning if budget.capped else log.info)("%s", budget.describe())
+        # The port opens now; what the index lists is reopened in the background.
+        recovery.start(await registry.open_index())
         try:
             yield
         finally:
+            await recovery.close()
             await registry.close()
             for model in {id(m): m for m in models.values()}.values():
                 await model.aclose()
@@ -193,5 +211,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     app.state.registry = registry
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.address_limits = limits
+    app.state.address_limits = services.limits
+    app.state.fd_budget = budget
+    app.state.recovery = recovery
     return app

@@ -1,26 +1,48 @@
 """One WebSocket connection: its lifecycle and its bounded send queue.
 
 Frames are serialized once by the caller and put on each connection's queue
-without awaiting; a writer task drains the queue to the socket. A client too
-slow to keep up fills its queue and is closed with a code that makes it
-reconnect and resume, so it never grows the server's memory.
+without awaiting; a writer task drains the queue to the socket. The queue is
+bounded in frames and in bytes: a client too slow to keep up fills it and is
+closed with a code that makes it reconnect and resume, so it never grows the
+server's memory.
+
+A replay is queued as one item: the stream's list of chunk bodies (shared, not
+copied) and how many of them to send. The writer turns them into frames one at
+a time and awaits each send, so a replay of any length goes at the client's own
+pace and is not counted against the slow-client bounds: the server chose to send
+it, and it holds no memory of its own. Live frames queued after it go out after it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import enum
 import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-__all__ = ["Connection", "ConnectionState"]
+__all__ = ["CLOSE_TOO_SLOW", "MAX_PENDING_REPLAYS", "Connection", "ConnectionState", "Replay"]
 
 log = logging.getLogger("think_server.connection")
 
 # 1013 "try again later": not terminal for the client, which reconnects and resumes.
 CLOSE_TOO_SLOW = 1013
+
+# Replays queued or being written on one socket. The hook ACKs one stream at a time,
+# so only a client that asks for replays without reading them gets past this.
+MAX_PENDING_REPLAYS = 8
+
+# A replay hands the loop back every so many frames: to a client that keeps up, a send
+# never suspends, and one long replay must not stall every other socket.
+_REPLAY_YIELD_EVERY = 64
+
+# The close handshake of a socket may not take longer: a client that does not read
+# never lets the close frame through.
+_CLOSE_TIMEOUT_S = 5.0
 
 
 class ConnectionState(enum.Enum):
@@ -36,17 +58,52 @@ _TRANSITIONS = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """The first ``count`` items of ``bodies`` (a list that may keep growing), each sent as
+    ``render(seq, body)``."""
+
+    bodies: Sequence[str]
+    count: int
+    render: Callable[[int, str], str]
+
+
+class _Mark(enum.Enum):
+    CLOSE = "close"  # the writer closes the socket after what was queued before it
+
+
+_Item = str | Replay | _Mark
+
+
 class Connection:
-    def __init__(self, ws: WebSocket, connection_id: str, *, max_queue: int = 4096, order: int = 0) -> None:
+    def __init__(self, ws: WebSocket, connection_id: str, *, max_queue: int = 4096,
+                 max_queue_bytes: int = 8 * 1024 * 1024, on_too_slow: Callable[[], None] | None = None,
+                 order: int = 0) -> None:
         self.ws = ws
         self.id = connection_id
         #: When the server accepted the socket, relative to others: of two sockets with one
         #: id, the later accepted is the client's current one.
         self.order = order
         self.state = ConnectionState.OPEN
-        self._queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=max_queue)
+        #: Live frames queued and not yet handed to the socket, and their counted length.
+        self.queued_frames = 0
+        self.queued_bytes = 0
+        #: The most each of them ever was: the bounds hold, and this shows it.
+        self.peak_frames = 0
+        self.peak_bytes = 0
+        #: Replays queued or being written.
+        self.pending_replays = 0
+        #: Closed by the server because the client did not read fast enough.
+        self.too_slow = False
+        self.close_code = 1000
+        self.close_reason = ""
+        self._max_frames = max_queue
+        self._max_bytes = max_queue_bytes
+        self._on_too_slow = on_too_slow
+        self._queue: collections.deque[_Item] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._closer: asyncio.Task[None] | None = None
         self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer:{connection_id}")
-        self._close_code = 1000
 
     def _goto(self, new: ConnectionState) -> None:
         if new not in _TRANSITIONS[self.state]:
@@ -58,49 +115,106 @@ class Connection:
         return self.state is ConnectionState.OPEN
 
     def send(self, text: str) -> None:
-        """Queue a frame; never blocks. A full queue closes the connection."""
+        """Queue a frame; never blocks. Past either bound the connection is closed as too slow."""
         if self.state is not ConnectionState.OPEN:
             return
-        try:
-            self._queue.put_nowait(text)
-        except asyncio.QueueFull:
-            log.warning("connection %s is too slow; closing it", self.id)
-            self.close(CLOSE_TOO_SLOW, "send queue full")
+        size = self._counted(text)
+        if self.queued_frames >= self._max_frames or self.queued_bytes + size > self._max_bytes:
+            self._close_too_slow(f"{self.queued_frames} frames / {self.queued_bytes} bytes not read")
+            return
+        self._queue.append(text)
+        self.queued_frames += 1
+        self.queued_bytes += size
+        self.peak_frames = max(self.peak_frames, self.queued_frames)
+        self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
+        self._wakeup.set()
+
+    def _counted(self, text: str) -> int:
+        # The length of the text stands for its bytes (equal for ASCII JSON), but one frame
+        # counts at most half the bound: a long conversation's transcript larger than the
+        # bound, with the frames around it, is not a backlog; two of them are.
+        return min(len(text), self._max_bytes // 2)
+
+    def send_replay(self, replay: Replay) -> None:
+        """Queue a replay, in order with the frames around it; never blocks."""
+        if self.state is not ConnectionState.OPEN or replay.count <= 0:
+            return
+        if self.pending_replays >= MAX_PENDING_REPLAYS:
+            self._close_too_slow(f"{self.pending_replays} replays not read")
+            return
+        self._queue.append(replay)
+        self.pending_replays += 1
+        self._wakeup.set()
 
     def close(self, code: int = 1000, reason: str = "") -> None:
+        """Close after the frames queued have gone out (replays stop short)."""
         if self.state is not ConnectionState.OPEN:
             return
         self._goto(ConnectionState.CLOSING)
-        self._close_code = code
-        self._close_reason = reason
-        # The writer stops after what is queued, or at once if the queue is full.
-        with contextlib.suppress(asyncio.QueueFull):
-            self._queue.put_nowait(None)
-        if self._queue.full():
-            self._writer.cancel()
-            self._closer = asyncio.create_task(self._close_socket())
+        self.close_code = code
+        self.close_reason = reason
+        self._queue.append(_Mark.CLOSE)
+        self._wakeup.set()
+
+    def _close_too_slow(self, why: str) -> None:
+        """Drop what is queued and close at once: nothing queued would reach the client anyway."""
+        log.warning("connection %s is too slow (%s); closing it", self.id, why)
+        self._goto(ConnectionState.CLOSING)
+        self.too_slow = True
+        self.close_code = CLOSE_TOO_SLOW
+        self.close_reason = "send queue full"
+        self._drop_queue()
+        self._writer.cancel()
+        self._closer = asyncio.create_task(self._close_socket(), name=f"ws-closer:{self.id}")
+        if self._on_too_slow is not None:
+            self._on_too_slow()
+
+    def _drop_queue(self) -> None:
+        # A replay being written is counted until the writer lets go of it.
+        self.pending_replays -= sum(1 for item in self._queue if isinstance(item, Replay))
+        self._queue.clear()
+        self.queued_frames = self.queued_bytes = 0
 
     async def _close_socket(self) -> None:
         with contextlib.suppress(Exception):
-            await self.ws.close(self._close_code, getattr(self, "_close_reason", ""))
+            await asyncio.wait_for(self.ws.close(self.close_code, self.close_reason), _CLOSE_TIMEOUT_S)
 
     async def _write_loop(self) -> None:
         try:
             while True:
-                text = await self._queue.get()
-                if text is None:
+                if not self._queue:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                item = self._queue.popleft()
+                if isinstance(item, str):
+                    self.queued_frames -= 1
+                    self.queued_bytes -= self._counted(item)
+                    await self.ws.send_text(item)
+                elif isinstance(item, Replay):
+                    try:
+                        await self._write_replay(item)
+                    finally:
+                        self.pending_replays -= 1
+                else:
                     await self._close_socket()
                     return
-                await self.ws.send_text(text)
         except (WebSocketDisconnect, RuntimeError, OSError):
             pass  # the reader sees the disconnect and cleans up
-        except asyncio.CancelledError:
-            raise
+
+    async def _write_replay(self, replay: Replay) -> None:
+        for seq in range(replay.count):
+            if self.state is not ConnectionState.OPEN:
+                return  # closing: the client resumes on its next socket, from chunk 0 again
+            await self.ws.send_text(replay.render(seq, replay.bodies[seq]))
+            if seq % _REPLAY_YIELD_EVERY == _REPLAY_YIELD_EVERY - 1:
+                await asyncio.sleep(0)
 
     async def finished(self) -> None:
-        """The socket is gone: stop the writer."""
+        """The socket is gone: stop the writer and let go of what it still held."""
         if self.state is not ConnectionState.CLOSED:
-            self.state = ConnectionState.CLOSED
+            self._goto(ConnectionState.CLOSED)
         self._writer.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._writer
+        self._drop_queue()

@@ -15,6 +15,7 @@ from harness import (
     RunStarted,
     ToolCallFinished,
 )
+from storage import sqlite_memory_used
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
@@ -22,12 +23,18 @@ _LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
 class Metrics:
-    def __init__(self, open_actors: Callable[[], int]) -> None:
+    def __init__(self, open_actors: Callable[[], int], transcript_bytes: Callable[[], int] = lambda: 0) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.actors = Gauge("think_open_actors", "Agent instances open in this process", registry=r)
         self.actors.set_function(lambda: float(open_actors()))
         self.connections = Gauge("think_connections", "Open WebSocket connections", registry=r)
+        transcripts = Gauge("think_transcript_memory_bytes",
+                            "Memory the transcripts of open conversations hold, about (THINK_TRANSCRIPT_MEMORY_MB)",
+                            registry=r)
+        transcripts.set_function(lambda: float(transcript_bytes()))
+        sqlite = Gauge("think_sqlite_memory_bytes", "Memory SQLite holds: page caches and statements", registry=r)
+        sqlite.set_function(lambda: float(sqlite_memory_used() or 0))
         self.turns = Counter("think_turns", "Operations settled, by outcome", ["outcome"], registry=r)
         self.chunks = Counter("think_chunks_streamed", "UI chunks committed and streamed", registry=r)
         self.model_latency = Histogram("think_model_call_seconds", "Model call duration", ["outcome"],

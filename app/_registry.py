@@ -1,16 +1,31 @@
-"""The actor registry: activates an instance on first use, closes idle ones."""
+"""The actor registry: activates an instance on first use, closes idle ones.
+
+At most ``max_actors`` instances are open or being opened (``THINK_MAX_ACTORS``,
+or fewer if the file descriptor limit allows fewer). The place of a new one
+is taken in the same synchronous step that decides it is needed (in :meth:`get`,
+before anything awaits), so a burst of sockets to new instances cannot overshoot
+the cap; an instance closed to make room is closed before the new one opens, and an
+instance still closing is opened again only once its file is closed.
+
+An instance whose file cannot be used (damaged, another application's, newer)
+is remembered with the file's size and time: until the file changes, asking
+for it again answers the same error without opening it or logging again.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import heapq
 import logging
+import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from harness import Agent, Model
-from storage import WorkIndex, instance_db_path
+from harness import Agent, HistoryBudget, Model
+from storage import StorageError, WorkIndex, instance_db_path, problem_of
 
 from ._actor import Actor
 from ._logging import current_agent, current_instance
@@ -21,6 +36,9 @@ __all__ = ["ActorRegistry", "CapacityError"]
 log = logging.getLogger("think_server.registry")
 
 
+_Key = tuple[str, str]
+
+
 class CapacityError(RuntimeError):
     """No room for another open agent instance."""
 
@@ -29,6 +47,8 @@ class ActorRegistry:
     def __init__(self, data_dir: Path, agents: Mapping[str, Agent], models: Mapping[str, Model],
                  settings: Settings) -> None:
         self.settings = settings
+        #: The transcripts all open instances keep in memory, together.
+        self.history_budget = HistoryBudget(int(settings.transcript_memory_mb * 1024 * 1024))
         self._stream_grace_ms = int(settings.stream_grace_s * 1000)
         self._index: WorkIndex | None = None
         self.data_dir = data_dir
@@ -36,20 +56,49 @@ class ActorRegistry:
         self._models = models
         self._idle_timeout_s = settings.idle_timeout_s
         self.on_activate: Callable[[Actor], None] | None = None
-        self._actors: dict[tuple[str, str], Actor] = {}
-        self._activating: dict[tuple[str, str], asyncio.Task[Actor]] = {}
+        self._actors: dict[_Key, Actor] = {}
+        # Each activation in progress holds one of the places from the moment it is asked for.
+        self._activating: dict[_Key, asyncio.Task[Actor]] = {}
+        # Closes in progress. One closed by the sweeper keeps its place in _actors until it is
+        # closed; one closed to make room gives its place to the activation that waits for it.
+        self._closing: dict[_Key, asyncio.Task[None]] = {}
+        # Callers of get() still waiting for an activation: until they have their actor (and
+        # attach their socket) it looks idle, and must not be closed under them.
+        self._waiters: dict[_Key, int] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
+        #: The cap on open instances, and what sets it (lowered by :meth:`cap`).
+        self.max_actors = settings.max_actors
+        self.capped_by = "THINK_MAX_ACTORS"
+        # Files that cannot be used, with their (size, mtime, inode) when that was found.
+        self._broken: dict[_Key, tuple[StorageError, tuple[int, int, int] | None]] = {}
+
+    def cap(self, max_actors: int, why: str) -> None:
+        """Open at most ``max_actors`` instances (fewer than configured): ``why`` names the limit."""
+        if max_actors < self.max_actors:
+            self.max_actors, self.capped_by = max_actors, why
 
     def path_of(self, agent: str, name: str) -> Path:
         return instance_db_path(self.data_dir, agent, name)
 
     def active(self, agent: str, name: str) -> Actor | None:
-        return self._actors.get((agent, name))
+        key = (agent, name)
+        return None if key in self._closing else self._actors.get(key)
+
+    @property
+    def activating(self) -> int:
+        """Activations in progress (each counts against ``max_actors`` like an open actor)."""
+        return len(self._activating)
 
     async def get(self, agent: str, name: str) -> Actor:
-        """The actor of ``agent``/``name``, activated if needed (once, however many ask at once)."""
+        """The actor of ``agent``/``name``, activated if needed (once, however many ask at once).
+
+        Raises :class:`CapacityError` when the cap is reached and no open actor is idle.
+        """
         key = (agent, name)
+        while key in self._closing:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._closing[key])
         actor = self._actors.get(key)
         if actor is not None:
             actor.touch()
@@ -58,60 +107,163 @@ class ActorRegistry:
             raise RuntimeError("the server is shutting down")
         task = self._activating.get(key)
         if task is None:
-            task = asyncio.create_task(self._activate(agent, name))
+            self._check_broken(key)
+            evicted = self._reserve()
+            task = asyncio.create_task(self._activate(agent, name, evicted))
             self._activating[key] = task
-            task.add_done_callback(lambda _: self._activating.pop(key, None))
-        return await asyncio.shield(task)
+        self._waiters[key] = self._waiters.get(key, 0) + 1
+        try:
+            return await asyncio.shield(task)
+        finally:
+            left = self._waiters[key] - 1
+            if left:
+                self._waiters[key] = left
+            else:
+                del self._waiters[key]
 
     async def open_index(self) -> list[tuple[str, str]]:
-        """Open the data dir's work index and reactivate what it lists (work a crash or a stop left open)."""
-        self._index = await WorkIndex.open(self.data_dir)
-        resumed = []
-        for agent, name in await self._index.marked():
-            if agent not in self.agents:
-                log.warning("work index lists %s/%s, but this server has no agent %r", agent, name, agent)
-                continue
+        """Open the data dir's work index: the instances it lists (work a crash or a stop left open).
+
+        A damaged index is set aside and a new one started; one that cannot be opened at all
+        (a full or read-only disk) leaves the server without it. Either way the server starts,
+        and instances with unfinished work resume when they are next opened.
+        """
+        index = await self._open_index()
+        if index is not None:
             try:
-                await self.get(agent, name)
-                resumed.append((agent, name))
-            except Exception:
-                log.exception("reactivating %s/%s failed", agent, name)
-        return resumed
+                marked = await index.marked()
+            except StorageError as exc:
+                await index.close()
+                index = await self._replace_index(exc)
+                marked = []
+        else:
+            marked = []
+        self._index = index
+        return marked
 
-    async def _make_room(self) -> None:
-        """Keep under the cap: close the least recently used idle actors; refuse if none is idle."""
-        while len(self._actors) >= self.settings.max_actors:
-            idle = [a for a in self._actors.values() if a.idle]
-            if not idle:
-                raise CapacityError(
-                    f"this server has {len(self._actors)} agent instances open (the limit) and all are busy; "
-                    "try again later"
-                )
-            oldest = min(idle, key=lambda a: a.last_used)
-            del self._actors[(oldest.agent_name, oldest.name)]
-            await self._close_actor(oldest)
+    async def _open_index(self) -> WorkIndex | None:
+        try:
+            return await WorkIndex.open(self.data_dir)
+        except StorageError as exc:
+            if exc.problem.transient:
+                log.error("cannot open the work index, serving without it (instances with unfinished work resume "
+                          "when they are next opened; their work is not recorded for the next start): %s", exc)
+                return None
+            return await self._replace_index(exc)
 
-    async def _activate(self, agent: str, name: str) -> Actor:
-        # This task's context is copied into the session worker it starts: its logs name the instance.
-        current_agent.set(agent)
-        current_instance.set(name)
-        await self._make_room()
-        if self._index is not None:
-            # Marked before anything can run, so a crash from here on is found at the next start.
-            await self._index.mark(agent, name, int(time.time() * 1000))
-        actor = await Actor.activate(agent, name, self.path_of(agent, name), self.agents[agent],
-                                     self._models[agent], settings=self.settings)
-        if self.on_activate is not None:
-            self.on_activate(actor)
-        self._actors[(agent, name)] = actor
-        self._ensure_sweeper()
-        return actor
+    async def _replace_index(self, exc: StorageError) -> WorkIndex | None:
+        aside = WorkIndex.set_aside(self.data_dir)
+        log.error("the work index is damaged (%s); it was moved to %s and a new one started. Instances with "
+                  "unfinished work it listed resume when they are next opened", exc, aside.name)
+        try:
+            return await WorkIndex.open(self.data_dir)
+        except StorageError as again:
+            log.error("cannot start a new work index, serving without it: %s", again)
+            return None
+
+    async def _on_work(self, agent: str, name: str, opened: bool) -> None:
+        """The harness says an instance got open work (before writing it), or has none left."""
+        index = self._index
+        if index is None:
+            return
+        if opened:
+            await index.mark(agent, name, int(time.time() * 1000))
+        else:
+            await index.unmark(agent, name)
+
+    def _check_broken(self, key: _Key) -> None:
+        """Raise the error of a file found unusable, unless the file changed since."""
+        known = self._broken.get(key)
+        if known is None:
+            return
+        error, signature = known
+        if _signature(self.path_of(*key)) != signature:
+            del self._broken[key]  # replaced or repaired: try it again
+            return
+        raise StorageError(str(error), error.problem)
+
+    def _activation_failed(self, key: _Key, exc: BaseException) -> StorageError | None:
+        """Log why an instance could not be opened, once per unusable file; the error for its clients."""
+        problem = problem_of(exc)
+        if problem is None:
+            log.exception("cannot open %s/%s", *key)
+            return None
+        error = exc if isinstance(exc, StorageError) else StorageError(f"cannot open {key[0]}/{key[1]}: {exc}",
+                                                                        problem)
+        if problem.transient:
+            log.warning("cannot open %s/%s: %s", key[0], key[1], error)
+        else:
+            self._broken[key] = (error, _signature(self.path_of(*key)))
+            log.error("cannot open %s/%s, and will not try again until its file changes: %s", key[0], key[1], error)
+        return error
+
+    def _evictable(self, key: _Key, actor: Actor) -> bool:
+        return actor.idle and key not in self._closing and key not in self._waiters
+
+    def _reserve(self) -> list[asyncio.Task[None]]:
+        """Take a place for one more instance, synchronously: close the least recently used idle
+        actors if the cap is reached (their closes are returned, to be awaited before opening);
+        refuse if not enough of them are idle."""
+        over = len(self._actors) + len(self._activating) + 1 - self.max_actors
+        if over <= 0:
+            return []
+        idle = heapq.nsmallest(over, (a for k, a in self._actors.items() if self._evictable(k, a)),
+                               key=lambda a: a.last_used)
+        if len(idle) < over:
+            raise CapacityError(
+                f"this server has {len(self._actors) + len(self._activating)} agent instances open or opening, "
+                f"the most {self.capped_by} allows, and all are busy; try again later"
+            )
+        return [self._start_close((a.agent_name, a.name), a, keep_place=False) for a in idle]
+
+    def _start_close(self, key: _Key, actor: Actor, *, keep_place: bool) -> asyncio.Task[None]:
+        if not keep_place:
+            del self._actors[key]
+        task = asyncio.create_task(self._close_then_release(key, actor))
+        self._closing[key] = task
+        return task
+
+    async def _close_then_release(self, key: _Key, actor: Actor) -> None:
+        try:
+            await self._close_actor(actor)
+        except Exception:
+            log.exception("closing %s/%s failed", actor.agent_name, actor.name)
+        finally:
+            del self._closing[key]
+            if self._actors.get(key) is actor:
+                del self._actors[key]
+
+    async def _activate(self, agent: str, name: str, evicted: list[asyncio.Task[None]]) -> Actor:
+        key = (agent, name)
+        try:
+            # This task's context is copied into the session worker it starts: its logs name the instance.
+            current_agent.set(agent)
+            current_instance.set(name)
+            if evicted:
+                # Their places are ours: at no point are more files open than the cap.
+                await asyncio.gather(*(asyncio.shield(t) for t in evicted))
+            try:
+                actor = await Actor.activate(agent, name, self.path_of(agent, name), self.agents[agent],
+                                             self._models[agent], settings=self.settings,
+                                             on_work=functools.partial(self._on_work, agent, name),
+                                             budget=self.history_budget)
+            except (StorageError, sqlite3.Error, OSError) as exc:
+                error = self._activation_failed(key, exc)
+                if error is None or error is exc:
+                    raise
+                raise error from exc
+            if self.on_activate is not None:
+                self.on_activate(actor)
+            self._actors[key] = actor
+            self._ensure_sweeper()
+            return actor
+        finally:
+            # In the same synchronous step as the insert above: the place is never counted twice.
+            del self._activating[key]
 
     async def _close_actor(self, actor: Actor) -> None:
-        open_work = actor.instance.has_open_work
+        # The index heard when its work ended (or it still has some: then it stays listed).
         await actor.close()
-        if self._index is not None and not open_work:
-            await self._index.unmark(actor.agent_name, actor.name)
 
     def _ensure_sweeper(self) -> None:
         if self._sweeper is None or self._sweeper.done():
@@ -125,13 +277,11 @@ class ActorRegistry:
 
     async def close_idle(self, unused_since: float) -> int:
         """Close actors idle and unused since ``unused_since`` (monotonic seconds)."""
-        closed = 0
-        for key, actor in list(self._actors.items()):
-            if actor.idle and actor.last_used <= unused_since:
-                del self._actors[key]
-                await self._close_actor(actor)
-                closed += 1
-        return closed
+        closes = [self._start_close(key, actor, keep_place=True) for key, actor in list(self._actors.items())
+                  if self._evictable(key, actor) and actor.last_used <= unused_since]
+        if closes:
+            await asyncio.gather(*(asyncio.shield(t) for t in closes))
+        return len(closes)
 
     def __len__(self) -> int:
         return len(self._actors)
@@ -145,6 +295,9 @@ class ActorRegistry:
         for task in list(self._activating.values()):
             with contextlib.suppress(Exception):
                 await task
+        for closing in list(self._closing.values()):
+            with contextlib.suppress(Exception):
+                await closing
         actors, self._actors = list(self._actors.values()), {}
         for actor in actors:
             try:
@@ -152,6 +305,14 @@ class ActorRegistry:
             except Exception:
                 log.exception("closing %s/%s failed", actor.agent_name, actor.name)
         if self._index is not None:
-            await self._index.close()
+            index, self._index = self._index, None
+            await index.close()
 
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
 

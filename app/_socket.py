@@ -6,14 +6,16 @@ import contextlib
 import itertools
 import json
 import logging
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from protocol import (
-    MAX_ID_LENGTH,
+    MAX_CLIENT_ID_LENGTH,
     RPC,
     USE_CHAT_REQUEST,
     ClientFrame,
@@ -26,10 +28,10 @@ from protocol import (
     is_unicode_text,
     parse_client_frame,
 )
-from storage import StorageError
+from storage import StorageError, describe_problem, problem_of
 
 from ._actor import Actor
-from ._admission import AddressLimits, OriginPolicy, connection_id_problem
+from ._admission import AddressLimits, OriginPolicy, SocketCap, connection_id_problem
 from ._auth import Authenticator, AuthError
 from ._close import close_reason
 from ._connection import Connection
@@ -39,7 +41,14 @@ from ._registry import ActorRegistry, CapacityError
 from ._thinkchat import error_frame
 from .settings import Settings
 
-__all__ = ["CLOSE_BAD_NAME", "CLOSE_FORBIDDEN", "CLOSE_UNAUTHORIZED", "CLOSE_UNKNOWN_AGENT", "serve_socket"]
+__all__ = [
+    "CLOSE_BAD_NAME",
+    "CLOSE_FORBIDDEN",
+    "CLOSE_UNAUTHORIZED",
+    "CLOSE_UNKNOWN_AGENT",
+    "SocketServices",
+    "serve_socket",
+]
 
 log = logging.getLogger("think_server.socket")
 
@@ -75,6 +84,22 @@ def _failure(frame: ClientFrame, reason: str) -> str:
     return error_frame(reason)
 
 
+@dataclass(frozen=True, slots=True)
+class SocketServices:
+    """What every chat socket is checked against and served by; built once per app."""
+
+    registry: ActorRegistry
+    auth: Authenticator
+    origins: OriginPolicy
+    limits: AddressLimits
+    settings: Settings
+    metrics: Metrics
+    #: Why an agent/instance address cannot be served, or None.
+    check_address: Callable[[str, str], str | None]
+    #: Chat sockets open on the whole server, capped below the file descriptor limit.
+    sockets: SocketCap
+
+
 class TokenBucket:
     """``rate`` tokens a second, at most ``burst`` saved up."""
 
@@ -105,9 +130,16 @@ def _rate_limited(text: str | None, settings: Settings) -> str:
         with contextlib.suppress(ValueError, RecursionError):
             data = json.loads(text)
             rid = data.get("id") if isinstance(data, dict) and data.get("type") == USE_CHAT_REQUEST else None
-            if isinstance(rid, str) and len(rid) <= MAX_ID_LENGTH and is_unicode_text(rid):
+            if isinstance(rid, str) and len(rid) <= MAX_CLIENT_ID_LENGTH and is_unicode_text(rid):
                 return dump_chat_response(rid, reason, done=True, error=True, outcome="error")
     return error_frame(reason)
+
+
+def _utf8_size(text: str, limit: int) -> int:
+    """The frame's size in bytes, as the limit counts it; measured only when it may be over."""
+    if len(text) * 4 <= limit:  # at most four bytes a character
+        return len(text)
+    return len(text) if text.isascii() else len(text.encode())
 
 
 async def _refuse(ws: WebSocket, error: str, code: int, reason: str) -> None:
@@ -115,24 +147,15 @@ async def _refuse(ws: WebSocket, error: str, code: int, reason: str) -> None:
     await ws.close(code, close_reason(reason))
 
 
-async def _admit(
-    ws: WebSocket,
-    agent: str,
-    name: str,
-    *,
-    check_address: Callable[[str, str], str | None],
-    registry: ActorRegistry,
-    auth: Authenticator,
-    origins: OriginPolicy,
-    limits: AddressLimits,
-    metrics: Metrics,
-) -> tuple[Actor, str, str] | None:
+async def _admit(ws: WebSocket, agent: str, name: str, services: SocketServices) -> tuple[Actor, str, str] | None:
     """Check the socket and open its actor: (actor, connection id, client address), or None once refused.
 
     The order matters: a foreign page learns nothing, an anonymous client
     learns nothing about the agents served, and no check that fails leaves an
     instance or a file behind. A returned client address holds a socket slot.
     """
+    registry, auth, origins, limits, metrics = (services.registry, services.auth, services.origins,
+                                                services.limits, services.metrics)
     origin = ws.headers.get("origin")
     if origin is not None and not origins.allows(origin, ws.headers.get("host")):
         metrics.refusals.labels("origin").inc()
@@ -146,7 +169,7 @@ async def _admit(
         metrics.refusals.labels("auth").inc()
         await _refuse(ws, f"unauthorized: {exc}", CLOSE_UNAUTHORIZED, "unauthorized")
         return None
-    problem = check_address(agent, name)
+    problem = services.check_address(agent, name)
     if problem is not None:
         await _refuse(ws, problem, CLOSE_UNKNOWN_AGENT if agent not in registry.agents else CLOSE_BAD_NAME, problem)
         return None
@@ -155,8 +178,15 @@ async def _admit(
     if bad_id is not None:
         await _refuse(ws, bad_id, CLOSE_BAD_NAME, "invalid connection id (_pk)")
         return None
+    sockets = services.sockets
+    if not sockets.take():
+        metrics.refusals.labels("server_sockets").inc()
+        await _refuse(ws, f"this server has {sockets.open} chat sockets open, the most {sockets.why} allows; "
+                          "try again later", CLOSE_TRY_LATER, "too many sockets on this server")
+        return None
     address = ws.client.host if ws.client is not None else ""
     if not limits.open_socket(address):
+        sockets.release()
         metrics.refusals.labels("address_sockets").inc()
         await _refuse(ws, f"this client address has {limits.max_sockets} chat sockets open, the most it may "
                           "(THINK_MAX_SOCKETS_PER_ADDRESS); close one or try again later",
@@ -177,47 +207,41 @@ async def _admit(
     except CapacityError as exc:
         metrics.refusals.labels("capacity").inc()
         await _refuse(ws, str(exc), CLOSE_TRY_LATER, "at capacity")
-    except (StorageError, OSError) as exc:
-        log.exception("cannot activate %s/%s", agent, name, extra={"agent": agent, "instance": name})
-        await ws.send_text(error_frame(f"the agent instance cannot be opened: {exc}"))
-        await ws.close(1011)
+    except StorageError as exc:  # the registry logged it (once, for a file that cannot be used)
+        metrics.refusals.labels("storage").inc()
+        words = describe_problem(exc.problem)
+        # A full disk or no descriptor left passes: the client comes back later. A damaged file does not.
+        await _refuse(ws, f"this agent instance cannot be opened: {words} ({exc})",
+                      CLOSE_TRY_LATER if exc.problem.transient else 1011, words)
+    except (sqlite3.Error, OSError) as exc:  # the registry logged it, with its traceback
+        await _refuse(ws, f"this agent instance cannot be opened: {exc}", 1011, "cannot open the instance")
     finally:
         if not admitted:
             limits.close_socket(address)
+            sockets.release()
     return None
 
 
-async def serve_socket(
-    ws: WebSocket,
-    *,
-    agent: str,
-    name: str,
-    check_address: Callable[[str, str], str | None],
-    registry: ActorRegistry,
-    auth: Authenticator,
-    origins: OriginPolicy,
-    limits: AddressLimits,
-    settings: Settings,
-    metrics: Metrics,
-) -> None:
+async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: SocketServices) -> None:
     current_agent.set(agent)
     current_instance.set(name)
     order = next(_accepted)
     await ws.accept()
-    admitted = await _admit(ws, agent, name, check_address=check_address, registry=registry, auth=auth,
-                            origins=origins, limits=limits, metrics=metrics)
+    admitted = await _admit(ws, agent, name, services)
     if admitted is None:
         return
+    settings, metrics, limits = services.settings, services.metrics, services.limits
     actor, conn_id, address = admitted
-    conn = Connection(ws, conn_id, max_queue=settings.max_send_queue, order=order)
+    conn = Connection(ws, conn_id, max_queue=settings.max_send_queue, max_queue_bytes=settings.max_send_queue_bytes,
+                      on_too_slow=metrics.refusals.labels("too_slow").inc, order=order)
     bucket = TokenBucket(settings.rate_limit_per_s, settings.rate_burst)
-    actor.attach(conn)
     metrics.connections.inc()
     try:
+        await actor.attach(conn)  # inside: whatever happens, the socket's places are given back
         while True:
             message = await ws.receive()
-            if message["type"] == "websocket.disconnect":
-                break
+            if message["type"] == "websocket.disconnect" or conn.too_slow:
+                break  # a socket closed for not reading gets nothing more handled
             text = message.get("text")
             # Every frame takes a token before any work on it: one the server cannot use costs too.
             if not bucket.take():
@@ -227,9 +251,10 @@ async def serve_socket(
             if text is None:
                 conn.send(error_frame("binary frames are not part of the chat protocol; send JSON text"))
                 continue
-            if len(text) > settings.max_frame_bytes:
+            size = _utf8_size(text, settings.max_frame_bytes)
+            if size > settings.max_frame_bytes:
                 metrics.refusals.labels("frame_size").inc()
-                conn.send(error_frame(f"frame of {len(text)} bytes is over the limit of "
+                conn.send(error_frame(f"frame of {size} bytes is over the limit of "
                                       f"{settings.max_frame_bytes}; it was ignored"))
                 continue
             try:
@@ -239,16 +264,26 @@ async def serve_socket(
                 continue
             try:
                 await actor.chat.handle(conn, frame)
-            except Exception:
-                log.exception("handling %s failed", frame.type,
-                              extra={"agent": agent, "instance": name, "connection": conn_id})
+            except Exception as exc:
                 # Nothing was accepted (every state change is one transaction); the request still ends.
-                conn.send(_failure(frame, f"the server failed to handle this {frame.type} frame; nothing "
-                                          "of it was kept"))
+                conn.send(_failure(frame, _handling_failed(exc, frame.type, conn_id)))
     except WebSocketDisconnect:
         pass
     finally:
         metrics.connections.dec()
         limits.close_socket(address)
+        services.sockets.release()
         actor.detach(conn)
         await conn.finished()
+
+
+def _handling_failed(exc: Exception, frame_type: str, conn_id: str) -> str:
+    """Log a frame whose handling failed (a full disk in one line, a bug with its traceback); its answer."""
+    problem = problem_of(exc)
+    if problem is None:
+        log.exception("handling %s failed", frame_type, extra={"connection": conn_id})
+        return f"the server failed to handle this {frame_type} frame; nothing of it was kept"
+    log.warning("handling %s failed: %s", frame_type, exc, extra={"connection": conn_id})
+    words = describe_problem(problem)
+    later = "; try again later" if problem.transient else ""
+    return f"{words[0].upper()}{words[1:]}: this {frame_type} frame could not be handled; nothing of it was kept{later}"

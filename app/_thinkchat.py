@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from harness import (
     AnswerRefused,
     ChunksCommitted,
     HarnessEvent,
+    History,
     MessagePersisted,
     MessageUpdated,
     OperationSettled,
@@ -49,11 +51,9 @@ from protocol import (
     StreamResuming,
     ToolApprovalFrame,
     ToolResultFrame,
-    UIMessage,
     UseChatRequest,
     dump_chat_response,
     dump_frame,
-    dump_message_text,
     is_unicode_text,
     parse_chat_request_body,
 )
@@ -62,12 +62,16 @@ from protocol import (
 )
 from storage import OperationRow
 
-from ._connection import Connection
+from ._connection import Connection, Replay
 
-__all__ = ["ThinkChat", "error_frame"]
+__all__ = ["MAX_ACKED_PER_CONNECTION", "ThinkChat", "error_frame"]
 
 log = logging.getLogger("think_server.chat")
 
+# Streams remembered per socket as replayed already. The ids come from the client, so
+# only the latest are kept; an older one ACKed again is replayed again, which the
+# protocol allows (every ACK may replay from chunk 0).
+MAX_ACKED_PER_CONNECTION = 64
 
 
 def _error_frame(message: str) -> str:
@@ -86,6 +90,28 @@ def _settled(op: OperationRow) -> OperationSettled:
     return OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
 
 
+class _Recent:
+    """The ``limit`` stream ids a socket ACKed last; the oldest is forgotten first."""
+
+    __slots__ = ("_ids", "_limit")
+
+    def __init__(self, limit: int) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._limit = limit
+
+    def __contains__(self, stream_id: object) -> bool:
+        return stream_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(self, stream_id: str) -> None:
+        self._ids[stream_id] = None
+        self._ids.move_to_end(stream_id)
+        if len(self._ids) > self._limit:
+            self._ids.popitem(last=False)
+
+
 @dataclass(slots=True)
 class _Stream:
     """The wire stream of one operation: every committed chunk body, in order."""
@@ -94,7 +120,6 @@ class _Stream:
     continuation: bool
     bodies: list[str] = field(default_factory=list)
     settled: OperationSettled | None = None
-    finished_at: int = 0
 
 
 class ThinkChat:
@@ -105,13 +130,11 @@ class ThinkChat:
         self._awaiting_ack: set[str] = set()  # told `resuming`, excluded from live frames until they ACK
         self._parked: set[str] = set()  # told `pending`, to be told `resuming` when the stream starts
         self._active: _Stream | None = None
-        self._finished: dict[str, _Stream] = {}
         self._requesters: dict[str, str] = {}  # operation id -> connection id that asked for it
         self._clearing: str | None = None
         self._answers: set[str] = set()  # operations that answer a tool call (no request of their own)
-        self._acked: dict[str, set[str]] = {}  # connection id -> streams it was replayed (once each)
+        self._acked: dict[str, _Recent] = {}  # connection id -> streams it was replayed (once each)
         self._recovering: str | None = None  # the operation being continued after an interruption
-        self._json_cache: dict[str, tuple[UIMessage, str]] = {}  # message id -> (message, its JSON)
         self._unsubscribe = session.subscribe(self._on_event)
 
     def close(self) -> None:
@@ -119,12 +142,13 @@ class ThinkChat:
 
     # -- connections ------------------------------------------------------------
 
-    def connect(self, conn: Connection) -> bool:
+    async def connect(self, conn: Connection) -> bool:
         """Register a socket and greet it; False if a newer socket with its id is here already.
 
         A reconnect with the same id replaces the older socket, whichever of the
         two is handled first: in a reconnect storm the stale one may get here last.
         """
+        history = await self.session.history()  # read back first if it was dropped; the rest is one step
         old = self.connections.get(conn.id)
         if old is not None and old is not conn:
             if old.order > conn.order:
@@ -141,7 +165,7 @@ class ThinkChat:
             self._awaiting_ack.add(conn.id)
             conn.send(dump_frame(StreamResuming(id=active.id)))
         else:
-            conn.send(self._transcript_frame(connect=True))
+            conn.send(self._transcript_frame(history, connect=True))
         if self._recovering is not None:
             conn.send(dump_frame(ChatRecovering(recovering=True, id=self._recovering)))
         return True
@@ -166,7 +190,9 @@ class ThinkChat:
         elif isinstance(frame, StreamResumeRequest):
             self._on_resume_request(conn, frame.probeId)
         elif isinstance(frame, StreamResumeAck):
-            if not self._on_ack(conn, frame.id):
+            # An ACK of a request still queued is ignored (PROTOCOL §7.4: another stream is active):
+            # its stream and its end reach the socket when it runs; an answer now would end it early.
+            if not self._on_ack(conn, frame.id) and frame.id not in self.session.pending():
                 await self._ack_from_storage(conn, frame.id)
         elif isinstance(frame, ChatRequestCancel):
             await self.session.abort(frame.id)
@@ -206,11 +232,6 @@ class ThinkChat:
             conn.send(dump_chat_response(rid, f"Invalid chat request: {exc}", done=True, error=True,
                                          outcome="error"))
             return
-        finished = self._finished.get(rid)
-        if finished is not None and finished.settled is not None:
-            # A retry of a request that already ran: answer with its end, do not run it again.
-            conn.send(self._terminal_frame(finished, finished.settled))
-            return
         regenerate_from = None
         if body.trigger == "regenerate-message":
             regenerate_from = body.message_ids[-1] if body.message_ids else None
@@ -242,6 +263,12 @@ class ThinkChat:
             self._requesters[rid] = conn.id  # still queued or running: its end reaches this socket too
             return
         self._requesters.pop(rid, None)
+        terminal = self.session.last_terminal
+        if terminal is not None and terminal.get("operationId") == rid:
+            # It failed, maybe without its end written yet (a full disk): the file still says running.
+            conn.send(dump_chat_response(rid, str(terminal.get("body") or "The turn failed."), done=True,
+                                         error=True, outcome="error"))
+            return
         op = await self.session.db.read.operation(rid)
         if op is None or op.session_id != self.session.id:
             conn.send(dump_chat_response(rid, "Invalid chat request: that request id belongs to another "
@@ -271,14 +298,17 @@ class ThinkChat:
     def _on_resume_request(self, conn: Connection, probe_id: str | None) -> None:
         active = self._active
         if active is not None and active.settled is None and active.bodies:
-            if conn.id in self._awaiting_ack:
+            acked = self._acked.get(conn.id)
+            if conn.id in self._awaiting_ack or (acked is not None and active.id in acked):
+                # Waiting to ACK, or attached by an ACK already (its next ACK replays nothing):
+                # the client's probe attaches it, as PROTOCOL §7.3 says.
                 conn.send(dump_frame(StreamResuming(id=active.id, probeId=probe_id)))
                 return
-            # The socket gets this stream live and has every chunk of it (a socket that lacks
-            # the start waits for an ACK). `resuming` would make it ask for a replay of what it
-            # has, so the answer is the non-authoritative "nothing to attach to": the client
-            # keeps showing the stream it is receiving.
-            self._acked.setdefault(conn.id, set()).add(active.id)
+            # The socket got this stream live from its start, never through an ACK (a socket
+            # that lacks the start waits for one). `resuming` would make it ask for a replay
+            # of what it has, so the answer is the non-authoritative "nothing to attach to":
+            # the client keeps showing the stream it is receiving.
+            self._acked_by(conn).add(active.id)
             conn.send(dump_frame(StreamResumeNone(probeId=probe_id)))
             return
         pending = self.session.pending()
@@ -294,14 +324,19 @@ class ThinkChat:
         conn.send(dump_frame(StreamResumeNone(reason="idle", probeId=probe_id)))
 
     def _on_ack(self, conn: Connection, request_id: str) -> bool:
-        """Answer an ACK from memory; False when only storage knows the stream."""
+        """Answer an ACK of the live stream from memory; False when storage has the stream.
+
+        A finished stream is not kept in memory: its chunks are on disk (replayable for the
+        stream grace), so the memory of a busy server does not climb with its throughput.
+        """
         active = self._active
         if active is None or active.id == request_id or active.settled is not None:
             # Only the ACK of the running stream lets a socket join it (after its replay): an ACK
             # of another stream must not hand it the running one's live chunks from the middle.
             self._awaiting_ack.discard(conn.id)
-        acked = self._acked.setdefault(conn.id, set())
+        acked = self._acked_by(conn)
         if request_id in acked:
+            acked.add(request_id)  # the latest ACKed are the ones remembered
             return True  # this socket was replayed that stream already: never twice
         if active is not None and active.id == request_id and active.settled is None:
             # Replay and joining the live stream happen in one synchronous step.
@@ -310,18 +345,11 @@ class ThinkChat:
             conn.send(dump_chat_response(request_id, "", done=False, replay=True, replay_complete=True,
                                          continuation=active.continuation))
             return True
-        finished = self._finished.get(request_id)
-        if finished is not None and finished.settled is not None:
-            acked.add(request_id)
-            self._replay(conn, finished)
-            conn.send(self._terminal_frame(finished, finished.settled, replay=True))
-            return True
         return False
 
     async def _ack_from_storage(self, conn: Connection, request_id: str) -> None:
-        """A stream this process did not see finish (a restart): replay it from its stored chunks."""
-        acked = self._acked.setdefault(conn.id, set())
-        acked.add(request_id)
+        """A finished stream, or one a restart cut short: replay it from its stored chunks."""
+        self._acked_by(conn).add(request_id)
         db = self.session.db
         bodies: list[str] = []
         continuation = False
@@ -343,10 +371,22 @@ class ThinkChat:
         else:
             conn.send(dump_chat_response(request_id, "", done=True, replay=True))
 
+    def _acked_by(self, conn: Connection) -> _Recent:
+        acked = self._acked.get(conn.id)
+        if acked is None:
+            acked = self._acked[conn.id] = _Recent(MAX_ACKED_PER_CONNECTION)
+        return acked
+
     def _replay(self, conn: Connection, stream: _Stream) -> None:
-        for seq, body in enumerate(stream.bodies):
-            conn.send(dump_chat_response(stream.id, body, done=False, seq=seq, replay=True,
-                                         continuation=stream.continuation))
+        """Queue the chunks the stream has now, as one item the socket's writer renders at the
+        client's pace: however long the stream, it neither copies it nor counts as a backlog.
+        Live chunks appended to the list later are not part of it; they follow as live frames."""
+        rid, continuation = stream.id, stream.continuation
+
+        def render(seq: int, body: str) -> str:
+            return dump_chat_response(rid, body, done=False, seq=seq, replay=True, continuation=continuation)
+
+        conn.send_replay(Replay(stream.bodies, len(stream.bodies), render))
 
     async def _on_clear(self, conn: Connection) -> None:
         self._clearing = conn.id
@@ -383,6 +423,7 @@ class ThinkChat:
                 if cid not in self._awaiting_ack:
                     self._awaiting_ack.add(cid)
                     conn.send(frame)
+            self._parked.clear()  # told already: the stream's first new chunk must not tell them again
         if event.recovering:
             self._recovering = event.operation_id
             self._broadcast(dump_frame(ChatRecovering(recovering=True, id=event.operation_id)))
@@ -390,7 +431,8 @@ class ThinkChat:
             # Other tabs learn the user message now that it is persisted.
             requester = self._requesters.get(event.operation_id)
             if any(cid != requester for cid in self.connections):
-                self._broadcast(self._transcript_frame(), exclude=(requester,) if requester else ())
+                self._broadcast(self._transcript_frame(self._running_history()),
+                                exclude=(requester,) if requester else ())
 
     def _on_stream_started(self, event: StreamStarted) -> None:
         if self._active is None or self._active.id != event.operation_id:
@@ -429,13 +471,10 @@ class ThinkChat:
             self._active = None
             self._awaiting_ack.clear()  # so sockets that never ACKed still see the end
         stream.settled = event
-        stream.finished_at = self._now_ms()
-        self._finished[stream.id] = stream
-        self._sweep_finished()
         requester = self._requesters.pop(event.operation_id, None)
         if stream.bodies:
             if self._clearing is None and self.connections:  # a clear in progress empties every tab right after
-                self._broadcast(self._transcript_frame())
+                self._broadcast(self._transcript_frame(self._running_history()))
             self._broadcast(self._terminal_frame(stream, event))
         elif requester is not None and event.operation_id not in self._answers:
             # A chat request that produced no stream still ends, for its sender only.
@@ -459,7 +498,6 @@ class ThinkChat:
 
     def _on_reset(self) -> None:
         self._active = None
-        self._finished.clear()
         self._awaiting_ack.clear()
         self._release_parked()
         exclude = (self._clearing,) if self._clearing else ()
@@ -467,9 +505,17 @@ class ThinkChat:
 
     # -- frames ---------------------------------------------------------------------
 
-    def _transcript_frame(self, *, connect: bool = False) -> str:
-        return ('{"type":"cf_agent_chat_messages","messages":' + self.messages_text()
+    @staticmethod
+    def _transcript_frame(history: History, *, connect: bool = False) -> str:
+        return ('{"type":"cf_agent_chat_messages","messages":' + history.json_array()
                 + (',"connect":true}' if connect else "}"))
+
+    def _running_history(self) -> History:
+        # Announced at the start and the end of a run: the session holds its transcript then.
+        history = self.session.loaded_history
+        if history is None:
+            raise RuntimeError(f"session {self.session.id!r}: transcript not in memory while a run is announced")
+        return history
 
     def _terminal_frame(self, stream: _Stream, event: OperationSettled, *, replay: bool = False) -> str:
         ids = list(event.message_ids) or None
@@ -487,23 +533,6 @@ class ThinkChat:
             if cid not in skip:
                 conn.send(text)
 
-    def _sweep_finished(self) -> None:
-        limit = self._now_ms() - self.session.stream_grace_ms
-        for rid in [rid for rid, s in self._finished.items() if s.finished_at < limit]:
-            del self._finished[rid]
-
-    def messages_text(self) -> str:
-        """The transcript as a JSON array; each message is serialized once, until it changes.
-
-        The session replaces a message object whenever the message changes, so an
-        entry is reused only for the very object it was made from.
-        """
-        cache, fresh = self._json_cache, {}
-        texts = []
-        for m in self.session.messages():
-            hit = cache.get(m.id)
-            text = hit[1] if hit is not None and hit[0] is m else dump_message_text(m)
-            fresh[m.id] = (m, text)
-            texts.append(text)
-        self._json_cache = fresh
-        return "[" + ",".join(texts) + "]"
+    async def messages_text(self) -> str:
+        """The transcript as a JSON array (``get-messages``)."""
+        return (await self.session.history()).json_array()

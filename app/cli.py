@@ -101,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "THINK_JWT_PUBLIC_KEY), or listen on 127.0.0.1", settings.host)
     import uvicorn
 
+    # Past the file descriptor budget uvicorn answers plain HTTP with 503 itself; chat sockets are
+    # refused by the app first, with a clear frame (uvicorn does not count WebSocket upgrades).
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                ws_max_size=settings.max_frame_bytes, log_config=None, timeout_graceful_shutdown=10)
+                ws_max_size=settings.websocket_max_size, log_config=None, timeout_graceful_shutdown=10,
+                limit_concurrency=app.state.fd_budget.max_connections)
     return 0

@@ -43,8 +43,14 @@ class Settings(BaseModel):
     idle_timeout_s: float = Field(300.0, gt=0)
     #: How long a finished stream stays replayable for a late ACK; then it is swept with its chunks.
     stream_grace_s: float = Field(600.0, ge=0)
+    #: Memory the transcripts of open conversations may take together, in MiB; past it the
+    #: least recently used idle ones are dropped and read back from disk when next needed. 0: no limit.
+    transcript_memory_mb: float = Field(128, ge=0)
     #: Most agent instances open at once; the least recently used idle ones are closed first.
+    #: Fewer if the file descriptor limit (``ulimit -n``) leaves room for fewer: the log says at start.
     max_actors: int = Field(1000, ge=1)
+    #: Instances with unfinished work reopened at a time at start, in the background (``/readyz`` reports it).
+    recovery_concurrency: int = Field(8, ge=1, le=256)
 
     # -- limits on what clients send ---------------------------------------------
     #: Largest frame a client may send. The hook sends the whole transcript with every
@@ -68,6 +74,9 @@ class Settings(BaseModel):
     max_sockets_per_address: int = Field(256, ge=0)
     #: New agent instances (a new SQLite file each) one client address may create in any minute; 0: no cap.
     max_new_instances_per_minute: int = Field(600, ge=0)
+    #: Bytes of frames queued for one socket before it is closed as too slow (one frame counts at
+    #: most half of it; replays are not counted: they go at the client's pace).
+    max_send_queue_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
 
     # -- auth and browsers ---------------------------------------------------------
     #: A static bearer token every request must carry (header; ``?token=`` on the WebSocket upgrade only).
@@ -126,6 +135,16 @@ class Settings(BaseModel):
             allow_remote_file_urls=self.allow_remote_file_urls,
             max_queued_operations=self.max_queued_operations,
         )
+
+    @property
+    def websocket_max_size(self) -> int:
+        """The WebSocket layer's own cap on one message (past it, it closes the socket with 1009).
+
+        Above ``max_frame_bytes`` on purpose: a frame over the limit is answered by the
+        server with an error and the socket stays open; the cap only bounds the memory
+        one message can take.
+        """
+        return 2 * self.max_frame_bytes
 
     @property
     def auth_enabled(self) -> bool:

@@ -16,6 +16,7 @@ from ._events import (
     StreamStarted,
     ToolCallFinished,
 )
+from ._history import History, HistoryBudget
 from ._input import InputPolicy
 from ._instance import ROOT_SESSION, Instance
 from ._logcontext import current_operation, current_session
@@ -43,6 +44,7 @@ from ._recovery_policy import RecoveryPolicy
 from ._scripted import Script, ScriptedModel, ScriptError, load_script
 from ._session import Session
 from ._tools import Tool, ToolInputError, client_tool, tool
+from ._work import OnWork
 
 __all__ = [
     "ROOT_SESSION",
@@ -53,6 +55,8 @@ __all__ = [
     "Clock",
     "Finish",
     "HarnessEvent",
+    "History",
+    "HistoryBudget",
     "InputPolicy",
     "Instance",
     "Listener",
@@ -64,6 +68,7 @@ __all__ = [
     "ModelEvent",
     "ModelRequest",
     "ModelSpecError",
+    "OnWork",
     "OperationResult",
     "OperationSettled",
     "ReasoningDelta",

@@ -63,6 +63,9 @@ class ChunkLog:
         # before it is done (parallel tool calls commit their results concurrently).
         self._commit_lock = asyncio.Lock()
         self._started = False
+        # Why the last background flush failed (a full disk, say): no new flush starts until a
+        # commit() tries again, and backpressure() raises it, so the turn stops at its next event.
+        self._failure: Exception | None = None
 
     @property
     def stream_id(self) -> str | None:
@@ -88,12 +91,15 @@ class ChunkLog:
             self._held.append(body)  # order is kept: nothing overtakes a held chunk
             return
         self._pending.append(body)
-        if self._committers == 0 and (self._flusher is None or self._flusher.done()):
+        if self._committers == 0 and self._failure is None and (self._flusher is None or self._flusher.done()):
             self._flusher = asyncio.create_task(self._flush_loop())
 
     async def backpressure(self) -> None:
+        """Wait while too much is buffered; raise why the background flush failed, if it did."""
         if len(self._pending) - self._in_flight >= MAX_BUFFERED and self._flusher is not None:
             await asyncio.shield(self._flusher)
+        if self._failure is not None:
+            raise self._failure
 
     async def commit(self, extra: Callable[[Tx], Awaitable[None]] | None = None) -> None:
         """Commit every buffered chunk together with ``extra``'s writes, in one transaction.
@@ -108,16 +114,24 @@ class ChunkLog:
                 await self._commit_batch(with_held=True, extra=extra)
         finally:
             self._committers -= 1
-            if self._pending and self._committers == 0 and (self._flusher is None or self._flusher.done()):
+            if (self._pending and self._committers == 0 and self._failure is None
+                    and (self._flusher is None or self._flusher.done())):
                 self._flusher = asyncio.create_task(self._flush_loop())
 
     async def _drain(self) -> None:
+        """Wait for the background flush to stop; what it failed to write, the caller's commit tries again."""
         while self._flusher is not None and not self._flusher.done():
             await asyncio.shield(self._flusher)
+        self._failure = None
 
     async def _flush_loop(self) -> None:
-        while self._pending and self._committers == 0:
-            await self._commit_batch(with_held=False)
+        try:
+            while self._pending and self._committers == 0:
+                await self._commit_batch(with_held=False)
+        except Exception as exc:
+            # Kept for the turn (backpressure, its next commit), not left for the loop to log
+            # as never retrieved, once per chunk, while the disk stays full.
+            self._failure = exc
 
     async def _commit_batch(self, *, with_held: bool, extra: Callable[[Tx], Awaitable[None]] | None = None) -> None:
         # The buffer is only taken once the transaction has committed.

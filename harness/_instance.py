@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 from storage import Database
 
 from ._agent import Agent
 from ._clock import Clock
+from ._history import HistoryBudget
 from ._input import InputPolicy
 from ._model import Model
 from ._session import Session
+from ._work import OnWork, WorkNotices
 
 __all__ = ["Instance"]
+
+log = logging.getLogger("think_server.instance")
 
 ROOT_SESSION = ""
 DEFAULT_STREAM_GRACE_MS = 10 * 60 * 1000
@@ -21,8 +26,13 @@ DEFAULT_STREAM_GRACE_MS = 10 * 60 * 1000
 
 class Instance:
     def __init__(self, db: Database, agent: Agent, model: Model, clock: Clock,
-                 stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None) -> None:
+                 stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None,
+                 on_work: OnWork | None = None, budget: HistoryBudget | None = None) -> None:
         self.db = db
+        #: Shared by the sessions of every instance of a process: how much transcript memory they hold.
+        self.budget = budget or HistoryBudget(0)
+        #: Tells ``on_work`` when the instance gets open work and when it has none left.
+        self.work = WorkNotices(on_work, lambda: self.has_open_work)
         self.stream_grace_ms = stream_grace_ms
         self.policy = policy or InputPolicy()
         self.agent = agent
@@ -33,9 +43,11 @@ class Instance:
 
     @classmethod
     async def open(cls, path: Path, agent: Agent, model: Model, clock: Clock | None = None,
-                   stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None) -> Instance:
+                   stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None,
+                   on_work: OnWork | None = None, budget: HistoryBudget | None = None) -> Instance:
+        """Open the instance's file; ``on_work(opened)`` hears when it gets open work and when it has none."""
         db = await Database.open(path)
-        return cls(db, agent, model, clock or Clock(), stream_grace_ms, policy)
+        return cls(db, agent, model, clock or Clock(), stream_grace_ms, policy, on_work, budget)
 
     async def session(self, session_id: str = ROOT_SESSION, *, start: bool = True) -> Session:
         """The session, loaded from the file the first time it is used.
@@ -53,7 +65,8 @@ class Instance:
         self._opening[session_id] = fut
         try:
             session = Session(self.db, self.clock, session_id, self.agent, self.model,
-                              stream_grace_ms=self.stream_grace_ms, policy=self.policy)
+                              stream_grace_ms=self.stream_grace_ms, policy=self.policy, work=self.work,
+                              budget=self.budget)
             await session.load()
         except BaseException as exc:
             fut.set_exception(exc)
@@ -63,13 +76,25 @@ class Instance:
             self._opening.pop(session_id, None)
         self._sessions[session_id] = session
         fut.set_result(session)
+        if session.has_open_work:
+            # Listed already, unless the index was lost: then it is again. The file holds the work
+            # either way, so a failure here does not keep the instance from running it.
+            try:
+                await self.work.opened()
+            except Exception as exc:
+                log.warning("could not list the instance in the work index: %s", exc)
         if start:
             session.start()
         return session
 
     @property
     def has_open_work(self) -> bool:
-        return any(s.pending() for s in self._sessions.values())
+        """An operation is pending, running, being written, or ended without its end written."""
+        return any(s.has_open_work for s in self._sessions.values())
+
+    async def settle_work(self) -> None:
+        """Take the instance off the work index if it has no open work (once it was reopened for it, say)."""
+        await self.work.settled()
 
     @property
     def idle(self) -> bool:

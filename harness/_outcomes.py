@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["OperationResult", "Receipt", "SubmitRefused", "describe_reason", "result_of"]
+from storage import describe_problem, problem_of
+
+__all__ = ["INTERNAL_ERROR", "OperationResult", "Receipt", "SubmitRefused", "describe_reason", "result_of",
+           "storage_failure"]
+
+#: The reason of an operation that failed for a bug: the log has the traceback.
+INTERNAL_ERROR = "The assistant failed with an internal error."
 
 
 class SubmitRefused(ValueError):
@@ -44,3 +50,13 @@ def result_of(outcome: str | None, text: str | None, reason: str | None) -> Oper
     if outcome == "done":
         return OperationResult("done", text or "")
     return OperationResult("unanswered", "", reason)
+
+
+def storage_failure(exc: BaseException) -> str | None:
+    """The reason a turn that ``exc`` stopped is given, when the disk or the file is to blame; else None."""
+    problem = problem_of(exc)
+    if problem is None:
+        return None
+    words = describe_problem(problem)
+    later = " Try again later." if problem.transient else ""
+    return f"{words[0].upper()}{words[1:]}, so the answer could not be saved.{later}"

@@ -41,14 +41,25 @@ from ._events import (
     RunStarted,
     SessionReset,
 )
+from ._history import History, HistoryBudget
 from ._input import InputPolicy, check_client_messages
 from ._json import dumps, message_json
 from ._logcontext import current_operation, current_session
 from ._model import Model
-from ._outcomes import OperationResult, Receipt, SubmitRefused, describe_reason, result_of
+from ._outcomes import (
+    INTERNAL_ERROR,
+    OperationResult,
+    Receipt,
+    SubmitRefused,
+    describe_reason,
+    result_of,
+    storage_failure,
+)
 from ._recovery import Recovered, recover_operation
 from ._tools import Tool
-from ._turn import Outcome, Turn, TurnPlan, TurnSuspended
+from ._turn import Outcome, Turn, TurnPlan, TurnSuspended, Unsettled
+from ._unwritten import UnwrittenEnds
+from ._work import WorkNotices
 
 __all__ = ["Session"]
 
@@ -61,8 +72,11 @@ class _Held:
 
 class Session:
     def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model, *,
-                 stream_grace_ms: int = 10 * 60 * 1000, policy: InputPolicy | None = None) -> None:
+                 stream_grace_ms: int = 10 * 60 * 1000, policy: InputPolicy | None = None,
+                 work: WorkNotices | None = None, budget: HistoryBudget | None = None) -> None:
         self.db = db
+        self._budget = budget or HistoryBudget(0)
+        self._work_notices = work or WorkNotices(None, lambda: self.has_open_work)
         self.policy = policy or InputPolicy()
         self.stream_grace_ms = stream_grace_ms
         self._last_sweep = 0
@@ -70,8 +84,7 @@ class Session:
         self.id = session_id
         self.agent = agent
         self.model = model
-        self._messages: list[UIMessage] = []
-        self._parents: dict[str, str | None] = {}
+        self._history: History | None = None  # None while dropped to keep within the budget
         self._listeners: list[Listener] = []
         self._queue: deque[str] = deque()
         self._worker: asyncio.Task[None] | None = None
@@ -81,7 +94,6 @@ class Session:
         self._queued_inputs: dict[str, list[str]] = {}  # message ids of queued submissions
         self._queued_ids: set[str] = set()  # the same ids and those being queued, for lookups
         self._reserved: set[str] = set()  # operations being written, not queued yet
-        self._stored_ids: set[str] = set()  # every stored message of the session, on any branch
         self._streaming_id: str | None = None  # the assistant message the running turn writes
         self._queued_answers: dict[str, Answer] = {}
         self._recovered: dict[str, Recovered] = {}
@@ -89,6 +101,7 @@ class Session:
         self._resetting = False  # the worker takes no new operation until the transcript is cleared
         self.last_terminal: dict[str, Any] | None = None  # {operationId, body} of the last turn that failed
         self._client_tools: list[dict[str, Any]] = []  # schemas a browser declared, kept with the session
+        self._unwritten = UnwrittenEnds(db, self.write_settlement)  # ends told to clients, not yet written
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------
@@ -111,20 +124,12 @@ class Session:
                 self._client_tools = json.loads(session_row.client_tools_json)
             if session_row.last_terminal_json:
                 self.last_terminal = json.loads(session_row.last_terminal_json)
-        rows = await self.db.read.active_path(self.id)
-        self._messages = []
-        self._parents = {}
-        for row in rows:
-            try:
-                msg = parse_message(json.loads(row.content))
-            except (ValueError, TypeError):
-                log.warning("session %r: skipping unreadable message %r", self.id, row.id)
-                continue
-            self._messages.append(msg)
-            self._parents[msg.id] = row.parent_id
-        self._stored_ids = set(await self.db.read.message_ids(self.id))
+        await self.history()
 
-        await self.sweep_streams()
+        try:
+            await self.sweep_streams()
+        except Exception as exc:  # housekeeping: a full disk must not keep the conversation from opening
+            log.warning("session %r: sweeping finished streams failed: %s", self.id, exc)
 
     def start(self) -> None:
         """Run the queue: recovered operations first, then what was pending."""
@@ -145,8 +150,10 @@ class Session:
         A running turn is suspended first, so what it streamed is committed.
         """
         self._closed = True
+        self._budget.released(self)
         worker = self._worker
         if worker is None or worker.done():
+            await self._unwritten.flush()
             return
         if self._turn is not None:
             self._turn.suspend()
@@ -158,8 +165,54 @@ class Session:
     # -- reading --------------------------------------------------------------
 
     def messages(self) -> list[UIMessage]:
+        """The active transcript (the live list: do not mutate), when it is in memory.
+
+        A session that was idle may have dropped it to keep within the process's
+        budget: ``await history()`` first, or use ``await transcript()``.
+        """
+        if self._history is None:
+            raise RuntimeError(f"session {self.id!r}: the transcript is not in memory; await transcript()")
+        return self._history.messages
+
+    async def transcript(self) -> list[UIMessage]:
         """The active transcript (the live list: do not mutate)."""
-        return self._messages
+        return (await self.history()).messages
+
+    async def history(self) -> History:
+        """The transcript in memory, read back from storage if it was dropped."""
+        history = self._history
+        if history is None:
+            history = await History.load(self.db, self.id, on_unreadable=self._unreadable)
+            if self._history is None:  # not loaded by another caller meanwhile
+                self._history = history
+            history = self._history
+        self._budget.used(self, history.weight())
+        return history
+
+    @property
+    def loaded_history(self) -> History | None:
+        """The transcript if it is in memory now (always while an operation runs)."""
+        return self._history
+
+    def drop_history(self) -> bool:
+        """Let go of the transcript unless the session is working; whether it did."""
+        if self._history is None or self._running_id is not None or self._queue or self._reserved:
+            return False
+        self._history = None
+        return True
+
+    def _unreadable(self, message_id: str) -> None:
+        log.warning("session %r: skipping unreadable message %r", self.id, message_id)
+
+    @property
+    def _hist(self) -> History:
+        # The worker's view: an operation holds the transcript in memory while it runs.
+        assert self._history is not None, "the transcript is loaded before an operation runs"
+        return self._history
+
+    @property
+    def _messages(self) -> list[UIMessage]:
+        return self._hist.messages
 
     @property
     def running_operation(self) -> str | None:
@@ -172,6 +225,12 @@ class Session:
     @property
     def idle(self) -> bool:
         return self._running_id is None and not self._queue
+
+    @property
+    def has_open_work(self) -> bool:
+        """Work a crash must not lose: an operation pending, running, being written, or ended
+        without its end written."""
+        return not self.idle or bool(self._reserved) or bool(self._unwritten)
 
     # -- events ---------------------------------------------------------------
 
@@ -199,7 +258,8 @@ class Session:
         body: dict[str, Any] | None = None,
     ) -> Receipt:
         """Durably queue input: new messages to answer, or a regeneration of ``regenerate_from``."""
-        op_id = operation_id or self.clock.new_id()
+        # The caller's id, even "": its terminal frame must name the id the client sent.
+        op_id = operation_id if operation_id is not None else self.clock.new_id()
         existing = await self.db.read.operation(op_id)
         if existing is not None:
             return Receipt(op_id, existing.session_id, accepted=False)
@@ -218,15 +278,18 @@ class Session:
         options = {"client_tools": client_tools, "body": body}
         self._check_room()
         with self._reservation(op_id, [m.id for m in new]) as held:
+            await self._work_notices.opened()
             now = self.clock.now_ms()
             async with self.db.transaction() as tx:
                 await tx.ensure_session(self.id, now)
+                ends_written = await self._unwritten.write_in(tx)
                 if not await tx.insert_operation(op_id, self.id, kind, source, dumps(payload), dumps(options), now):
                     return Receipt(op_id, self.id, accepted=False)
                 if client_tools is not None:
                     await tx.set_client_tools(self.id, dumps(client_tools) if client_tools else None, now)
                 await tx.set_last_body(self.id, dumps(body) if body else None, now)
                 await tx.set_last_terminal(self.id, None, now)
+            ends_written()
             held.queued = True
         self.last_terminal = None
         if client_tools is not None:
@@ -237,7 +300,9 @@ class Session:
 
     def knows(self, message_id: str) -> bool:
         """Whether the session holds a message with this id: stored on any branch, streaming, or queued."""
-        return message_id in self._stored_ids or message_id in self._queued_ids or message_id == self._streaming_id
+        history = self._history  # when dropped, submit() asks storage
+        return ((history is not None and message_id in history.stored_ids) or message_id in self._queued_ids
+                or message_id == self._streaming_id)
 
     def _check_room(self) -> None:
         waiting = len(self._queue) + len(self._reserved)
@@ -285,10 +350,10 @@ class Session:
         An answer that cannot apply (unknown call, a result for a server tool, a
         call already answered) raises :class:`AnswerRefused` and writes nothing.
         """
-        op_id = operation_id or self.clock.new_id()
+        op_id = operation_id if operation_id is not None else self.clock.new_id()
         if await self.db.read.operation(op_id) is not None:
             return Receipt(op_id, self.id, accepted=False)
-        check_answer(self._messages, answer, self.agent.tool_map())
+        check_answer((await self.history()).messages, answer, self.agent.tool_map())
         if any(a.tool_call_id == answer.tool_call_id for a in self._queued_answers.values()):
             raise AnswerRefused("already_answered", f"tool call {answer.tool_call_id!r} already has an answer queued")
         kind = "approval" if answer.kind == "approval" else "tool_result"
@@ -298,13 +363,16 @@ class Session:
         except SubmitRefused as exc:
             raise AnswerRefused("queue_full", str(exc)) from None
         with self._reservation(op_id, [], answer) as held:
+            await self._work_notices.opened()
             now = self.clock.now_ms()
             async with self.db.transaction() as tx:
                 await tx.ensure_session(self.id, now)
+                ends_written = await self._unwritten.write_in(tx)
                 if not await tx.insert_operation(op_id, self.id, kind, source, dumps(payload), None, now):
                     return Receipt(op_id, self.id, accepted=False)
                 if client_tools:
                     await tx.set_client_tools(self.id, dumps(client_tools), now)
+            ends_written()
             held.queued = True
         if client_tools:
             self._client_tools = list(client_tools)
@@ -339,7 +407,17 @@ class Session:
             self._worker = asyncio.create_task(self._work(), name=f"session-worker:{self.id}")
 
     async def _work(self) -> None:
+        while True:
+            await self._drain()
+            if self._closed or self._resetting:
+                return
+            await self._work_notices.settled()
+            if not self._queue:
+                return  # nothing was queued while the index heard of it: done; else drain again
+
+    async def _drain(self) -> None:
         while self._queue and not self._closed and not self._resetting:
+            await self._unwritten.flush()
             op_id = self._queue.popleft()
             self._running_id = op_id
             current_session.set(self.id)
@@ -347,16 +425,23 @@ class Session:
             try:
                 await self._run(op_id)
             except TurnSuspended:
-                return  # shutting down: the operation stays running
+                return  # shutting down (closed): the operation stays running
+            except Unsettled as exc:
+                self._end_unsettled(op_id, exc.outcome, exc.__cause__, exc.message_ids)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("operation %s failed outside its turn", op_id)
-                await self._fail(op_id)
+            except Exception as exc:
+                if storage_failure(exc) is None:
+                    log.exception("operation %s failed outside its turn", op_id)
+                await self._fail(op_id, exc)
             finally:
                 self._running_id = None
                 self._streaming_id = None
                 self._turn = None
+                if self._budget.over and self.drop_history():
+                    # Memory is short and every transcript is at work: this one is read back
+                    # at its next operation instead of staying for it.
+                    self._budget.released(self)
                 self._unqueue(op_id)
                 self._abort_requested.discard(op_id)
             if self.clock.now_ms() - self._last_sweep > min(self.stream_grace_ms, 60_000):
@@ -369,6 +454,7 @@ class Session:
         row = await self.db.read.operation(op_id)
         if row is None or row.status not in ("pending", "running"):
             return
+        await self.history()  # held until the operation is done: drop_history() refuses while it runs
         payload = json.loads(row.input_json)
         recovered = self._recovered.pop(op_id, None)
         if recovered is not None:
@@ -395,15 +481,9 @@ class Session:
                 await tx.insert_message(self.id, m.id, parent, m.role, message_json(m), op_id, now)
                 parent = m.id
             await tx.start_operation(op_id, message_id, now)
-        self._stored_ids.update(m.id for m in new_messages)
         self._streaming_id = message_id
         if new_messages:
-            del self._messages[len(base):]  # base is a prefix of the active path
-            prev = base[-1].id if base else None
-            for m in new_messages:
-                self._messages.append(m)
-                self._parents[m.id] = prev
-                prev = m.id
+            self._hist.extend(len(base), new_messages)  # base is a prefix of the active path
         self.publish(RunStarted(op_id, message_id, continuation=False))
         carried = [m.id for m in new_messages]
         if not new_messages and regenerate_from is None:
@@ -468,7 +548,7 @@ class Session:
         async with self.db.transaction() as tx:
             await tx.update_message(self.id, updated.id, message_json(updated), now)
             await tx.start_operation(op_id, updated.id, now)
-        self._messages[index] = updated
+        self._hist.replace(index, updated)
         self.publish(MessagePersisted(updated))
         self.publish(MessageUpdated(updated))
         last = index == len(self._messages) - 1
@@ -489,7 +569,7 @@ class Session:
         async with self.db.transaction() as tx:
             await tx.consume_deferred_continuations(self.id, updated.id)
         self.publish(RunStarted(op_id, updated.id, continuation=True))
-        plan = TurnPlan(op_id, updated.id, self._parents.get(updated.id), self._messages[:index],
+        plan = TurnPlan(op_id, updated.id, self._hist.parents.get(updated.id), self._messages[:index],
                         continuation=True, existing=updated)
         turn = self._turn_for(plan)
         outcome = await turn.run()
@@ -511,7 +591,7 @@ class Session:
         async with self.db.transaction() as tx:
             await tx.update_message(self.id, updated.id, message_json(updated), now)
             await tx.finish_tool_call(self.id, tool_call_id, record[0], record[1], record[2], now)
-        self._messages[index] = updated
+        self._hist.replace(index, updated)
         self.publish(MessagePersisted(updated))
         self.publish(MessageUpdated(updated))
 
@@ -541,15 +621,28 @@ class Session:
             await tx.set_last_terminal(self.id, dumps(terminal), now)
             self.last_terminal = terminal
 
-    async def _fail(self, op_id: str) -> None:
+    async def _fail(self, op_id: str, exc: Exception) -> None:
         """Settle an operation whose run broke outside the turn: no client may wait for it forever."""
-        outcome = Outcome("error", "unanswered", "The assistant failed with an internal error.")
+        outcome = Outcome("error", "unanswered", storage_failure(exc) or INTERNAL_ERROR)
         try:
             async with self.db.transaction() as tx:
                 await self.write_settlement(tx, op_id, outcome)
-        except Exception:
-            log.exception("operation %s: recording the failure failed too", op_id)
+        except Exception as again:
+            self._end_unsettled(op_id, outcome, again)
+            return
         self._finish(op_id, outcome, ())
+
+    def _end_unsettled(self, op_id: str, outcome: Outcome, cause: BaseException | None,
+                       message_ids: Sequence[str] = ()) -> None:
+        """End an operation whose end could not be written: clients are told now, the file later."""
+        if outcome.reason == INTERNAL_ERROR and cause is not None:
+            outcome = Outcome(outcome.status, outcome.outcome, storage_failure(cause) or INTERNAL_ERROR, outcome.text)
+        log.warning("operation %s ended (%s) but its end could not be written: %s", op_id,
+                    outcome.reason or outcome.status, cause)
+        self._unwritten.add(op_id, outcome)
+        if outcome.status == "error":
+            self.last_terminal = {"operationId": op_id, "body": describe_reason(outcome.reason)}
+        self._finish(op_id, outcome, message_ids)
 
     async def sweep_streams(self) -> int:
         """Delete finished streams past their replay grace, chunks included."""
@@ -567,30 +660,10 @@ class Session:
 
     # -- the in-memory transcript -------------------------------------------------
 
-    def _place(self, msg: UIMessage, parent_id: str | None) -> None:
-        """Put a persisted message on the active path (replacing it, or as the new leaf under its parent)."""
-        for i, m in enumerate(self._messages):
-            if m.id == msg.id:
-                self._messages[i] = msg
-                return
-        if parent_id is not None:
-            self._truncate_after(parent_id)
-        self._messages.append(msg)
-        self._parents[msg.id] = parent_id
-
-    def _truncate_after(self, message_id: str) -> None:
-        for i, m in enumerate(self._messages):
-            if m.id == message_id:
-                for dropped in self._messages[i + 1:]:
-                    self._parents.pop(dropped.id, None)
-                del self._messages[i + 1:]
-                return
-
     def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None:
         # A snapshot: the turn's live message keeps growing with parts not committed yet.
         snapshot = msg.model_copy(deep=True)
-        self._stored_ids.add(snapshot.id)
-        self._place(snapshot, parent_id)
+        self._hist.place(snapshot, parent_id)
         self.publish(MessagePersisted(snapshot))
 
     # -- abort and reset ------------------------------------------------------------
@@ -623,6 +696,8 @@ class Session:
         finally:
             self._resetting = False
             self._kick()  # what was submitted during the reset runs on the empty transcript
+        if self._worker is None or self._worker.done():
+            await self._work_notices.settled()  # the worker that would have said so stopped for the reset
 
     async def _reset(self) -> None:
         for op_id in list(self._queue):
@@ -646,9 +721,8 @@ class Session:
             await tx.delete_session_streams(self.id)
             await tx.delete_session_tool_calls(self.id)
             await tx.reset_session(self.id, now)
-        self._messages = []
-        self._parents = {}
-        self._stored_ids = set()
+        self._history = History(set())
+        self._budget.used(self, 0)
         self._client_tools = []
         self.last_terminal = None
         self.publish(SessionReset())

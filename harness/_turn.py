@@ -62,13 +62,14 @@ from ._model import (
     ToolInputDelta,
     ToolInputStart,
 )
+from ._outcomes import INTERNAL_ERROR, storage_failure
 from ._recovery_policy import RecoveryPolicy
 from ._tools import Tool
 
 if TYPE_CHECKING:
     from ._session import Session
 
-__all__ = ["Outcome", "Turn", "TurnPlan", "TurnState", "TurnSuspended", "closing_chunks"]
+__all__ = ["Outcome", "Turn", "TurnPlan", "TurnState", "TurnSuspended", "Unsettled", "closing_chunks"]
 
 log = logging.getLogger("think_server.turn")
 
@@ -108,6 +109,16 @@ class _Aborted(Exception):
 
 class TurnSuspended(Exception):
     """The turn stopped for a shutdown; its operation stays running and the next start recovers it."""
+
+
+class Unsettled(Exception):
+    """The turn ended, but writing its end failed (a full disk, say): the operation is still open in
+    the file. ``outcome`` is the end to tell clients now and to write once writes work again."""
+
+    def __init__(self, outcome: Outcome, message_ids: tuple[str, ...] = ()) -> None:
+        super().__init__(outcome.reason or outcome.status)
+        self.outcome = outcome
+        self.message_ids = message_ids
 
 
 class _Stalled(Exception):
@@ -230,11 +241,16 @@ class Turn:
         except TurnSuspended:
             # Keep what streamed; recovery continues from it. Results of calls that finished go
             # with their records (and the message), or the next start would find them running.
-            if self._unrecorded:
-                records = list(self._unrecorded.values())
-                await asyncio.shield(self._commit(tool_records=records))
-            else:
-                await asyncio.shield(self._log.commit())
+            # If that cannot be written (a full disk), the next start continues from what was,
+            # and the shutdown goes on.
+            try:
+                if self._unrecorded:
+                    records = list(self._unrecorded.values())
+                    await asyncio.shield(self._commit(tool_records=records))
+                else:
+                    await asyncio.shield(self._log.commit())
+            except Exception as exc:
+                log.warning("turn %s: what streamed last could not be kept at shutdown: %s", self.operation_id, exc)
             raise
         except _Aborted:
             return await self._settle_partial("aborted", "completed", "aborted", None)
@@ -244,9 +260,14 @@ class Turn:
             return await self._settle_partial("error", "error", str(exc) or "The model call failed.", exc)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a bug or a tool framework failure: never leave the turn open
-            log.exception("turn %s failed", self.operation_id)
-            return await self._settle_partial("error", "error", "The assistant failed with an internal error.", exc)
+        except Exception as exc:  # a full disk, a bug, a tool framework failure: never leave the turn open
+            reason = storage_failure(exc)
+            if reason is None:
+                log.exception("turn %s failed", self.operation_id)
+                reason = INTERNAL_ERROR
+            else:  # not a bug: one line, no traceback
+                log.warning("turn %s stopped: %s (%s)", self.operation_id, reason, exc)
+            return await self._settle_partial("error", "error", reason, exc)
 
     async def _loop(self) -> Outcome:
         last_reason = "stop"
@@ -516,7 +537,14 @@ class Turn:
                 records.append((part.toolCallId, "interrupted", None, error))
         self._assembler.settle()
         outcome = Outcome(status, "unanswered", reason, message_text(self._assembler.message))
-        await asyncio.shield(self._commit(stream_status=stream_status, outcome=outcome, tool_records=records))
+        try:
+            await asyncio.shield(self._commit(stream_status=stream_status, outcome=outcome, tool_records=records))
+        except Exception as exc:
+            self._state = TurnState.SETTLED
+            if reason == INTERNAL_ERROR:
+                # Writing the end failed too: that, not the first failure, is what the user can act on.
+                outcome = Outcome(status, "unanswered", storage_failure(exc) or reason, outcome.text)
+            raise Unsettled(outcome, self.message_ids) from exc
         self._state = TurnState.SETTLED
         return outcome
 

@@ -10,9 +10,9 @@ optional fields omitted: the client tells "absent" from `null` in places.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Final, Literal, TypeAlias, cast
+from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from ._errors import ProtocolError, describe_value, from_validation_error
 from ._jsontext import check_value, has_surrogate_escape, is_unicode_text, load_json
@@ -24,7 +24,7 @@ __all__ = [
     "CHAT_RECOVERING",
     "CHAT_REQUEST_CANCEL",
     "IDENTITY",
-    "MAX_ID_LENGTH",
+    "MAX_CLIENT_ID_LENGTH",
     "MCP_SERVERS",
     "MESSAGE_UPDATED",
     "RPC",
@@ -97,8 +97,11 @@ RPC: Final = "rpc"
 
 # ── client → server ─────────────────────────────────────────────────────────
 
-#: Longest id a client may send (request, probe, tool call and message ids, method names).
-MAX_ID_LENGTH: Final = 256
+#: The longest id or name a client may put in a frame. The server keeps them (in its
+#: resume bookkeeping, in storage) and echoes them, so their size is not the client's to
+#: choose; the hook's own ids are a few dozen characters.
+MAX_CLIENT_ID_LENGTH: Final = 256
+ClientId: TypeAlias = Annotated[str, StringConstraints(max_length=MAX_CLIENT_ID_LENGTH)]
 
 
 class RequestInit(WireModel):
@@ -109,13 +112,13 @@ class RequestInit(WireModel):
 
 class UseChatRequest(WireModel):
     type: Literal["cf_agent_use_chat_request"] = "cf_agent_use_chat_request"
-    id: str
+    id: ClientId
     init: RequestInit
 
 
 class ChatRequestCancel(WireModel):
     type: Literal["cf_agent_chat_request_cancel"] = "cf_agent_chat_request_cancel"
-    id: str
+    id: ClientId
 
 
 class ChatClear(WireModel):
@@ -131,12 +134,12 @@ class ChatMessagesPush(WireModel):
 
 class StreamResumeRequest(WireModel):
     type: Literal["cf_agent_stream_resume_request"] = "cf_agent_stream_resume_request"
-    probeId: str | None = None
+    probeId: ClientId | None = None
 
 
 class StreamResumeAck(WireModel):
     type: Literal["cf_agent_stream_resume_ack"] = "cf_agent_stream_resume_ack"
-    id: str
+    id: ClientId
 
 
 class ClientToolSchema(WireModel):
@@ -152,9 +155,9 @@ class ClientToolSchema(WireModel):
 
 class ToolResultFrame(WireModel):
     type: Literal["cf_agent_tool_result"] = "cf_agent_tool_result"
-    toolCallId: str
+    toolCallId: ClientId
     # May be "" (public `addToolOutput` without a name): match on toolCallId only.
-    toolName: str = ""
+    toolName: ClientId = ""
     output: Any = None
     state: Literal["output-available", "output-error"] | None = None
     errorText: str | None = None
@@ -164,7 +167,7 @@ class ToolResultFrame(WireModel):
 
 class ToolApprovalFrame(WireModel):
     type: Literal["cf_agent_tool_approval"] = "cf_agent_tool_approval"
-    toolCallId: str
+    toolCallId: ClientId
     approved: bool
     autoContinue: bool | None = None
 
@@ -178,8 +181,8 @@ class StateUpdate(WireModel):
 
 class RpcRequest(WireModel):
     type: Literal["rpc"] = "rpc"
-    id: str
-    method: str
+    id: ClientId
+    method: ClientId
     args: list[Any] = Field(default_factory=list)
 
 
@@ -361,7 +364,7 @@ def _parse_frame(text: str | bytes, known: dict[str, type[WireModel]]) -> WireMo
         raise ProtocolError(f"frame field 'type': expected a string, got {describe_value(kind)}")
     raw_id = obj.get("id")
     # The id is echoed in the answer to a frame that names a request: only a usable one.
-    frame_id = raw_id if isinstance(raw_id, str) and len(raw_id) <= MAX_ID_LENGTH else None
+    frame_id = raw_id if isinstance(raw_id, str) and len(raw_id) <= MAX_CLIENT_ID_LENGTH else None
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     try:
@@ -479,8 +482,9 @@ def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = 
             continue
         what = f"{_BODY}: message at index {i}"
         check_value(raw, what, surrogates=surrogates)
-        if isinstance(message_id, str) and len(message_id) > MAX_ID_LENGTH:
-            raise ProtocolError(f"{what}: 'id' has {len(message_id)} characters, over the limit of {MAX_ID_LENGTH}")
+        if isinstance(message_id, str) and len(message_id) > MAX_CLIENT_ID_LENGTH:
+            raise ProtocolError(f"{what}: 'id' has {len(message_id)} characters, "
+                                f"over the limit of {MAX_CLIENT_ID_LENGTH}")
         message = parse_message(raw, f"{_BODY}: invalid message at index {i}")
         ids.append(message.id)
         messages.append(message)

@@ -6,9 +6,11 @@ Open a file with :meth:`Database.open`; change it only inside
 
 from ._db import Database, Reader, StorageError, Tx
 from ._index import WorkIndex
+from ._memory import sqlite_memory_used
 from ._messages import MessageRow
 from ._operations import OperationRow
 from ._paths import InvalidNameError, instance_db_path, validate_agent_name, validate_instance_name
+from ._problems import Problem, describe_problem, problem_of
 from ._schema import SCHEMA_VERSION
 from ._sessions import SessionRow
 from ._streams import StreamRow
@@ -20,6 +22,7 @@ __all__ = [
     "InvalidNameError",
     "MessageRow",
     "OperationRow",
+    "Problem",
     "Reader",
     "SessionRow",
     "StorageError",
@@ -27,7 +30,10 @@ __all__ = [
     "ToolCallRow",
     "Tx",
     "WorkIndex",
+    "describe_problem",
     "instance_db_path",
+    "problem_of",
+    "sqlite_memory_used",
     "validate_agent_name",
     "validate_instance_name",
 ]

@@ -21,16 +21,31 @@ from . import _faults
 from ._base import Params
 from ._messages import MessageReads, MessageWrites
 from ._operations import OperationReads, OperationWrites
+from ._problems import Problem, problem_of
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._sessions import SessionReads, SessionWrites
 from ._streams import StreamReads, StreamWrites
 from ._tool_calls import ToolCallReads, ToolCallWrites
+from ._writefaults import connect
 
 __all__ = ["Database", "Reader", "StorageError", "Tx"]
 
 
+#: Page cache per open file, in KiB (SQLite's default is 2 MiB).
+CACHE_KIB = 256
+#: The WAL is checkpointed into the file once it holds this many pages (4 KiB each) ...
+WAL_CHECKPOINT_PAGES = 256
+#: ... and cut back to this many bytes afterwards, instead of keeping its largest size.
+WAL_SIZE_LIMIT = 1024 * 1024
+
+
 class StorageError(Exception):
-    """The file cannot be used: newer schema, unreadable, not a database."""
+    """The file cannot be used: newer schema, unreadable, not a database, another application's."""
+
+    def __init__(self, message: str, problem: Problem = Problem.DAMAGED) -> None:
+        super().__init__(message)
+        #: What is wrong, for the words a client is shown and whether a retry may help.
+        self.problem = problem
 
 
 class Reader(MessageReads, OperationReads, SessionReads, StreamReads, ToolCallReads):
@@ -71,26 +86,33 @@ class Database:
     @classmethod
     async def open(cls, path: Path) -> Database:
         await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
-        # isolation_level=None: we issue BEGIN/COMMIT ourselves, one per state change.
+        # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change.
         try:
-            conn = await aiosqlite.connect(path, isolation_level=None)
+            conn = await connect(path)
         except sqlite3.Error as exc:
-            raise StorageError(f"cannot open {path.name}: {exc}") from exc
+            raise _open_error(path, exc) from exc
         try:
+            # Before anything writes (WAL mode rewrites the header): a file that is not ours stays as it is.
+            version = await _our_version(conn, path)
             # WAL + synchronous=NORMAL: a commit survives a killed process (not a
-            # power cut) without an fsync per commit.
+            # power cut) without an fsync per commit. A server holds hundreds of files
+            # open: each keeps a small page cache (the OS caches the file anyway) and a
+            # small WAL, checkpointed every 1 MiB and cut back after each checkpoint.
             for pragma in (
                 "PRAGMA journal_mode=WAL",
                 "PRAGMA synchronous=NORMAL",
                 "PRAGMA foreign_keys=ON",
                 "PRAGMA busy_timeout=5000",
+                f"PRAGMA cache_size=-{CACHE_KIB}",
+                f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}",
+                f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}",
             ):
                 await conn.execute(pragma)
-            await _migrate(conn, path)
+            await _migrate(conn, version)
         except BaseException as exc:
             await conn.close()
             if isinstance(exc, sqlite3.Error):
-                raise StorageError(f"cannot open {path.name}: {exc}") from exc
+                raise _open_error(path, exc) from exc
             raise
         return cls(conn, path)
 
@@ -98,6 +120,10 @@ class Database:
     async def transaction(self) -> AsyncIterator[Tx]:
         """One state change: everything inside commits together or not at all."""
         async with self._lock:
+            if self._conn.in_transaction:
+                # A COMMIT that failed without SQLite rolling back (it does for a full disk
+                # or an I/O error, not for every error): start clean, not nested.
+                await _rollback(self._conn)
             begin = asyncio.ensure_future(self._conn.execute("BEGIN IMMEDIATE"))
             try:
                 # Shielded: a cancelled caller must not leave a BEGIN running that nobody owns.
@@ -115,7 +141,7 @@ class Database:
             try:
                 yield self._tx
             except BaseException:
-                await self._conn.execute("ROLLBACK")
+                await _rollback(self._conn)
                 raise
             if faulty is not None:
                 faulty.plan.point("before_commit", faulty.writes)
@@ -156,15 +182,56 @@ async def _commit(conn: aiosqlite.Connection) -> None:
     commit.result()  # a failed COMMIT raises its error
 
 
-async def _migrate(conn: aiosqlite.Connection, path: Path) -> None:
+def _open_error(path: Path, exc: sqlite3.Error) -> StorageError:
+    return StorageError(f"cannot open {path.name}: {exc}", problem_of(exc) or Problem.DAMAGED)
+
+
+async def _rollback(conn: aiosqlite.Connection) -> None:
+    """Undo the open transaction, never hiding the error that led here.
+
+    SQLite has rolled back by itself after some errors (a failed COMMIT, an
+    I/O error), and a second ROLLBACK would raise "no transaction is active"
+    in place of the real error.
+    """
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            await conn.execute("ROLLBACK")
+
+
+# Tables every file of ours has from its first migration on; a file without them is not ours.
+_OUR_TABLES = frozenset({"meta", "sessions", "messages", "operations"})
+
+
+async def _tables(conn: aiosqlite.Connection) -> set[str]:
+    async with conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'") as cur:
+        return {str(r[0]) for r in await cur.fetchall()}
+
+
+async def _our_version(conn: aiosqlite.Connection, path: Path) -> int:
+    """The file's schema version; raises if it is newer than ours or not ours at all."""
     async with conn.execute("PRAGMA user_version") as cur:
         row = await cur.fetchone()
     version = int(row[0]) if row else 0
     if version > SCHEMA_VERSION:
         raise StorageError(
             f"{path.name} has schema version {version}, newer than this server's {SCHEMA_VERSION}; "
-            "upgrade the server"
+            "upgrade the server",
+            Problem.NEWER_SCHEMA,
         )
+    tables = await _tables(conn)
+    # Our files are versioned from their first write on. An unversioned file with tables, or a
+    # versioned one without ours, is another application's: migrating it would write into it.
+    if (version == 0 and tables) or (version > 0 and not _OUR_TABLES <= tables):
+        shown = ", ".join(sorted(tables)[:5]) or "none"
+        raise StorageError(
+            f"{path.name} is an SQLite database of another application (schema version {version}, "
+            f"tables: {shown}); it was left untouched",
+            Problem.FOREIGN,
+        )
+    return version
+
+
+async def _migrate(conn: aiosqlite.Connection, version: int) -> None:
     for number in range(version, SCHEMA_VERSION):
         # Each migration and its version bump commit together.
         script = f"BEGIN IMMEDIATE;\n{MIGRATIONS[number]}\nPRAGMA user_version = {number + 1};\nCOMMIT;"

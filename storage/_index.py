@@ -1,19 +1,26 @@
 """The data dir's small index of instances that may hold unfinished work.
 
-An instance is marked when it is activated and unmarked when it closes with
-nothing open, so at startup the server reopens only the instances a crash or
-a shutdown left with work, without opening every file.
+An instance is marked before its first open operation is written and
+unmarked once it has none left, so at startup the server reopens only the
+instances a crash or a shutdown left with work, without opening every file.
+A mark without work (a crash between the two) costs one reopen; work without
+a mark cannot happen.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
+import time
 from pathlib import Path
 
 import aiosqlite
 
 from ._db import StorageError
+from ._problems import Problem, problem_of
+from ._writefaults import connect
 
 __all__ = ["WorkIndex"]
 
@@ -30,9 +37,9 @@ class WorkIndex:
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         path = data_dir / INDEX_FILE
         try:
-            conn = await aiosqlite.connect(path, isolation_level=None)
+            conn = await connect(path)
         except sqlite3.Error as exc:
-            raise StorageError(f"cannot open {path}: {exc}") from exc
+            raise StorageError(f"cannot open {path}: {exc}", problem_of(exc) or Problem.DAMAGED) from exc
         try:
             await conn.execute("PRAGMA journal_mode=WAL")
             await conn.execute("PRAGMA synchronous=NORMAL")
@@ -40,12 +47,26 @@ class WorkIndex:
                 "CREATE TABLE IF NOT EXISTS active_instances (agent TEXT NOT NULL, name TEXT NOT NULL, "
                 "marked_at INTEGER NOT NULL, PRIMARY KEY (agent, name))"
             )
+            # A table of that name with other columns (another program's file) fails here, not later.
+            async with conn.execute("SELECT agent, name, marked_at FROM active_instances LIMIT 1"):
+                pass
         except BaseException as exc:
             await conn.close()  # its thread would keep the process alive
             if isinstance(exc, sqlite3.Error):
-                raise StorageError(f"cannot use the work index {path} (delete it to rebuild): {exc}") from exc
+                raise StorageError(f"cannot use the work index {path} (delete it to rebuild): {exc}",
+                                   problem_of(exc) or Problem.DAMAGED) from exc
             raise
         return cls(conn)
+
+    @staticmethod
+    def set_aside(data_dir: Path) -> Path:
+        """Move a damaged index (and its -wal, -shm) out of the way, for a new one; where it went."""
+        path = data_dir / INDEX_FILE
+        aside = path.with_name(f"{INDEX_FILE}.damaged-{int(time.time())}")
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+        return aside
 
     async def mark(self, agent: str, name: str, now: int) -> None:
         async with self._lock:
@@ -60,8 +81,11 @@ class WorkIndex:
             await self._conn.execute("DELETE FROM active_instances WHERE agent = ? AND name = ?", (agent, name))
 
     async def marked(self) -> list[tuple[str, str]]:
-        async with self._conn.execute("SELECT agent, name FROM active_instances ORDER BY marked_at") as cur:
-            return [(r[0], r[1]) for r in await cur.fetchall()]
+        try:
+            async with self._conn.execute("SELECT agent, name FROM active_instances ORDER BY marked_at") as cur:
+                return [(str(r[0]), str(r[1])) for r in await cur.fetchall()]
+        except sqlite3.Error as exc:  # a damaged page the opening checks did not read
+            raise StorageError(f"cannot read the work index: {exc}", problem_of(exc) or Problem.DAMAGED) from exc
 
     async def close(self) -> None:
         async with self._lock:

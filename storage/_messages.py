@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,9 +65,11 @@ class MessageReads(Access):
         """Which of ``ids`` are stored in the session, on any branch."""
         if not ids:
             return set()
-        marks = ",".join("?" * len(ids))
+        # One statement whatever the count: a placeholder per id would prepare (and cache) a
+        # new statement for every length of list a client sends.
         rows = await self._fetchall(
-            f"SELECT id FROM messages WHERE session_id = ? AND id IN ({marks})", (session_id, *ids)
+            "SELECT id FROM messages WHERE session_id = ? AND id IN (SELECT value FROM json_each(?))",
+            (session_id, json.dumps(ids)),
         )
         return {r[0] for r in rows}
 

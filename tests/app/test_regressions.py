@@ -11,15 +11,8 @@ settings' own contract) and drives the server over real WebSockets; every wait i
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
-import os
-import socket
 import sqlite3
-import struct
-import urllib.parse
 from pathlib import Path
-from typing import Any
 
 from storage import instance_db_path
 from tests.app.test_thinkchat import (
@@ -161,97 +154,50 @@ async def test_an_ack_for_another_stream_does_not_skip_the_replay_of_the_running
     await b.close()
 
 
-class RawSocket:
-    """A WebSocket client on a bare TCP stream with a tiny receive buffer, read only when asked.
-
-    Not reading lets the server's writer for this socket block on a full pipe, so frames the
-    server queues for it (its close frame included) stay queued: the socket stays open.
-    """
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-
-    @classmethod
-    async def open(cls, ws_url: str) -> RawSocket:
-        parts = urllib.parse.urlsplit(ws_url)
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(sock, (parts.hostname, parts.port))
-        reader, writer = await asyncio.open_connection(sock=sock)
-        key = base64.b64encode(os.urandom(16)).decode()
-        writer.write(f"GET {parts.path}?{parts.query} HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\n"
-                     f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-                     .encode())
-        await writer.drain()
-        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101")
-        return cls(reader, writer)
-
-    async def send(self, obj: dict[str, Any]) -> None:
-        data, mask = json.dumps(obj).encode(), os.urandom(4)
-        head = bytes([0x81, 0x80 | 126]) + struct.pack(">H", len(data)) if len(data) >= 126 \
-            else bytes([0x81, 0x80 | len(data)])
-        self.writer.write(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
-        await self.writer.drain()
-
-    async def recv(self) -> dict[str, Any]:
-        b0, b1 = await self.reader.readexactly(2)
-        n = b1 & 0x7F
-        if n >= 126:
-            n = int.from_bytes(await self.reader.readexactly(2 if n == 126 else 8), "big")
-        payload = await self.reader.readexactly(n)
-        return dict(json.loads(payload)) if b0 & 0x0F == 1 else {}
-
-    def abort(self) -> None:
-        self.writer.transport.abort()
-
-
-LONG = {"rules": [{"match": "long", "steps": [[{"text": ["x" * 1000], "repeat": 3000}]]}, *SLOW["rules"]]}
-
-
 async def test_resume_frames_from_a_replaced_socket_do_not_touch_the_socket_that_replaced_it(serve) -> None:
-    """PROTOCOL §7.4 with a reconnect storm: a tab reconnects with the same ``_pk`` while its old
-    socket, not closed yet, still sends an ACK.
+    """PROTOCOL §7.4 with a reconnect storm: a tab reconnects with the same ``_pk`` while frames
+    of its old socket are still waiting to be handled.
 
     Resume bookkeeping is kept by connection id, which both sockets share: the old socket's
     late ACK took the new socket off the waiting list and marked the stream as replayed to it,
     so the new socket's own ACK was taken as a duplicate and it got the stream with a hole.
     """
-    srv = await serve(agents_with(LONG))
+    srv = await serve(agents_with(SLOW))
     a = await Client.open(url(srv, "storm", "tab-a"))
-    long_one, frame, _ = chat_request("long")
-    await a.send(frame)
-    await a.wait_for(is_done(long_one), timeout=30)
     running, frame, _ = chat_request("first")
     await a.send(frame)
     await a.wait_for(lambda f: f.get("id") == running and '"w2 "' in f.get("body", ""))
     offer = {"type": "cf_agent_stream_resuming", "id": running}
-    old = await RawSocket.open(url(srv, "storm", "tab-b"))
+    old = await Client.open(url(srv, "storm", "tab-b"))
+    await old.wait_for(lambda f: f == offer)
+    # Another process holds the file's write lock: the old socket's next frame (a chat request)
+    # waits in its transaction, and the frames behind it wait for their turn on that socket.
+    path = instance_db_path(srv.data_dir, AGENT, "storm")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
     try:
-        while await old.recv() != offer:
-            pass
-        # A long replay the old socket does not read: the server's writer for it blocks, and the
-        # close frame queued behind the replay when the socket is replaced is not sent yet.
-        await old.send({"type": "cf_agent_stream_resume_ack", "id": long_one})
-        new = await Client.open(url(srv, "storm", "tab-b"))
-        await new.wait_for(lambda f: f == offer)  # the server has the new socket: the old one is replaced
-        late, frame, _ = chat_request("first, queued")
+        _, first_frame, _ = chat_request("held")
+        late, marker, _ = chat_request("marker")
+        await old.send(first_frame)
         await old.send({"type": "cf_agent_stream_resume_ack", "id": running})
-        await old.send(frame)  # handled after the ACK (one socket's frames are handled in order): a marker
-        path = instance_db_path(srv.data_dir, AGENT, "storm")
-        for _ in range(500):
-            with sqlite3.connect(path) as db:
-                if db.execute("SELECT 1 FROM operations WHERE id = ?", (late,)).fetchone():
-                    break
-            await asyncio.sleep(0.01)
-        else:
-            raise AssertionError("the old socket's frames were not handled")
-        assert (await probe(new))["type"] == "cf_agent_stream_resuming", "the new socket still has to resume"
-        await new.send({"type": "cf_agent_stream_resume_ack", "id": running})
-        await new.wait_for(is_done(running))
-        seqs = sorted({f["seq"] for f in frames_of(new, running) if "seq" in f})
-        assert seqs == list(range(len(seqs))), "no chunk missing in the middle"
-        await new.close()
+        await old.send(marker)
+        new = await Client.open(url(srv, "storm", "tab-b"))
+        await new.wait_for(lambda f: f == offer)  # the new socket is attached, the old one replaced
     finally:
-        old.abort()  # the server's blocked writer for it gives up
-        await a.close()
+        holder.execute("ROLLBACK")
+        holder.close()
+    for _ in range(500):  # the marker is stored once the old socket's frames before it were handled
+        with sqlite3.connect(path) as db:
+            if db.execute("SELECT 1 FROM operations WHERE id = ?", (late,)).fetchone():
+                break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the old socket's frames were not handled")
+    assert (await probe(new))["type"] == "cf_agent_stream_resuming", "the new socket still has to resume"
+    await new.send({"type": "cf_agent_stream_resume_ack", "id": running})
+    await new.wait_for(is_done(running))
+    seqs = sorted({f["seq"] for f in frames_of(new, running) if "seq" in f})
+    assert seqs == list(range(len(seqs))), "no chunk missing in the middle"
+    assert "".join(c["delta"] for c in body_chunks(frames_of(new, running)) if c["type"] == "text-delta") == SLOW_TEXT
+    await a.close()
+    await new.close()

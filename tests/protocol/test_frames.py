@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from protocol import (
+    MAX_CLIENT_ID_LENGTH,
     ChatClear,
     ChatClearFrame,
     ChatMessages,
@@ -396,3 +397,50 @@ def test_malformed_request_bodies(body: str, message: str) -> None:
         parse_chat_request_body(body)
     assert str(info.value).startswith("invalid chat request body")
     assert message in str(info.value)
+
+
+# ── client ids are bounded ──────────────────────────────────────────────────
+
+_LONG = "x" * (MAX_CLIENT_ID_LENGTH + 1)
+_MAX = "y" * MAX_CLIENT_ID_LENGTH
+
+# (frame type, the bounded field, the other fields the frame needs)
+_ID_FIELDS: list[tuple[str, str, dict[str, Any]]] = [
+    ("cf_agent_use_chat_request", "id", {"init": {"method": "POST", "body": "{}"}}),
+    ("cf_agent_chat_request_cancel", "id", {}),
+    ("cf_agent_stream_resume_request", "probeId", {}),
+    ("cf_agent_stream_resume_ack", "id", {}),
+    ("cf_agent_tool_result", "toolCallId", {"toolName": "t", "output": 1}),
+    ("cf_agent_tool_result", "toolName", {"toolCallId": "c", "output": 1}),
+    ("cf_agent_tool_approval", "toolCallId", {"approved": True}),
+    ("rpc", "id", {"method": "m"}),
+    ("rpc", "method", {"id": "r"}),
+]
+
+
+@pytest.mark.parametrize(("kind", "name", "rest"), _ID_FIELDS)
+def test_client_ids_up_to_the_limit_are_taken(kind: str, name: str, rest: dict[str, Any]) -> None:
+    frame = parse_client_frame(json.dumps({"type": kind, name: _MAX, **rest}))
+    assert getattr(frame, name) == _MAX
+
+
+@pytest.mark.parametrize(("kind", "name", "rest"), _ID_FIELDS)
+def test_client_ids_over_the_limit_are_refused(kind: str, name: str, rest: dict[str, Any]) -> None:
+    with pytest.raises(ProtocolError) as info:
+        parse_client_frame(json.dumps({"type": kind, name: _LONG, **rest}))
+    text = str(info.value)
+    assert text.startswith(f"invalid {kind} frame: field {name!r}: string should have at most "
+                           f"{MAX_CLIENT_ID_LENGTH} characters"), text
+    assert len(text) < 200, "the refused value is clipped, never echoed whole"
+    assert info.value.frame_type == kind
+    # A refused id is never carried as the id to answer; a valid one still is.
+    assert info.value.frame_id == (None if name == "id" else rest.get("id"))
+
+
+@pytest.mark.parametrize("kind", ["cf_agent_use_chat_request", "rpc"])
+def test_a_request_frame_with_a_valid_id_still_carries_it_when_another_field_is_refused(kind: str) -> None:
+    other = {"init": {"body": 3}} if kind == "cf_agent_use_chat_request" else {"method": _LONG}
+    with pytest.raises(ProtocolError) as info:
+        parse_client_frame(json.dumps({"type": kind, "id": _MAX, **other}))
+    assert info.value.frame_type == kind
+    assert info.value.frame_id == _MAX

@@ -1,0 +1,329 @@
+"""The trust boundary over real sockets: what a client can make the server send, keep and open.
+
+A replay of any length reaches a resuming client whole and in order with the live
+stream; a socket's send queue is bounded in frames and in bytes, and a client that
+never reads is closed instead of growing it; the ids a client sends, and how many of
+them a socket's resume bookkeeping keeps, are bounded; the open-instance cap holds
+under a burst of new instances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+from app import Settings
+from app._connection import MAX_PENDING_REPLAYS
+from app._thinkchat import MAX_ACKED_PER_CONNECTION
+from app.settings import SettingsError
+from protocol import MAX_CLIENT_ID_LENGTH
+from tests.app.test_resume import ack, check_resumed
+from tests.app.test_thinkchat import (
+    AGENT,
+    RESPONSE,
+    GatedModel,
+    agents_with,
+    frames_of,
+    is_type,
+    nth_delta,
+    probe,
+    send_turn,
+    url,
+)
+from tests.conftest import Client, RunningServer, chat_request, is_done
+
+# More chunks than the send queue holds frames (4096 by default), as reasoning models produce.
+FAST = 12_000
+TAIL = [f"t{i} " for i in range(200)]
+LONG_LIVE = {"rules": [{"match": "*", "steps": [[{"text": ["x "], "repeat": FAST},
+                                                {"text": TAIL, "interval_ms": 2}]]}]}
+LONG = {"rules": [{"match": "*", "steps": [[{"text": ["x "], "repeat": FAST}]]}]}
+NO_RATE_LIMIT = {"rate_limit_per_s": 1e9, "rate_burst": 1_000_000_000}
+
+
+async def until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll server-side state (it has no event to wait on) until ``pred`` holds; bounded."""
+    for _ in range(int(timeout / 0.005)):
+        if pred():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"not within {timeout} s")
+
+
+# ---------------------------------------------------------------- long replays
+
+
+@pytest.mark.parametrize("how", ["new tab", "reconnect"])
+async def test_a_replay_longer_than_the_send_queue_arrives_whole_then_goes_live(serve, how: str) -> None:
+    model = GatedModel(LONG_LIVE, pause_before=FAST + 10)
+    srv = await serve(agents_with(model))
+    pk = str(uuid.uuid4())
+    a = await Client.open(url(srv, "long", pk))
+    rid, frame, _ = chat_request("go")
+    await a.send(frame)
+    await asyncio.wait_for(model.paused.wait(), 60)
+    await a.wait_for(nth_delta(rid, FAST + 10), timeout=60)  # all of it committed and in memory
+    if how == "reconnect":
+        await a.close()
+        b = await Client.open(url(srv, "long", pk))
+    else:
+        b = await Client.open(url(srv, "long"))
+    await b.wait_for(is_type("cf_agent_stream_resuming"))
+    mark = len(b.frames)
+    model.gate.set()  # the live stream goes on while the ACK is on its way and the replay is written
+    await b.send(ack(rid))
+    await b.wait_for(is_done(rid), timeout=90, start=mark)
+    replayed = check_resumed(frames_of(b, rid), "x " * FAST + "".join(TAIL))
+    assert replayed > FAST > srv.app.state.settings.max_send_queue
+    assert b.ws.close_code is None, "the socket was not closed as too slow"
+    await b.close()
+    if how == "new tab":
+        await a.close()
+
+
+async def test_a_finished_long_stream_replays_whole_from_memory_and_after_a_restart(serve, tmp_path: Path) -> None:
+    agents = agents_with(LONG)
+    data = tmp_path / "long-stored"
+    srv = await serve(agents, data_dir=data)
+    c = await Client.open(url(srv, "stored"))
+    rid, _, _ = await send_turn(c, "go", timeout=60)
+    live = [(f["seq"], f["body"]) for f in frames_of(c, rid) if not f["done"]]
+    assert len(live) > FAST
+    await c.close()
+
+    async def replay_from(server: RunningServer) -> None:
+        r = await Client.open(url(server, "stored"))
+        await r.send(ack(rid))
+        done = await r.wait_for(is_done(rid), timeout=60)
+        frames = frames_of(r, rid)
+        assert frames[-1] is done and done["replay"] is True and done["outcome"] == "completed"
+        assert all(f["replay"] is True for f in frames[:-1])
+        assert [(f["seq"], f["body"]) for f in frames[:-1]] == live
+        assert r.ws.close_code is None, "the socket was not closed as too slow"
+        await r.close()
+
+    await replay_from(srv)  # the stream this process saw finish
+    await srv.stop()
+    await replay_from(await serve(agents, data_dir=data))  # a fresh process: from storage
+
+
+# ---------------------------------------------------------------- ids and resume bookkeeping
+
+
+async def test_ids_over_the_limit_are_refused_and_the_socket_keeps_working(serve) -> None:
+    srv = await serve()
+    pk = str(uuid.uuid4())
+    c = await Client.open(url(srv, "long-ids", pk))
+    long = "z" * (MAX_CLIENT_ID_LENGTH + 1)
+    _, request, _ = chat_request("hi", rid=long)
+    for frame in (ack(long), {"type": "cf_agent_chat_request_cancel", "id": long},
+                  {"type": "rpc", "id": long, "method": "m"}, request):
+        mark = len(c.frames)
+        await c.send(frame)
+        err = await c.wait_for(is_type("cf_agent_error"), start=mark)
+        assert f"invalid {frame['type']} frame: field 'id': string should have at most" in err["error"]
+        assert long not in err["error"]
+    await probe(c)  # every frame above has been handled
+    assert not [f for f in c.frames if f.get("id") == long], "nothing answered under the refused id"
+    chat = srv.app.state.registry.active(AGENT, "long-ids").chat
+    assert pk not in chat._acked, "a refused ACK leaves no bookkeeping"
+    _, done, _ = await send_turn(c, "hi")
+    assert done["outcome"] == "completed"
+    await c.close()
+
+
+async def test_a_socket_remembers_only_the_streams_it_acked_last(serve) -> None:
+    srv = await serve(**NO_RATE_LIMIT)
+    pk = str(uuid.uuid4())
+    c = await Client.open(url(srv, "acked", pk))
+    ids = [f"{i:0{MAX_CLIENT_ID_LENGTH}d}" for i in range(MAX_ACKED_PER_CONNECTION + 36)]
+    for rid in ids:
+        await c.send(ack(rid))
+    await c.wait_for(is_done(ids[-1]), timeout=30)
+    chat = srv.app.state.registry.active(AGENT, "acked").chat
+    assert len(chat._acked[pk]) == MAX_ACKED_PER_CONNECTION
+    # The latest is remembered (answered once only); the first was forgotten (answered again).
+    mark = len(c.frames)
+    await c.send(ack(ids[-1]))
+    await c.send(ack(ids[0]))
+    await c.wait_for(is_done(ids[0]), start=mark)
+    await probe(c)
+    assert [f["id"] for f in c.frames[mark:] if f.get("type") == RESPONSE] == [ids[0]]
+    assert len(chat._acked[pk]) == MAX_ACKED_PER_CONNECTION
+    await c.close()
+
+
+# ---------------------------------------------------------------- a client that never reads
+
+
+def test_the_byte_bound_of_the_send_queue_is_a_checked_setting() -> None:
+    assert Settings().max_send_queue_bytes == 8 * 1024 * 1024
+    assert Settings.load(environ={"THINK_MAX_SEND_QUEUE_BYTES": "1048576"}).max_send_queue_bytes == 1048576
+    with pytest.raises(SettingsError) as err:
+        Settings.load(environ={"THINK_MAX_SEND_QUEUE_BYTES": "4096"})
+    assert "THINK_MAX_SEND_QUEUE_BYTES" in str(err.value)
+
+
+async def open_non_reader(srv: RunningServer, uri: str) -> ClientConnection:
+    """A WebSocket that never reads: the library stops reading its socket once one message
+    waits, and the TCP buffers on both sides are small (as over a slow network), so what the
+    server writes backs up into its own queue soon instead of into kernel buffers (the
+    kernel grows a loopback send buffer to megabytes on its own)."""
+    host, _, rest = uri.removeprefix("ws://").partition(":")
+    port = int(rest.split("/", 1)[0])
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    raw = await connect(uri, sock=sock, max_queue=1, compression=None)  # every byte on the wire
+    me = sock.getsockname()[:2]
+    (server_side,) = [p for p in srv.server.server_state.connections if getattr(p, "client", None) == me]
+    server_side.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+    return raw
+
+
+@pytest.mark.parametrize(("bound", "limits"), [
+    ("frames", {"max_send_queue": 512}),
+    ("bytes", {"max_send_queue": 100_000, "max_send_queue_bytes": 128 * 1024}),
+])
+async def test_a_client_that_never_reads_is_closed_as_too_slow_while_others_chat_on(
+        serve, bound: str, limits: dict[str, Any]) -> None:
+    srv = await serve(**NO_RATE_LIMIT, **limits)
+    settings = srv.app.state.settings
+    registry = srv.app.state.registry
+    pk = str(uuid.uuid4())
+    raw = await open_non_reader(srv, url(srv, "flooder", pk))
+    await until(lambda: (a := registry.active(AGENT, "flooder")) is not None and pk in a.chat.connections)
+    chat = registry.active(AGENT, "flooder").chat
+    conn = chat.connections[pk]
+
+    async def flood() -> None:
+        # Each ACK (a 256-character id the server has never seen) is answered with a done frame.
+        for i in range(10_000):
+            await raw.send(json.dumps(ack(f"{i:0{MAX_CLIENT_ID_LENGTH}d}")))
+
+    acked_peak = 0
+
+    async def sample() -> None:
+        nonlocal acked_peak
+        while pk in chat.connections:  # its bookkeeping goes with it
+            acked_peak = max(acked_peak, len(chat._acked.get(pk, ())))
+            await asyncio.sleep(0)
+
+    sampler = asyncio.create_task(sample())
+    flooder = asyncio.create_task(flood())
+    try:
+        other = await Client.open(url(srv, "bystander"))
+        # Its transcript frames are larger than the byte bound: one large frame is not a backlog.
+        big = "hi " + "p" * settings.max_send_queue_bytes if bound == "bytes" else "hi"
+        for _ in range(3):
+            _, done, _ = await send_turn(other, big, timeout=30)
+            assert done["outcome"] == "completed"
+        await until(lambda: conn.too_slow, timeout=90)
+        assert conn.close_code == 1013, "not terminal: a real client would reconnect and resume"
+        assert conn.peak_frames <= settings.max_send_queue
+        assert conn.peak_bytes <= settings.max_send_queue_bytes
+        if bound == "bytes":
+            assert conn.peak_frames < settings.max_send_queue, "the byte bound closed it"
+        await until(lambda: pk not in chat.connections)  # the server let go of it
+        await sampler
+        assert 0 < acked_peak <= MAX_ACKED_PER_CONNECTION
+        assert conn.queued_frames == conn.queued_bytes == 0
+        _, done, _ = await send_turn(other, "hi", timeout=30)
+        assert done["outcome"] == "completed", "the server serves on"
+        async with httpx.AsyncClient(base_url=srv.base) as http:
+            metrics = (await http.get("/metrics")).text
+        assert 'think_refusals_total{reason="too_slow"} 1.0' in metrics
+        await other.close()
+    finally:
+        flooder.cancel()
+        sampler.cancel()
+        await asyncio.gather(flooder, sampler, return_exceptions=True)
+        raw.transport.abort()
+
+
+async def test_a_client_that_asks_for_replays_it_does_not_read_is_closed_as_too_slow(serve) -> None:
+    script = {"rules": [{"match": "long", "steps": LONG["rules"][0]["steps"]},
+                        {"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]}
+    srv = await serve(agents_with(script), **NO_RATE_LIMIT)
+    c = await Client.open(url(srv, "replays"))
+    rids = [(await send_turn(c, "long", timeout=60))[0]]
+    for i in range(MAX_PENDING_REPLAYS):
+        rids.append((await send_turn(c, f"short {i}"))[0])
+    pk = str(uuid.uuid4())
+    raw = await open_non_reader(srv, url(srv, "replays", pk))
+    try:
+        chat = srv.app.state.registry.active(AGENT, "replays").chat
+        await until(lambda: pk in chat.connections)
+        conn = chat.connections[pk]
+        for rid in rids:  # the long replay fills the socket; the others wait behind it
+            await raw.send(json.dumps(ack(rid)))
+        await until(lambda: conn.too_slow)
+        assert conn.close_code == 1013
+        assert conn.peak_frames <= len(rids), "a replay is queued as one item, not as its frames"
+        mark = len(c.frames)
+        await c.send(ack(rids[0]))  # a client that reads gets the same long replay whole
+        done = await c.wait_for(is_done(rids[0]), timeout=60, start=mark)
+        assert done["replay"] is True and done["outcome"] == "completed"
+        assert len(frames_of(c, rids[0], start=mark)) > FAST
+        assert c.ws.close_code is None
+    finally:
+        raw.transport.abort()
+    await c.close()
+
+
+# ---------------------------------------------------------------- the open-instance cap
+
+
+async def test_the_instance_cap_holds_under_a_burst_of_new_instances(serve) -> None:
+    cap, n = 50, 200
+    srv = await serve(max_actors=cap)
+    registry = srv.app.state.registry
+    peak = 0
+    sampling = True
+
+    async def sample() -> None:
+        nonlocal peak
+        while sampling:
+            peak = max(peak, len(registry) + registry.activating)
+            await asyncio.sleep(0)
+
+    async def mount(i: int) -> tuple[Client, dict[str, Any]]:
+        c = await Client.open(url(srv, f"burst-{i}"))
+        first = await c.wait_for(lambda f: f.get("type") in ("cf_agent_identity", "cf_agent_error"), timeout=60)
+        if first["type"] == "cf_agent_identity":
+            assert (await probe(c))["type"] == "cf_agent_stream_resume_none"
+        elif c._reader is not None:
+            await asyncio.wait_for(c._reader, 30)
+        return c, first
+
+    sampler = asyncio.create_task(sample())
+    try:
+        results = await asyncio.gather(*(mount(i) for i in range(n)))
+    finally:
+        sampling = False
+        await sampler
+    accepted = [c for c, first in results if first["type"] == "cf_agent_identity"]
+    refused = [(c, first) for c, first in results if first["type"] == "cf_agent_error"]
+    assert peak <= cap and len(registry) <= cap
+    assert len(accepted) == cap and len(refused) == n - cap
+    for c, err in refused:
+        assert "all are busy" in err["error"] and c.ws.close_code == 1013
+
+    for c in accepted:
+        await c.close()
+    await until(lambda: all(not a.chat.connections for a in registry._actors.values()))
+    after = await Client.open(url(srv, "after-the-burst"))
+    _, done, _ = await send_turn(after, "hi")
+    assert done["outcome"] == "completed", "an idle instance made room"
+    assert len(registry) <= cap
+    await after.close()

@@ -1,0 +1,66 @@
+"""Transcripts in memory and their shared budget (harness/_history.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness import Agent, HistoryBudget, Instance, ScriptedModel
+from protocol import message_text, parse_message
+
+SCRIPT = {"rules": [{"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]}
+
+
+def user(i: int, text: str = "hello") -> object:
+    return parse_message({"id": f"u{i}", "role": "user", "parts": [{"type": "text", "text": text}]})
+
+
+class Fake:
+    def __init__(self, busy: bool = False) -> None:
+        self.busy = busy
+        self.dropped = 0
+
+    def drop_history(self) -> bool:
+        if self.busy:
+            return False
+        self.dropped += 1
+        return True
+
+
+def test_the_least_recently_used_idle_transcripts_are_dropped_past_the_limit() -> None:
+    budget = HistoryBudget(100)
+    a, b, c = Fake(), Fake(busy=True), Fake()
+    budget.used(a, 40)
+    budget.used(b, 40)
+    budget.used(c, 10)
+    assert budget.total == 90 and a.dropped == 0
+    budget.used(c, 50)  # 130 > 100: a (oldest, idle) goes; b is busy and stays
+    assert a.dropped == 1 and b.dropped == 0 and budget.total == 90
+    budget.used(a, 40)  # a reads its transcript back: 130 again, so c (idle) goes, and b (busy) stays
+    assert c.dropped == 1 and b.dropped == 0 and budget.total == 80
+    budget.used(b, 90)
+    assert budget.total == 90 and a.dropped == 2
+    budget.used(b, 150)  # nothing left to drop: the one in use may go over the limit
+    assert budget.total == 150
+    budget.released(b)
+    assert budget.total == 0
+
+
+async def test_a_dropped_transcript_is_read_back_as_it_was(tmp_path: Path) -> None:
+    budget = HistoryBudget(1)  # every idle transcript is dropped as soon as another one is used
+    agent = Agent(model=ScriptedModel(SCRIPT))
+    one = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model, budget=budget)  # type: ignore[arg-type]
+    two = await Instance.open(tmp_path / "two.sqlite3", agent, agent.model, budget=budget)  # type: ignore[arg-type]
+    s1, s2 = await one.session(), await two.session()
+    receipt = await s1.submit([user(1, "first")])  # type: ignore[list-item]
+    await s1.wait(receipt.operation_id)
+    before = (await s1.history()).json_array()
+    await s2.history()  # s2 used: s1 (idle) lets go of its transcript
+    assert s1.loaded_history is None
+    assert s1.knows("u1") is False, "a dropped transcript's ids are asked of storage instead"
+    again = await s1.submit([user(1, "first"), user(2, "second")])  # type: ignore[list-item]
+    await s1.wait(again.operation_id)
+    texts = [message_text(m) for m in await s1.transcript()]
+    assert texts == ["first", "You said: first", "second", "You said: second"], "u1 dropped, never rewritten"
+    assert (await s1.history()).json_array().startswith(before[:-1])
+    await one.close()
+    await two.close()
