@@ -13,8 +13,7 @@ import contextlib
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from protocol import UIMessage, parse_message
@@ -55,6 +54,7 @@ from ._outcomes import (
     result_of,
     storage_failure,
 )
+from ._pending import Pending
 from ._recovery import Recovered, recover_operation
 from ._tools import Tool
 from ._turn import Outcome, Turn, TurnPlan, TurnSuspended, Unsettled
@@ -64,11 +64,6 @@ from ._work import WorkNotices
 __all__ = ["Session"]
 
 log = logging.getLogger("think_server.session")
-
-@dataclass(slots=True)
-class _Held:
-    queued: bool = False
-
 
 class Session:
     def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model, *,
@@ -91,11 +86,8 @@ class Session:
         self._turn: Turn | None = None
         self._running_id: str | None = None
         self._waiters: dict[str, list[asyncio.Future[OperationResult]]] = {}
-        self._queued_inputs: dict[str, list[str]] = {}  # message ids of queued submissions
-        self._queued_ids: set[str] = set()  # the same ids and those being queued, for lookups
-        self._reserved: set[str] = set()  # operations being written, not queued yet
+        self._pending = Pending()  # what queued operations (and those being written) carry
         self._streaming_id: str | None = None  # the assistant message the running turn writes
-        self._queued_answers: dict[str, Answer] = {}
         self._recovered: dict[str, Recovered] = {}
         self._abort_requested: set[str] = set()
         self._resetting = False  # the worker takes no new operation until the transcript is cleared
@@ -116,8 +108,7 @@ class Session:
                 if op.kind in ("input", "regenerate"):
                     # Queued messages are known from the start: a client's retry must not queue them twice.
                     ids = [m.get("id") for m in json.loads(op.input_json).get("messages", [])]
-                    self._queued_inputs[op.id] = [i for i in ids if isinstance(i, str)]
-                    self._queued_ids.update(self._queued_inputs[op.id])
+                    self._pending.add(op.id, [i for i in ids if isinstance(i, str)])
         session_row = await self.db.read.session(self.id)
         if session_row is not None:
             if session_row.client_tools_json:
@@ -196,7 +187,7 @@ class Session:
 
     def drop_history(self) -> bool:
         """Let go of the transcript unless the session is working; whether it did."""
-        if self._history is None or self._running_id is not None or self._queue or self._reserved:
+        if self._history is None or self._running_id is not None or self._queue or self._pending.reserved:
             return False
         self._history = None
         return True
@@ -230,7 +221,7 @@ class Session:
     def has_open_work(self) -> bool:
         """Work a crash must not lose: an operation pending, running, being written, or ended
         without its end written."""
-        return not self.idle or bool(self._reserved) or bool(self._unwritten)
+        return not self.idle or bool(self._pending.reserved) or bool(self._unwritten)
 
     # -- events ---------------------------------------------------------------
 
@@ -277,7 +268,7 @@ class Session:
                    "regenerate_from": regenerate_from}
         options = {"client_tools": client_tools, "body": body}
         self._check_room()
-        with self._reservation(op_id, [m.id for m in new]) as held:
+        with self._pending.reservation(op_id, [m.id for m in new]) as held:
             await self._work_notices.opened()
             now = self.clock.now_ms()
             async with self.db.transaction() as tx:
@@ -301,40 +292,14 @@ class Session:
     def knows(self, message_id: str) -> bool:
         """Whether the session holds a message with this id: stored on any branch, streaming, or queued."""
         history = self._history  # when dropped, submit() asks storage
-        return ((history is not None and message_id in history.stored_ids) or message_id in self._queued_ids
+        return ((history is not None and message_id in history.stored_ids) or self._pending.holds_message(message_id)
                 or message_id == self._streaming_id)
 
     def _check_room(self) -> None:
-        waiting = len(self._queue) + len(self._reserved)
+        waiting = len(self._queue) + len(self._pending.reserved)
         if waiting >= self.policy.max_queued_operations:
             raise SubmitRefused(f"this conversation already has {waiting} operations queued (the limit is "
                                 f"{self.policy.max_queued_operations}); wait for them to finish")
-
-    @contextlib.contextmanager
-    def _reservation(self, op_id: str, message_ids: list[str], answer: Answer | None = None) -> Iterator[_Held]:
-        """Hold a place in the queue, and what the operation carries, while it is written.
-
-        While held, a concurrent submission sees its message ids as known and a
-        second answer to its call as already given. The body marks the hold
-        ``queued`` once the operation is durable; otherwise it is let go.
-        """
-        held = _Held()
-        self._reserved.add(op_id)
-        self._queued_inputs[op_id] = message_ids
-        self._queued_ids.update(message_ids)
-        if answer is not None:
-            self._queued_answers[op_id] = answer
-        try:
-            yield held
-        finally:
-            self._reserved.discard(op_id)
-            if not held.queued:
-                self._unqueue(op_id)
-
-    def _unqueue(self, op_id: str) -> None:
-        """Forget what a queued operation held: its message ids (stored by now, or never) and its answer."""
-        self._queued_ids.difference_update(self._queued_inputs.pop(op_id, ()))
-        self._queued_answers.pop(op_id, None)
 
     async def answer(
         self,
@@ -354,7 +319,7 @@ class Session:
         if await self.db.read.operation(op_id) is not None:
             return Receipt(op_id, self.id, accepted=False)
         check_answer((await self.history()).messages, answer, self.agent.tool_map())
-        if any(a.tool_call_id == answer.tool_call_id for a in self._queued_answers.values()):
+        if self._pending.answers_call(answer.tool_call_id):
             raise AnswerRefused("already_answered", f"tool call {answer.tool_call_id!r} already has an answer queued")
         kind = "approval" if answer.kind == "approval" else "tool_result"
         payload = {"answer": answer.to_json(), "autoContinue": auto_continue}
@@ -362,7 +327,7 @@ class Session:
             self._check_room()
         except SubmitRefused as exc:
             raise AnswerRefused("queue_full", str(exc)) from None
-        with self._reservation(op_id, [], answer) as held:
+        with self._pending.reservation(op_id, answer=answer) as held:
             await self._work_notices.opened()
             now = self.clock.now_ms()
             async with self.db.transaction() as tx:
@@ -442,7 +407,7 @@ class Session:
                     # Memory is short and every transcript is at work: this one is read back
                     # at its next operation instead of staying for it.
                     self._budget.released(self)
-                self._unqueue(op_id)
+                self._pending.forget(op_id)
                 self._abort_requested.discard(op_id)
             if self.clock.now_ms() - self._last_sweep > min(self.stream_grace_ms, 60_000):
                 try:
@@ -674,7 +639,7 @@ class Session:
         for op_id in list(self._queue) if operation_id is None else [operation_id]:
             if op_id in self._queue:
                 self._queue.remove(op_id)
-                self._unqueue(op_id)
+                self._pending.forget(op_id)
                 outcome = Outcome("aborted", "unanswered", "aborted")
                 async with self.db.transaction() as tx:
                     await self.write_settlement(tx, op_id, outcome)
@@ -702,7 +667,7 @@ class Session:
     async def _reset(self) -> None:
         for op_id in list(self._queue):
             self._queue.remove(op_id)
-            self._unqueue(op_id)
+            self._pending.forget(op_id)
             outcome = Outcome("skipped", "unanswered", "reset")
             async with self.db.transaction() as tx:
                 await self.write_settlement(tx, op_id, outcome)
