@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -24,58 +20,22 @@ import httpx
 import pytest
 
 from storage import instance_db_path
-from tests.conftest import Client, chat_request, free_port, is_done
+from tests.conftest import Client, chat_request, is_done
+from tests.serverproc import ServerProcess
 
-ROOT = Path(__file__).resolve().parents[2]
 AGENT = "crash-agent"
 SLOW_TEXT = "".join(f"w{i} " for i in range(40))
 
 
-class Server:
-    def __init__(self, data_dir: Path, log_path: Path) -> None:
-        self.data_dir = data_dir
-        self.port = free_port()
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
+class Server(ServerProcess):
+    """The crash agent (tests/crash_app.py) as a subprocess; tool runs are logged across deaths."""
 
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def __init__(self, data_dir: Path, log_path: Path) -> None:
+        super().__init__(app="tests.crash_app:agents", data_dir=data_dir, log_path=log_path, log_level="info",
+                         env={"THINK_CRASH_LOG": str(data_dir / "tool-runs.log")})
 
     def ws(self, name: str, pk: str) -> str:
-        return f"ws://127.0.0.1:{self.port}/agents/{AGENT}/{name}?_pk={pk}"
-
-    async def start(self) -> None:
-        env = {**os.environ, "THINK_CRASH_LOG": str(self.data_dir / "tool-runs.log")}
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "app", "serve", "--app", "tests.crash_app:agents", "--host", "127.0.0.1",
-                 "--port", str(self.port), "--data-dir", str(self.data_dir), "--log-level", "info"],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-            )
-        for _ in range(300):
-            if self.proc.poll() is not None:
-                raise AssertionError(f"server exited: {self.log_path.read_text()[-3000:]}")
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-                writer.close()
-                return
-            except OSError:
-                await asyncio.sleep(0.05)
-        raise AssertionError("server did not listen")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        return f"{self.ws_base}/agents/{AGENT}/{name}?_pk={pk}"
 
     def tool_runs(self) -> list[str]:
         path = self.data_dir / "tool-runs.log"

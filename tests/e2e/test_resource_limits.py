@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import resource
-import signal
 import socket
 import sqlite3
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -30,68 +26,24 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Client, chat_request, free_port, is_done
+from tests.conftest import Client, chat_request, is_done
+from tests.serverproc import ServerProcess
 
-ROOT = Path(__file__).resolve().parents[2]
 AGENT = "crash-agent"
 
 
-class Server:
+class Server(ServerProcess):
     """``python -m app serve --app tests.crash_app:agents`` in a subprocess, optionally under ``ulimit -n``."""
 
     def __init__(self, tmp: Path, nofile: int | None = None) -> None:
-        self.data_dir = tmp / "data"
-        self.log_path = tmp / "server.log"
-        self.nofile = nofile
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__(app="tests.crash_app:agents", data_dir=tmp / "data", log_path=tmp / "server.log",
+                         env={"THINK_CRASH_LOG": str(tmp / "tool-runs.log")}, log_level="info", nofile=nofile)
 
     def ws(self, name: str) -> str:
-        return f"ws://127.0.0.1:{self.port}/agents/{AGENT}/{name}?_pk={uuid.uuid4()}"
-
-    def _limit(self) -> None:  # runs in the child, before exec
-        if self.nofile is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
-
-    async def start(self) -> None:
-        env = {**os.environ, "THINK_CRASH_LOG": str(self.data_dir.parent / "tool-runs.log")}
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "app", "serve", "--app", "tests.crash_app:agents", "--host", "127.0.0.1",
-                 "--port", str(self.port), "--data-dir", str(self.data_dir), "--log-level", "info"],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self._limit,
-            )
-        for _ in range(400):
-            if self.proc.poll() is not None:
-                raise AssertionError(f"server exited: {self.log()[-3000:]}")
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-                writer.close()
-                return
-            except OSError:
-                await asyncio.sleep(0.05)
-        raise AssertionError("server did not listen")
+        return f"{self.ws_base}/agents/{AGENT}/{name}?_pk={uuid.uuid4()}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
     def tool_runs(self) -> list[str]:
         path = self.data_dir.parent / "tool-runs.log"

@@ -71,7 +71,7 @@ async def chat(work: Path, *, sockets: int, seconds: float, warmup: float, sampl
     Holds: RSS growth after warm-up under 5 %, no error frame, no failed turn.
     """
     report = Report("chat")
-    with serve(work, max_actors=str(max(1000, sockets * 2)), max_sockets_per_address=str(sockets + 10),
+    async with serve(work, max_actors=str(max(1000, sockets * 2)), max_sockets_per_address=str(sockets + 10),
                max_new_instances_per_minute="0") as server:
         tally = Tally()
         stop = asyncio.Event()
@@ -143,7 +143,7 @@ async def slow_reader(work: Path, *, normal: int, floods: int = 6) -> Report:
     bounded, the others finish every turn.
     """
     report = Report("slow-reader")
-    with serve(work) as server:
+    async with serve(work) as server:
         base_rss = server.rss_mb()
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -194,7 +194,7 @@ async def storm(work: Path, *, clients: int, text: str = FLOOD_PACED, deltas: in
     from 0, every delta) and its done frame.
     """
     report = Report("storm")
-    with serve(work, max_sockets_per_address=str(clients * 2 + 10), max_new_instances_per_minute="0") as server:
+    async with serve(work, max_sockets_per_address=str(clients * 2 + 10), max_new_instances_per_minute="0") as server:
         pks = [str(uuid.uuid4()) for _ in range(clients)]
         rids = [uuid.uuid4().hex[:8] for _ in range(clients)]
         firsts = []
@@ -260,7 +260,8 @@ async def instances(work: Path, *, count: int, max_actors: int, concurrency: int
     """Touch ``count`` instances (connect, "hi", close). Holds: open instances, memory, threads
     and file descriptors stay bounded by the open-instance cap."""
     report = Report("instances")
-    with serve(work, max_actors=str(max_actors), idle_timeout_s="600", max_new_instances_per_minute="0") as server:
+    async with serve(work, max_actors=str(max_actors), idle_timeout_s="600",
+                     max_new_instances_per_minute="0") as server:
         tally = Tally()
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(count):
