@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import signal
@@ -10,6 +11,8 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+import httpx
 
 from tests.conftest import free_port
 
@@ -75,6 +78,17 @@ class ServerProcess:
             except OSError:
                 await asyncio.sleep(0.025)
         raise AssertionError(f"the server did not listen: {self.log_tail()}")
+
+    async def ready(self, timeout: float = 30.0) -> None:
+        """Wait until ``/readyz`` answers 200: the work a crash left has been taken up (recovery runs
+        in the background after the port opens)."""
+        async with httpx.AsyncClient(base_url=self.base) as http:
+            for _ in range(int(timeout / 0.05)):
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get("/readyz")).status_code == 200:
+                        return
+                await asyncio.sleep(0.05)
+        raise AssertionError(f"the server was not ready within {timeout} s: {self.log_tail()}")
 
     @property
     def alive(self) -> bool:

@@ -199,6 +199,7 @@ async def test_a_turn_that_keeps_killing_the_process_is_sealed(server: Server) -
         server.kill()
         await server.start()
     # The third start found the operation still running without progress: sealed, not run again.
+    await server.ready()  # recovery runs in the background once the port is open
     status, outcome, reason = server.operation(name, rid)
     assert (status, outcome, reason) == ("error", "unanswered", "out_of_memory")
     assert server.tool_runs().count("hangRerun start") == 3
