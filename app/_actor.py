@@ -1,82 +1,107 @@
-"""An actor: one agent instance, alive in this process.
+"""Actors: the chat side of each open agent instance.
 
-It owns the instance's file (through the harness), its connections and the
-ThinkChat adapter. Frames of one connection are handled in order; the harness
-serializes the state changes of all of them through the file's one writer.
+The harness owns the instances (opening, capping, closing idle ones); an actor
+is what the server adds to one while it is open: a ThinkChat adapter per
+session that sockets use, and their connections. A socket holds its instance
+open; a closed instance closes its sockets with ``1012`` (the client reconnects).
 """
 
 from __future__ import annotations
 
 import enum
-import time
-from pathlib import Path
+from collections.abc import Callable
 
-from harness import Agent, HistoryBudget, Instance, Model, OnWork, Session
+from harness import Harness, HarnessEvent, Instance, Session
 from protocol import Identity, McpServers, dump_frame
 
 from ._connection import Connection
 from ._thinkchat import ThinkChat
-from .settings import Settings
 
-__all__ = ["Actor", "ActorState"]
+__all__ = ["Actor", "ActorState", "ChatHost"]
 
 
 class ActorState(enum.Enum):
     ACTIVE = "active"
-    CLOSING = "closing"
     CLOSED = "closed"
 
 
 class Actor:
-    def __init__(self, agent_name: str, name: str, instance: Instance, session: Session, settings: Settings) -> None:
-        self.agent_name = agent_name
-        self.name = name
+    def __init__(self, instance: Instance) -> None:
         self.instance = instance
-        self.chat = ThinkChat(session, now_ms=instance.clock.now_ms)
+        self.agent_name = instance.agent_name
+        self.name = instance.name
+        self.chats: dict[str, ThinkChat] = {}
         self.state = ActorState.ACTIVE
-        self.last_used = time.monotonic()
 
-    @classmethod
-    async def activate(cls, agent_name: str, name: str, path: Path, agent: Agent, model: Model, *,
-                       settings: Settings, on_work: OnWork | None = None,
-                       budget: HistoryBudget | None = None) -> Actor:
-        instance = await Instance.open(path, agent, model, stream_grace_ms=int(settings.stream_grace_s * 1000),
-                                       policy=settings.input_policy(), on_work=on_work, budget=budget)
-        try:
-            session = await instance.session(start=False)
-        except BaseException:
-            await instance.close()
-            raise
-        actor = cls(agent_name, name, instance, session, settings)
-        session.start()  # after ThinkChat listens: recovered work reaches its sockets
-        return actor
+    def on_session(self, session: Session) -> None:
+        # Before the session's queue runs: recovered work reaches the sockets from its first chunk.
+        self.chats[session.id] = ThinkChat(session, now_ms=self.instance.clock.now_ms)
 
-    def touch(self) -> None:
-        self.last_used = time.monotonic()
+    def on_unload(self, session_id: str) -> None:
+        chat = self.chats.pop(session_id, None)
+        if chat is not None:
+            for conn in list(chat.connections.values()):
+                conn.close(1000, "the session was deleted")
+            chat.close()
+
+    async def chat(self, session_id: str) -> ThinkChat:
+        """The adapter of a session (loaded if it was not)."""
+        await self.instance.session(session_id)
+        return self.chats[session_id]
+
+    async def attach(self, conn: Connection, session_id: str) -> ThinkChat:
+        chat = await self.chat(session_id)
+        if await chat.connect(conn):  # else a newer socket of the same client is here: this one is closing
+            conn.send(dump_frame(Identity(name=self.name, agent=self.agent_name)))
+            conn.send(dump_frame(McpServers()))
+        return chat
 
     @property
-    def idle(self) -> bool:
-        """Nothing to lose by closing it: no sockets, no running or queued work."""
-        return not self.chat.connections and self.instance.idle
+    def connections(self) -> int:
+        return sum(len(c.connections) for c in self.chats.values())
 
-    async def attach(self, conn: Connection) -> None:
-        self.touch()
-        if not await self.chat.connect(conn):
-            return  # a newer socket of the same client is here: this one is closing
-        conn.send(dump_frame(Identity(name=self.name, agent=self.agent_name)))
-        conn.send(dump_frame(McpServers()))
-
-    def detach(self, conn: Connection) -> None:
-        self.touch()
-        self.chat.disconnect(conn)
-
-    async def close(self) -> None:
-        if self.state is not ActorState.ACTIVE:
+    def closed(self) -> None:
+        """The instance closed (a running turn was suspended and committed first)."""
+        if self.state is ActorState.CLOSED:
             return
-        self.state = ActorState.CLOSING
-        # A running turn is suspended first: what it streamed is committed for the next start.
-        await self.instance.close()
-        for conn in list(self.chat.connections.values()):
-            conn.close(1012, "server restarting")  # 1012: not terminal, the client reconnects and resumes
-        self.chat.close()
         self.state = ActorState.CLOSED
+        for chat in self.chats.values():
+            for conn in list(chat.connections.values()):
+                conn.close(1012, "server restarting")  # 1012: not terminal, the client reconnects and resumes
+            chat.close()
+
+
+class ChatHost:
+    """The actors of a harness's open instances, kept in step with it."""
+
+    def __init__(self, harness: Harness, on_event: Callable[[HarnessEvent], None] | None = None) -> None:
+        self.harness = harness
+        self._actors: dict[tuple[str, str], Actor] = {}
+        self._on_event = on_event
+        harness.registry.on_open.append(self._opened)
+        harness.registry.on_closed.append(self._closed)
+
+    def _opened(self, instance: Instance) -> None:
+        actor = Actor(instance)
+        instance.on_session.append(actor.on_session)
+        if self._on_event is not None:
+            on_event = self._on_event
+
+            def watch(session: Session) -> None:
+                session.subscribe(on_event)
+
+            instance.on_session.append(watch)
+        instance.on_unload.append(actor.on_unload)
+        self._actors[(instance.agent_name, instance.name)] = actor
+
+    def _closed(self, instance: Instance) -> None:
+        actor = self._actors.get((instance.agent_name, instance.name))
+        if actor is not None and actor.instance is instance:
+            del self._actors[(instance.agent_name, instance.name)]
+            actor.closed()
+
+    def actor(self, instance: Instance) -> Actor:
+        return self._actors[(instance.agent_name, instance.name)]
+
+    def get(self, agent: str, name: str) -> Actor | None:
+        return self._actors.get((agent, name))

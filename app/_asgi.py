@@ -7,7 +7,6 @@ import logging
 import os
 import tempfile
 from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -17,17 +16,25 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from harness import Agent, Model, ModelSpecError, ScriptedModel, resolve_model
-from protocol import agent_name_to_kebab
-from storage import InvalidNameError, StorageError, describe_problem, validate_agent_name, validate_instance_name
+from harness import (
+    ROOT_SESSION,
+    Agent,
+    CapacityError,
+    Harness,
+    Model,
+    ModelSpecError,
+    ScriptedModel,
+    SessionError,
+    validate_session_id,
+)
+from storage import InvalidNameError, StorageError, describe_problem, validate_instance_name
 
-from ._actor import Actor
+from ._actor import ChatHost
 from ._admission import AddressLimits, OriginPolicy, SocketCap
+from ._api import api_routes
 from ._auth import Authenticator, AuthError
 from ._fdlimit import fd_budget
 from ._metrics import CONTENT_TYPE_LATEST, Metrics
-from ._recovery import StartupRecovery
-from ._registry import ActorRegistry, CapacityError
 from ._socket import SocketServices, serve_socket
 from ._web import web_routes
 from .demo import DEMO_SCRIPT
@@ -38,57 +45,39 @@ __all__ = ["create_app"]
 log = logging.getLogger("think_server.app")
 
 
-def _resolve_models(agents: Mapping[str, Agent], settings: Settings) -> dict[str, Model]:
-    models: dict[str, Model] = {}
-    default: Model | None = None
-    for name, agent in agents.items():
-        if isinstance(agent.model, Model):
-            models[name] = agent.model
-        elif isinstance(agent.model, str):
-            models[name] = resolve_model(agent.model)
-        elif settings.model is not None:
-            default = default or resolve_model(settings.model)
-            models[name] = default
-        else:
-            default = default or ScriptedModel(DEMO_SCRIPT)
-            models[name] = default
-    return models
+def _default_model(settings: Settings) -> Model | str:
+    # Agents that name no model get THINK_MODEL, or the offline demo script.
+    return settings.model if settings.model is not None else ScriptedModel(DEMO_SCRIPT)
 
 
 def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) -> Starlette:
     """An ASGI app serving ``agents`` (name -> definition) under ``/agents/{kebab(name)}/{instance}``.
 
     Run it with uvicorn, or mount it in another Starlette or FastAPI app (then
-    run its lifespan too: it opens the work index and closes instances).
+    run its lifespan too: it starts and closes the harness). ``app.state.harness``
+    is the :class:`harness.Harness` behind it: code in the same process drives the
+    same instances the sockets and routes use.
     """
     settings = settings or Settings()
-    routed: dict[str, Agent] = {}
-    for name, agent in agents.items():
-        key = agent_name_to_kebab(name)
-        try:
-            validate_agent_name(key)  # it names a URL path segment and a folder of the data dir
-        except InvalidNameError as exc:
-            raise ValueError(f"agent {name!r} routes as {key!r}, which cannot be served: {exc}") from None
-        if key in routed:
-            raise ValueError(f"agents {name!r} and another agent both route as {key!r}")
-        routed[key] = agent
     try:
-        models = _resolve_models(routed, settings)
+        harness = Harness(agents, data_dir=settings.data_dir, model=_default_model(settings),
+                          max_instances=settings.max_actors, idle_timeout_s=settings.idle_timeout_s,
+                          stream_grace_s=settings.stream_grace_s,
+                          transcript_memory_mb=settings.transcript_memory_mb,
+                          input_policy=settings.input_policy(), recovery_concurrency=settings.recovery_concurrency)
     except ModelSpecError as exc:
         raise ValueError(f"invalid model setting: {exc}") from exc
-    registry = ActorRegistry(Path(settings.data_dir), routed, models, settings)
+    routed = harness.agents
+    registry = harness.registry
+    registry.capped_by = "THINK_MAX_ACTORS"
     # What the file descriptor limit leaves room for caps instances and sockets below THINK_MAX_ACTORS.
     budget = fd_budget(settings.max_actors)
     fd_limit = f"the file descriptor limit ({budget.limit})"
     if budget.capped:
         registry.cap(budget.max_instances, fd_limit)
-    recovery = StartupRecovery(registry, settings.recovery_concurrency)
+    recovery = harness.recovery
     metrics = Metrics(lambda: len(registry), lambda: registry.history_budget.total)
-
-    def watch(actor: Actor) -> None:
-        actor.chat.session.subscribe(metrics.on_event)
-
-    registry.on_activate = watch
+    host = ChatHost(harness, on_event=metrics.on_event)
     auth = Authenticator(settings)
 
     def check_address(agent: str, name: str) -> str | None:
@@ -100,7 +89,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             return str(exc)
         return None
 
-    services = SocketServices(registry, auth, OriginPolicy(settings.cors_origins),
+    services = SocketServices(harness, host, auth, OriginPolicy(settings.cors_origins),
                               AddressLimits(settings.max_sockets_per_address, settings.max_new_instances_per_minute),
                               settings, metrics, check_address, SocketCap(budget.max_sockets, fd_limit))
 
@@ -130,12 +119,16 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             return PlainTextResponse(f"not found: /{rest}", status_code=404)
         if request.method != "GET":
             return PlainTextResponse("get-messages takes GET", status_code=405)
-        actor = registry.active(agent, name)
-        if actor is None:
+        try:
+            session_id = validate_session_id(request.query_params.get("session", ""))
+        except SessionError as exc:
+            return JSONResponse({"error": str(exc), "field": "session"}, status_code=400)
+        instance = registry.active(agent, name)
+        if instance is None:
             if not registry.path_of(agent, name).exists():
                 return JSONResponse([])  # an unknown instance: answer without creating its file
             try:
-                actor = await registry.get(agent, name)
+                instance = await registry.get(agent, name)
             except CapacityError as exc:
                 return PlainTextResponse(str(exc), status_code=503, headers={"Retry-After": "1"})
             except StorageError as exc:  # the registry logged it
@@ -145,7 +138,15 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
                 if kind.transient:
                     return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
                 return JSONResponse(body, status_code=500)
-        return Response(await actor.chat.messages_text(), media_type="application/json")
+        release = instance.hold()
+        try:
+            if instance.loaded(session_id) is None and session_id != ROOT_SESSION \
+                    and not await instance.db.read.session(session_id):
+                return JSONResponse([])  # a session never used: nothing to load
+            session = await instance.session(session_id)
+            return Response((await session.history()).json_array(), media_type="application/json")
+        finally:
+            release()
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
@@ -177,21 +178,18 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         os.makedirs(settings.data_dir, exist_ok=True)
         (log.warning if budget.capped else log.info)("%s", budget.describe())
         # The port opens now; what the index lists is reopened in the background.
-        recovery.start(await registry.open_index())
+        await harness.start()
         try:
             yield
         finally:
-            await recovery.close()
-            await registry.close()
-            for model in {id(m): m for m in models.values()}.values():
-                await model.aclose()
+            await harness.close()
 
     middleware = []
     if settings.cors_origins:
         middleware.append(Middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST", "HEAD", "OPTIONS"],
+            allow_methods=["GET", "POST", "DELETE", "HEAD", "OPTIONS"],
             allow_headers=["*"],
             allow_credentials="*" not in settings.cors_origins,
             max_age=86400,
@@ -202,13 +200,15 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             Route("/readyz", readyz),
             Route("/metrics", metrics_endpoint),
             WebSocketRoute("/agents/{agent}/{name}", chat_socket),
+            *api_routes(harness, refused, check_address, settings.max_frame_bytes),
             Route("/agents/{agent}/{name}/{rest:path}", agent_http, methods=["GET", "POST", "HEAD"]),
             *web_routes(sorted(routed), guard=refused),
         ],
         middleware=middleware,
         lifespan=lifespan,
     )
-    app.state.registry = registry
+    app.state.harness = harness
+    app.state.host = host
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.address_limits = services.limits

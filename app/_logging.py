@@ -19,17 +19,14 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from contextvars import ContextVar
 
-from harness import current_operation, current_session
+from harness import current_agent, current_instance, current_operation, current_session
 
 __all__ = ["ContextFilter", "JsonFormatter", "RedactingFormatter", "RepeatFilter", "configure_logging",
            "current_agent", "current_instance", "redact"]
 
 _CONTEXT = ("agent", "instance", "session", "operation", "connection")
 
-current_agent: ContextVar[str | None] = ContextVar("think_agent", default=None)
-current_instance: ContextVar[str | None] = ContextVar("think_instance", default=None)
 
 
 class ContextFilter(logging.Filter):

@@ -11,9 +11,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from harness import CapacityError, Harness, SessionError, validate_session_id
 from protocol import (
     MAX_CLIENT_ID_LENGTH,
     RPC,
@@ -30,14 +32,13 @@ from protocol import (
 )
 from storage import StorageError, describe_problem, problem_of
 
-from ._actor import Actor
+from ._actor import Actor, ChatHost
 from ._admission import AddressLimits, OriginPolicy, SocketCap, connection_id_problem
 from ._auth import Authenticator, AuthError
 from ._close import close_reason
 from ._connection import Connection
 from ._logging import current_agent, current_instance
 from ._metrics import Metrics
-from ._registry import ActorRegistry, CapacityError
 from ._thinkchat import error_frame
 from .settings import Settings
 
@@ -88,7 +89,8 @@ def _failure(frame: ClientFrame, reason: str) -> str:
 class SocketServices:
     """What every chat socket is checked against and served by; built once per app."""
 
-    registry: ActorRegistry
+    harness: Harness
+    host: ChatHost
     auth: Authenticator
     origins: OriginPolicy
     limits: AddressLimits
@@ -147,14 +149,22 @@ async def _refuse(ws: WebSocket, error: str, code: int, reason: str) -> None:
     await ws.close(code, close_reason(reason))
 
 
-async def _admit(ws: WebSocket, agent: str, name: str, services: SocketServices) -> tuple[Actor, str, str] | None:
-    """Check the socket and open its actor: (actor, connection id, client address), or None once refused.
+class _Admitted(NamedTuple):
+    actor: Actor
+    release: Callable[[], None]  # lets the instance close again
+    conn_id: str
+    address: str  # holds a socket slot
+    session_id: str
+
+
+async def _admit(ws: WebSocket, agent: str, name: str, services: SocketServices) -> _Admitted | None:
+    """Check the socket and open its instance (held open for the socket), or None once refused.
 
     The order matters: a foreign page learns nothing, an anonymous client
     learns nothing about the agents served, and no check that fails leaves an
-    instance or a file behind. A returned client address holds a socket slot.
+    instance or a file behind.
     """
-    registry, auth, origins, limits, metrics = (services.registry, services.auth, services.origins,
+    registry, auth, origins, limits, metrics = (services.harness.registry, services.auth, services.origins,
                                                 services.limits, services.metrics)
     origin = ws.headers.get("origin")
     if origin is not None and not origins.allows(origin, ws.headers.get("host")):
@@ -177,6 +187,11 @@ async def _admit(ws: WebSocket, agent: str, name: str, services: SocketServices)
     bad_id = connection_id_problem(conn_id)
     if bad_id is not None:
         await _refuse(ws, bad_id, CLOSE_BAD_NAME, "invalid connection id (_pk)")
+        return None
+    try:
+        session_id = validate_session_id(ws.query_params.get("session", ""))
+    except SessionError as exc:
+        await _refuse(ws, str(exc), CLOSE_BAD_NAME, "invalid session id")
         return None
     sockets = services.sockets
     if not sockets.take():
@@ -201,9 +216,10 @@ async def _admit(ws: WebSocket, agent: str, name: str, services: SocketServices)
                               "the last minute, the most it may (THINK_MAX_NEW_INSTANCES_PER_MINUTE); "
                               "try again later", CLOSE_TRY_LATER, "too many new instances from this address")
             return None
-        actor = await registry.get(agent, name)
+        instance = await registry.get(agent, name)
+        release = instance.hold()  # in the same step as get(): it cannot close before the socket holds it
         admitted = True
-        return actor, conn_id, address
+        return _Admitted(services.host.actor(instance), release, conn_id, address, session_id)
     except CapacityError as exc:
         metrics.refusals.labels("capacity").inc()
         await _refuse(ws, str(exc), CLOSE_TRY_LATER, "at capacity")
@@ -231,13 +247,14 @@ async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: Socket
     if admitted is None:
         return
     settings, metrics, limits = services.settings, services.metrics, services.limits
-    actor, conn_id, address = admitted
+    actor, release, conn_id, address = admitted.actor, admitted.release, admitted.conn_id, admitted.address
+    chat = None
     conn = Connection(ws, conn_id, max_queue=settings.max_send_queue, max_queue_bytes=settings.max_send_queue_bytes,
                       on_too_slow=metrics.refusals.labels("too_slow").inc, order=order)
     bucket = TokenBucket(settings.rate_limit_per_s, settings.rate_burst)
     metrics.connections.inc()
     try:
-        await actor.attach(conn)  # inside: whatever happens, the socket's places are given back
+        chat = await actor.attach(conn, admitted.session_id)  # inside: whatever happens, the places are given back
         while True:
             message = await ws.receive()
             if message["type"] == "websocket.disconnect" or conn.too_slow:
@@ -263,7 +280,7 @@ async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: Socket
                 conn.send(_refusal(exc))
                 continue
             try:
-                await actor.chat.handle(conn, frame)
+                await chat.handle(conn, frame)
             except Exception as exc:
                 # Nothing was accepted (every state change is one transaction); the request still ends.
                 conn.send(_failure(frame, _handling_failed(exc, frame.type, conn_id)))
@@ -273,7 +290,9 @@ async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: Socket
         metrics.connections.dec()
         limits.close_socket(address)
         services.sockets.release()
-        actor.detach(conn)
+        if chat is not None:
+            chat.disconnect(conn)
+        release()
         await conn.finished()
 
 

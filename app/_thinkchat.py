@@ -30,6 +30,7 @@ from harness import (
     SessionReset,
     StreamStarted,
     SubmitRefused,
+    TranscriptChanged,
     describe_reason,
 )
 from protocol import (
@@ -410,6 +411,10 @@ class ThinkChat:
             self._on_reset()
         elif isinstance(event, MessageUpdated):
             self._broadcast(dump_frame(MessageUpdatedFrame(message=event.message)))
+        elif isinstance(event, TranscriptChanged):
+            history = self.session.loaded_history
+            if history is not None:  # written without a turn: every tab gets the new transcript
+                self._broadcast(self._transcript_frame(history))
         elif isinstance(event, MessagePersisted):
             pass  # transcripts go out at the start and the end of a turn
 

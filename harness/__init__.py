@@ -15,11 +15,15 @@ from ._events import (
     SessionReset,
     StreamStarted,
     ToolCallFinished,
+    TranscriptChanged,
 )
+from ._handles import PromptResult, SessionHandle, Sessions, WouldDeadlock
+from ._harness import Harness
 from ._history import History, HistoryBudget
 from ._input import InputPolicy
+from ._inputs import InputError, SessionInput
 from ._instance import ROOT_SESSION, Instance
-from ._logcontext import current_operation, current_session
+from ._logcontext import current_agent, current_instance, current_operation, current_session
 from ._model import (
     Finish,
     Model,
@@ -38,11 +42,14 @@ from ._model import (
     ToolInputStart,
     Usage,
 )
-from ._outcomes import OperationResult, Receipt, SubmitRefused, describe_reason
+from ._outcomes import OperationInfo, OperationResult, Receipt, SubmitRefused, describe_reason
 from ._providers import ModelSpecError, resolve_model
 from ._recovery_policy import RecoveryPolicy
+from ._registry import CapacityError, InstanceRegistry
 from ._scripted import Script, ScriptedModel, ScriptError, load_script
 from ._session import Session
+from ._sessions import SessionError, SessionExists, SessionInfo, SessionNotFound, validate_session_id
+from ._startup import StartupRecovery
 from ._tools import Tool, ToolInputError, client_tool, tool
 from ._work import OnWork
 
@@ -51,14 +58,18 @@ __all__ = [
     "Agent",
     "Answer",
     "AnswerRefused",
+    "CapacityError",
     "ChunksCommitted",
     "Clock",
     "Finish",
+    "Harness",
     "HarnessEvent",
     "History",
     "HistoryBudget",
+    "InputError",
     "InputPolicy",
     "Instance",
+    "InstanceRegistry",
     "Listener",
     "MessagePersisted",
     "MessageUpdated",
@@ -69,8 +80,10 @@ __all__ = [
     "ModelRequest",
     "ModelSpecError",
     "OnWork",
+    "OperationInfo",
     "OperationResult",
     "OperationSettled",
+    "PromptResult",
     "ReasoningDelta",
     "ReasoningEnd",
     "ReasoningStart",
@@ -81,7 +94,15 @@ __all__ = [
     "ScriptError",
     "ScriptedModel",
     "Session",
+    "SessionError",
+    "SessionExists",
+    "SessionHandle",
+    "SessionInfo",
+    "SessionInput",
+    "SessionNotFound",
     "SessionReset",
+    "Sessions",
+    "StartupRecovery",
     "StreamStarted",
     "SubmitRefused",
     "TextDelta",
@@ -94,12 +115,17 @@ __all__ = [
     "ToolInputDelta",
     "ToolInputError",
     "ToolInputStart",
+    "TranscriptChanged",
     "Usage",
+    "WouldDeadlock",
     "client_tool",
+    "current_agent",
+    "current_instance",
     "current_operation",
     "current_session",
     "describe_reason",
     "load_script",
     "resolve_model",
     "tool",
+    "validate_session_id",
 ]

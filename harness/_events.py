@@ -24,6 +24,7 @@ __all__ = [
     "SessionReset",
     "StreamStarted",
     "ToolCallFinished",
+    "TranscriptChanged",
 ]
 
 
@@ -81,6 +82,12 @@ class SessionReset:
 
 
 @dataclass(frozen=True, slots=True)
+class TranscriptChanged:
+    """The transcript changed in a way no single message describes (messages written without
+    a turn, say): re-read it."""
+
+
+@dataclass(frozen=True, slots=True)
 class ModelCallFinished:
     """A model call ended (``outcome``: completed, error, aborted, stalled) after ``seconds``."""
 
@@ -105,6 +112,7 @@ HarnessEvent: TypeAlias = (
     | MessageUpdated
     | OperationSettled
     | SessionReset
+    | TranscriptChanged
     | ModelCallFinished
     | ToolCallFinished
 )

@@ -38,15 +38,21 @@ class InputPolicy:
     max_queued_operations: int = 100
 
 
-def check_client_messages(messages: Sequence[UIMessage], policy: InputPolicy) -> list[UIMessage]:
-    """The messages as they may be stored; :class:`SubmitRefused` names the first rule broken."""
+def check_client_messages(messages: Sequence[UIMessage], policy: InputPolicy,
+                          roles: tuple[str, ...] = ("user",)) -> list[UIMessage]:
+    """The messages as they may be stored; :class:`SubmitRefused` names the first rule broken.
+
+    ``roles`` widens what a client may write without a model call (history it imports
+    may hold assistant text); the parts are user content whatever the role.
+    """
     if len(messages) > policy.max_messages_per_request:
         raise SubmitRefused(f"{len(messages)} new messages is over the limit of "
                             f"{policy.max_messages_per_request} per request")
     out = []
     for m in messages:
-        if m.role != "user":
-            raise SubmitRefused(f"client input may only add user messages; message {m.id!r} has role {m.role!r}")
+        if m.role not in roles:
+            raise SubmitRefused(f"client input may only add {' and '.join(roles)} messages; message {m.id!r} has "
+                                f"role {m.role!r}")
         for i, part in enumerate(m.parts):
             _check_part(m.id, i, part, policy)
         if m.metadata:

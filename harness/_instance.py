@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from storage import Database
@@ -27,8 +29,11 @@ DEFAULT_STREAM_GRACE_MS = 10 * 60 * 1000
 class Instance:
     def __init__(self, db: Database, agent: Agent, model: Model, clock: Clock,
                  stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None,
-                 on_work: OnWork | None = None, budget: HistoryBudget | None = None) -> None:
+                 on_work: OnWork | None = None, budget: HistoryBudget | None = None,
+                 key: tuple[str, str] = ("", "")) -> None:
         self.db = db
+        #: (agent, instance name), as the harness addresses it.
+        self.agent_name, self.name = key
         #: Shared by the sessions of every instance of a process: how much transcript memory they hold.
         self.budget = budget or HistoryBudget(0)
         #: Tells ``on_work`` when the instance gets open work and when it has none left.
@@ -40,14 +45,51 @@ class Instance:
         self.clock = clock
         self._sessions: dict[str, Session] = {}
         self._opening: dict[str, asyncio.Future[Session]] = {}
+        #: Called with each session when it is loaded, before its queue runs: a host (the chat
+        #: adapter, metrics) listens from its first event on.
+        self.on_session: list[Callable[[Session], None]] = []
+        #: Called with a session's id once it is stopped and forgotten (deleted).
+        self.on_unload: list[Callable[[str], None]] = []
+        self._holds = 0
+        self.last_used = time.monotonic()
 
     @classmethod
     async def open(cls, path: Path, agent: Agent, model: Model, clock: Clock | None = None,
                    stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None,
-                   on_work: OnWork | None = None, budget: HistoryBudget | None = None) -> Instance:
+                   on_work: OnWork | None = None, budget: HistoryBudget | None = None,
+                   key: tuple[str, str] = ("", "")) -> Instance:
         """Open the instance's file; ``on_work(opened)`` hears when it gets open work and when it has none."""
         db = await Database.open(path)
-        return cls(db, agent, model, clock or Clock(), stream_grace_ms, policy, on_work, budget)
+        return cls(db, agent, model, clock or Clock(), stream_grace_ms, policy, on_work, budget, key)
+
+    # -- use ------------------------------------------------------------------
+
+    def hold(self) -> Callable[[], None]:
+        """Keep the instance open (a socket, a caller at work) until the returned release is called."""
+        self._holds += 1
+        self.touch()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._holds -= 1
+                self.touch()
+
+        return release
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+    @property
+    def held(self) -> bool:
+        return self._holds > 0
+
+    async def recover(self) -> None:
+        """Load every session with work a dead process left open: it runs again."""
+        for session_id in await self.db.read.sessions_with_open_work():
+            await self.session(session_id)
 
     async def session(self, session_id: str = ROOT_SESSION, *, start: bool = True) -> Session:
         """The session, loaded from the file the first time it is used.
@@ -67,6 +109,7 @@ class Instance:
             session = Session(self.db, self.clock, session_id, self.agent, self.model,
                               stream_grace_ms=self.stream_grace_ms, policy=self.policy, work=self.work,
                               budget=self.budget)
+            session.instance_key = (self.agent_name, self.name)
             await session.load()
         except BaseException as exc:
             fut.set_exception(exc)
@@ -76,6 +119,11 @@ class Instance:
             self._opening.pop(session_id, None)
         self._sessions[session_id] = session
         fut.set_result(session)
+        for hook in list(self.on_session):
+            try:
+                hook(session)
+            except Exception:  # a host's hook must not keep the session from running
+                log.exception("on_session hook failed for session %r", session_id)
         if session.has_open_work:
             # Listed already, unless the index was lost: then it is again. The file holds the work
             # either way, so a failure here does not keep the instance from running it.
@@ -86,6 +134,21 @@ class Instance:
         if start:
             session.start()
         return session
+
+    def loaded(self, session_id: str) -> Session | None:
+        """The session if it is loaded now."""
+        return self._sessions.get(session_id)
+
+    async def unload(self, session_id: str) -> None:
+        """Stop and forget a loaded session (its rows are the caller's business)."""
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            await session.close()
+            for hook in list(self.on_unload):
+                try:
+                    hook(session_id)
+                except Exception:
+                    log.exception("on_unload hook failed for session %r", session_id)
 
     @property
     def has_open_work(self) -> bool:
@@ -98,8 +161,8 @@ class Instance:
 
     @property
     def idle(self) -> bool:
-        """No operation running or queued in any loaded session."""
-        return all(s.idle for s in self._sessions.values())
+        """No operation running or queued in any loaded session, and nobody holding it."""
+        return not self._holds and all(s.idle for s in self._sessions.values())
 
     async def close(self) -> None:
         for s in self._sessions.values():

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-__all__ = ["current_operation", "current_session"]
+__all__ = ["current_agent", "current_instance", "current_operation", "current_session"]
 
 current_session: ContextVar[str | None] = ContextVar("think_session", default=None)
 current_operation: ContextVar[str | None] = ContextVar("think_operation", default=None)
+current_agent: ContextVar[str | None] = ContextVar("think_agent", default=None)
+current_instance: ContextVar[str | None] = ContextVar("think_instance", default=None)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from storage import describe_problem, problem_of
+from storage import OperationRow, describe_problem, problem_of
 
-__all__ = ["INTERNAL_ERROR", "OperationResult", "Receipt", "SubmitRefused", "describe_reason", "result_of",
-           "storage_failure"]
+__all__ = ["INTERNAL_ERROR", "OperationInfo", "OperationResult", "Receipt", "SubmitRefused", "describe_reason",
+           "result_of", "storage_failure"]
 
 #: The reason of an operation that failed for a bug: the log has the traceback.
 INTERNAL_ERROR = "The assistant failed with an internal error."
@@ -30,6 +30,44 @@ class OperationResult:
     status: Literal["done", "unanswered"]
     text: str = ""
     reason: str | None = None
+
+
+OperationStatus = Literal["queued", "running", "completed", "error", "aborted", "skipped"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperationInfo:
+    """An operation as :meth:`inspect` reports it; ``outcome`` is set once it settled."""
+
+    operation_id: str
+    session: str
+    kind: str
+    status: OperationStatus
+    outcome: Literal["done", "unanswered"] | None
+    reason: str | None
+    text: str | None
+    message_ids: tuple[str, ...]
+    created_at: int
+    started_at: int | None
+    settled_at: int | None
+    attempts: int
+
+    @property
+    def settled(self) -> bool:
+        return self.outcome is not None or self.status not in ("queued", "running")
+
+    @classmethod
+    def of(cls, row: OperationRow, message_ids: list[str]) -> OperationInfo:
+        status = "queued" if row.status == "pending" else row.status
+        return cls(row.id, row.session_id, row.kind, status, row.outcome,  # type: ignore[arg-type]
+                   row.reason, row.result_text, tuple(message_ids), row.created_at, row.started_at,
+                   row.completed_at, row.attempts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operation_id": self.operation_id, "session": self.session, "kind": self.kind,
+                "status": self.status, "outcome": self.outcome, "reason": self.reason, "text": self.text,
+                "message_ids": list(self.message_ids), "created_at": self.created_at,
+                "started_at": self.started_at, "settled_at": self.settled_at, "attempts": self.attempts}
 
 
 _REASON_TEXT = {

@@ -39,11 +39,12 @@ from ._events import (
     OperationSettled,
     RunStarted,
     SessionReset,
+    TranscriptChanged,
 )
 from ._history import History, HistoryBudget
 from ._input import InputPolicy, check_client_messages
 from ._json import dumps, message_json
-from ._logcontext import current_operation, current_session
+from ._logcontext import current_agent, current_instance, current_operation, current_session
 from ._model import Model
 from ._outcomes import (
     INTERNAL_ERROR,
@@ -77,6 +78,8 @@ class Session:
         self._last_sweep = 0
         self.clock = clock
         self.id = session_id
+        #: (agent, instance name) of the instance the session belongs to, for logs and the deadlock check.
+        self.instance_key = ("", "")
         self.agent = agent
         self.model = model
         self._history: History | None = None  # None while dropped to keep within the budget
@@ -90,7 +93,8 @@ class Session:
         self._streaming_id: str | None = None  # the assistant message the running turn writes
         self._recovered: dict[str, Recovered] = {}
         self._abort_requested: set[str] = set()
-        self._resetting = False  # the worker takes no new operation until the transcript is cleared
+        # The worker takes no new operation while the transcript is cleared or written without a turn.
+        self._resetting = False
         self.last_terminal: dict[str, Any] | None = None  # {operationId, body} of the last turn that failed
         self._client_tools: list[dict[str, Any]] = []  # schemas a browser declared, kept with the session
         self._unwritten = UnwrittenEnds(db, self.write_settlement)  # ends told to clients, not yet written
@@ -363,6 +367,47 @@ class Session:
             if not waiters:
                 self._waiters.pop(operation_id, None)
 
+    async def add_messages(self, messages: Sequence[UIMessage], *, parent_id: str | None = None,
+                           upsert: bool = False, source: Literal["client", "server"] = "server") -> list[str]:
+        """Write messages without a model call, each the parent of the next, under ``parent_id``
+        (default: the end of the active path); the ids written.
+
+        A message whose id is stored is skipped (``upsert``: its content replaced), so the same
+        call twice writes once. Refused with :class:`SubmitRefused` while an operation is open.
+        """
+        if source == "client":
+            messages = check_client_messages(messages, self.policy, roles=("user", "assistant"))
+        if not self.idle or self._pending.reserved or self._resetting:
+            raise SubmitRefused("the session has an operation open; write messages once it has settled")
+        self._resetting = True  # nothing starts until the write is done
+        try:
+            history = await self.history()
+            stored = await self.db.read.existing_message_ids(self.id, [m.id for m in messages])
+            if parent_id is not None and parent_id not in stored and parent_id not in history.stored_ids:
+                raise SubmitRefused(f"parent message {parent_id!r} is not in session {self.id!r}")
+            parent = parent_id if parent_id is not None else (history.messages[-1].id if history.messages else None)
+            written: list[str] = []
+            now = self.clock.now_ms()
+            async with self.db.transaction() as tx:
+                await tx.ensure_session(self.id, now)
+                for m in messages:
+                    if m.id in stored or m.id in history.stored_ids:
+                        if upsert and await tx.update_message(self.id, m.id, message_json(m), now):
+                            written.append(m.id)
+                        continue
+                    await tx.insert_message(self.id, m.id, parent, m.role, message_json(m), None, now)
+                    stored.add(m.id)
+                    written.append(m.id)
+                    parent = m.id
+            if written:
+                self._history = None  # the active path may have moved: read it back
+                await self.history()
+                self.publish(TranscriptChanged())
+            return written
+        finally:
+            self._resetting = False
+            self._kick()
+
     # -- the worker -------------------------------------------------------------
 
     def _kick(self) -> None:
@@ -385,6 +430,8 @@ class Session:
             await self._unwritten.flush()
             op_id = self._queue.popleft()
             self._running_id = op_id
+            current_agent.set(self.instance_key[0] or current_agent.get())
+            current_instance.set(self.instance_key[1] or current_instance.get())
             current_session.set(self.id)
             current_operation.set(op_id)
             try:

@@ -49,7 +49,7 @@ from ._chunks import (
     dump_chunk,
     parse_chunk,
 )
-from ._errors import AssemblyError, ProtocolError
+from ._errors import AssemblyError, ProtocolError, describe_value
 from ._frames import (
     CHAT_CLEAR,
     CHAT_MESSAGES,
@@ -105,7 +105,7 @@ from ._frames import (
     parse_client_frame,
     parse_server_frame,
 )
-from ._jsontext import MAX_JSON_DEPTH, is_unicode_text
+from ._jsontext import MAX_JSON_DEPTH, check_value, is_unicode_text, load_json
 from ._messages import (
     TOOL_STATES,
     TOOL_TERMINAL_STATES,
@@ -231,6 +231,8 @@ __all__ = [
     "UseChatResponse",
     "agent_name_to_kebab",
     "assemble",
+    "check_value",
+    "describe_value",
     "dump_chat_response",
     "dump_chunk",
     "dump_frame",
@@ -240,6 +242,7 @@ __all__ = [
     "dump_part",
     "find_tool_part",
     "is_unicode_text",
+    "load_json",
     "message_text",
     "normalize_tool_input",
     "parse_chat_request_body",

@@ -12,7 +12,7 @@ from ._operations import OperationRow
 from ._paths import InvalidNameError, instance_db_path, validate_agent_name, validate_instance_name
 from ._problems import Problem, describe_problem, problem_of
 from ._schema import SCHEMA_VERSION
-from ._sessions import SessionRow
+from ._sessions import SessionInfoRow, SessionRow
 from ._streams import StreamRow
 from ._tool_calls import ToolCallRow
 
@@ -24,6 +24,7 @@ __all__ = [
     "OperationRow",
     "Problem",
     "Reader",
+    "SessionInfoRow",
     "SessionRow",
     "StorageError",
     "StreamRow",

@@ -64,6 +64,13 @@ class OperationReads(Access):
         return [_row(r) for r in rows]
 
 
+    async def operation_message_ids(self, session_id: str, operation_id: str) -> list[str]:
+        """The messages an operation stored (its input, then its answers), oldest first."""
+        rows = await self._fetchall(
+            "SELECT id FROM messages WHERE session_id = ? AND operation_id = ? ORDER BY seq", (session_id, operation_id)
+        )
+        return [r[0] for r in rows]
+
     async def has_deferred_continuation(self, session_id: str, message_id: str) -> bool:
         """Did an answer to a call of this message ask to continue while a sibling call was still open?"""
         r = await self._fetchone(

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ._base import Access
 
-__all__ = ["SessionReads", "SessionRow", "SessionWrites"]
+__all__ = ["SessionInfoRow", "SessionReads", "SessionRow", "SessionWrites"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +17,32 @@ class SessionRow:
     last_terminal_json: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class SessionInfoRow:
+    """A session as listed: its id, times, and how many messages its tree holds."""
+
+    id: str
+    created_at: int
+    updated_at: int
+    message_count: int
+
+
 class SessionReads(Access):
+    async def sessions(self) -> list[SessionInfoRow]:
+        """Every session with a row, oldest first."""
+        rows = await self._fetchall(
+            "SELECT s.id, s.created_at, s.updated_at, "
+            "(SELECT count(*) FROM messages m WHERE m.session_id = s.id) FROM sessions s ORDER BY s.created_at, s.id"
+        )
+        return [SessionInfoRow(r[0], r[1], r[2], r[3]) for r in rows]
+
+    async def sessions_with_open_work(self) -> list[str]:
+        """Sessions with an operation pending or running."""
+        rows = await self._fetchall(
+            "SELECT DISTINCT session_id FROM operations WHERE status IN ('pending', 'running') ORDER BY session_id"
+        )
+        return [r[0] for r in rows]
+
     async def session(self, session_id: str) -> SessionRow | None:
         r = await self._fetchone(
             "SELECT id, client_tools_json, last_body_json, last_terminal_json FROM sessions WHERE id = ?",
@@ -32,6 +57,22 @@ class SessionWrites(Access):
             "INSERT INTO sessions (id, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
             (session_id, now, now),
         )
+
+    async def create_session(self, session_id: str, now: int) -> bool:
+        """A new session row; False (and nothing written) if the id is taken."""
+        changed = await self._execute(
+            "INSERT INTO sessions (id, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            (session_id, now, now),
+        )
+        return changed > 0
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session and everything it holds (messages, streams, operations, tool calls)."""
+        await self._execute("DELETE FROM tool_calls WHERE session_id = ?", (session_id,))
+        await self._execute("DELETE FROM streams WHERE session_id = ?", (session_id,))
+        await self._execute("DELETE FROM operations WHERE session_id = ?", (session_id,))
+        await self._execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+        return await self._execute("DELETE FROM sessions WHERE id = ?", (session_id,)) > 0
 
     async def set_client_tools(self, session_id: str, client_tools_json: str | None, now: int) -> None:
         await self._execute(

@@ -187,11 +187,11 @@ async def test_idle_actors_are_closed_and_reopen_on_use(serve) -> None:
     rid, frame, _ = chat_request("hi")
     await c.send(frame)
     await c.wait_for(is_done(rid))
-    registry = srv.app.state.registry
+    registry = srv.app.state.harness.registry
     assert await registry.close_idle(float("inf")) == 0, "an actor with a socket stays open"
     await c.close()
     for _ in range(100):
-        if not registry.active("my-agent", "idle").chat.connections:
+        if not srv.app.state.host.get("my-agent", "idle").chats[""].connections:
             break
         import asyncio
 

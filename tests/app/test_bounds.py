@@ -134,7 +134,7 @@ async def test_ids_over_the_limit_are_refused_and_the_socket_keeps_working(serve
         assert long not in err["error"]
     await probe(c)  # every frame above has been handled
     assert not [f for f in c.frames if f.get("id") == long], "nothing answered under the refused id"
-    chat = srv.app.state.registry.active(AGENT, "long-ids").chat
+    chat = srv.app.state.host.get(AGENT, "long-ids").chats[""]
     assert pk not in chat._acked, "a refused ACK leaves no bookkeeping"
     _, done, _ = await send_turn(c, "hi")
     assert done["outcome"] == "completed"
@@ -149,7 +149,7 @@ async def test_a_socket_remembers_only_the_streams_it_acked_last(serve) -> None:
     for rid in ids:
         await c.send(ack(rid))
     await c.wait_for(is_done(ids[-1]), timeout=30)
-    chat = srv.app.state.registry.active(AGENT, "acked").chat
+    chat = srv.app.state.host.get(AGENT, "acked").chats[""]
     assert len(chat._acked[pk]) == MAX_ACKED_PER_CONNECTION
     # The latest is remembered (answered once only); the first was forgotten (answered again).
     mark = len(c.frames)
@@ -199,11 +199,11 @@ async def test_a_client_that_never_reads_is_closed_as_too_slow_while_others_chat
         serve, bound: str, limits: dict[str, Any]) -> None:
     srv = await serve(**NO_RATE_LIMIT, **limits)
     settings = srv.app.state.settings
-    registry = srv.app.state.registry
+    registry = srv.app.state.harness.registry
     pk = str(uuid.uuid4())
     raw = await open_non_reader(srv, url(srv, "flooder", pk))
-    await until(lambda: (a := registry.active(AGENT, "flooder")) is not None and pk in a.chat.connections)
-    chat = registry.active(AGENT, "flooder").chat
+    await until(lambda: (a := srv.app.state.host.get(AGENT, "flooder")) is not None and "" in a.chats and pk in a.chats[""].connections)
+    chat = srv.app.state.host.get(AGENT, "flooder").chats[""]
     conn = chat.connections[pk]
 
     async def flood() -> None:
@@ -262,7 +262,7 @@ async def test_a_client_that_asks_for_replays_it_does_not_read_is_closed_as_too_
     pk = str(uuid.uuid4())
     raw = await open_non_reader(srv, url(srv, "replays", pk))
     try:
-        chat = srv.app.state.registry.active(AGENT, "replays").chat
+        chat = srv.app.state.host.get(AGENT, "replays").chats[""]
         await until(lambda: pk in chat.connections)
         conn = chat.connections[pk]
         for rid in rids:  # the long replay fills the socket; the others wait behind it
@@ -287,7 +287,7 @@ async def test_a_client_that_asks_for_replays_it_does_not_read_is_closed_as_too_
 async def test_the_instance_cap_holds_under_a_burst_of_new_instances(serve) -> None:
     cap, n = 50, 200
     srv = await serve(max_actors=cap)
-    registry = srv.app.state.registry
+    registry = srv.app.state.harness.registry
     peak = 0
     sampling = True
 
@@ -321,7 +321,7 @@ async def test_the_instance_cap_holds_under_a_burst_of_new_instances(serve) -> N
 
     for c in accepted:
         await c.close()
-    await until(lambda: all(not a.chat.connections for a in registry._actors.values()))
+    await until(lambda: all(not a.connections for a in srv.app.state.host._actors.values()))
     after = await Client.open(url(srv, "after-the-burst"))
     _, done, _ = await send_turn(after, "hi")
     assert done["outcome"] == "completed", "an idle instance made room"

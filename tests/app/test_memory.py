@@ -10,7 +10,7 @@ from tests.conftest import Client, chat_request, is_done
 
 async def test_transcripts_past_the_budget_leave_memory_and_come_back_whole(serve) -> None:
     srv = await serve(transcript_memory_mb=0.01)  # about two short conversations' worth
-    registry = srv.app.state.registry
+    registry = srv.app.state.harness.registry
     names = [f"mem-{i}" for i in range(6)]
     shown: dict[str, list[dict[str, object]]] = {n: [] for n in names}
     for round_ in range(3):
@@ -21,7 +21,7 @@ async def test_transcripts_past_the_budget_leave_memory_and_come_back_whole(serv
             await c.wait_for(is_done(rid))
             shown[name] = await get_messages(srv, name)
             await c.close()
-    sessions = [registry.active(AGENT, n).chat.session for n in names]
+    sessions = [srv.app.state.host.get(AGENT, n).chats[""].session for n in names]
     assert sum(s.loaded_history is not None for s in sessions) < len(names), "some transcripts were let go"
     for name in names:
         msgs = await get_messages(srv, name)

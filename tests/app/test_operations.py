@@ -205,13 +205,13 @@ async def test_a_connection_over_its_rate_is_told_and_kept(serve) -> None:
 
 async def test_the_actor_cap_closes_the_least_recently_used_idle_actor(serve) -> None:
     srv = await serve(max_actors=2)
-    registry = srv.app.state.registry
+    registry = srv.app.state.harness.registry
     for name in ("one", "two"):
         c = await Client.open(url(srv, name))
         await c.wait_for(lambda f: f.get("type") == "cf_agent_identity")
         await c.close()
     for _ in range(100):
-        if all(not registry.active("my-agent", n).chat.connections for n in ("one", "two")):
+        if all(not srv.app.state.host.get("my-agent", n).chats[""].connections for n in ("one", "two")):
             break
         await asyncio.sleep(0.01)
     c3 = await Client.open(url(srv, "three"))

@@ -296,7 +296,7 @@ async def test_a_probe_during_the_pre_stream_window_is_pending_then_resuming(ser
         # to attach to (it has every chunk), even with r2 queued behind it; ours, not §7.3 rule 1.
         assert await probe(a, "pa") == {"type": "cf_agent_stream_resume_none", "probeId": "pa"}
 
-        session = srv.app.state.registry.active(AGENT, "pending").chat.session
+        session = srv.app.state.host.get(AGENT, "pending").chats[""].session
 
         async def hold_writer() -> None:
             async with session.db.transaction():
@@ -350,7 +350,7 @@ def c_index(c: Client, frame: dict[str, Any]) -> int:
 
 
 def stream_rows(srv: RunningServer, name: str, rid: str) -> int:
-    path = srv.app.state.registry.path_of(AGENT, name)
+    path = srv.app.state.harness.registry.path_of(AGENT, name)
     conn = sqlite3.connect(path)
     try:
         (count,) = conn.execute("SELECT count(*) FROM streams WHERE request_id = ?", (rid,)).fetchone()

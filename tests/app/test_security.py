@@ -80,7 +80,7 @@ async def test_a_foreign_origin_is_refused_before_an_actor_is_touched(serve) -> 
     assert evil.ws.close_code == 4003
     error = evil.frames[0]["error"]
     assert "https://evil.example" in error and "origin" in error
-    assert no_instance_files(srv) and srv.app.state.registry.active("my-agent", "o") is None
+    assert no_instance_files(srv) and srv.app.state.harness.registry.active("my-agent", "o") is None
     assert refusals(srv, "origin") == 1
     opaque = await refused(url(srv, "o"), Origin="null")  # a sandboxed frame or a file:// page
     assert opaque.ws.close_code == 4003 and no_instance_files(srv)
@@ -229,8 +229,8 @@ async def test_new_instances_per_address_are_capped(serve) -> None:
     third = await refused(url(srv, "n3"))
     assert third.ws.close_code == 1013 and "new agent instances" in third.frames[0]["error"]
     assert refusals(srv, "address_new_instances") == 1
-    assert srv.app.state.registry.active("my-agent", "n3") is None
-    assert not srv.app.state.registry.path_of("my-agent", "n3").exists()
+    assert srv.app.state.harness.registry.active("my-agent", "n3") is None
+    assert not srv.app.state.harness.registry.path_of("my-agent", "n3").exists()
     old = await identified(url(srv, "n1"))  # an instance that exists is no new one
     rid, frame, _ = chat_request("hi")
     await old.send(frame)

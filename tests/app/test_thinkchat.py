@@ -655,8 +655,8 @@ async def test_regenerate_answers_again_without_showing_the_old_answer_to_the_mo
     assert new["id"] != old["id"] and chunks_of(c, rid)[0]["messageId"] == new["id"]
     # Shown the old "Hello!", the scripted model would take it as its own partial answer and add nothing.
     assert text_of(new) == "Hello!"
-    actor = srv.app.state.registry.active(AGENT, "regen")
-    children = await actor.chat.session.db.read.children(actor.chat.session.id, user["id"])
+    instance = srv.app.state.harness.registry.active(AGENT, "regen")
+    children = await instance.db.read.children("", user["id"])
     assert {row.id for row in children} == {old["id"], new["id"]}, "the old answer stays on its branch"
     await c.close()
 

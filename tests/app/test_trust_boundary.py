@@ -330,7 +330,7 @@ async def test_a_storage_error_while_accepting_ends_the_request_and_loses_nothin
     c = await Client.open(url(srv, "storage"))
     await send_turn(c, "hi")
     before = await get_messages(srv, "storage")
-    db = srv.app.state.registry.active(AGENT, "storage").instance.db
+    db = srv.app.state.harness.registry.active(AGENT, "storage").db
     real = db.transaction
 
     def failing() -> Any:  # the fault seam: the next transaction cannot be opened
@@ -432,7 +432,7 @@ async def test_a_probe_never_replays_chunks_a_live_socket_already_has(serve) -> 
 async def test_the_newest_socket_of_a_client_wins_whichever_is_handled_first(serve) -> None:
     """In a reconnect storm a stale socket with the same _pk attached after the newer one."""
     srv, _ = await serve_bank(serve)
-    registry = srv.app.state.registry
+    registry = srv.app.state.harness.registry
     real_get = registry.get
     release = asyncio.Event()
     calls = 0

@@ -1,8 +1,8 @@
 """Recovery at start: reopen, in the background, the instances the work index lists.
 
-The port opens at once; a few instances at a time (``THINK_RECOVERY_CONCURRENCY``)
+The port opens at once; a few instances at a time (``recovery_concurrency``)
 are reopened, which resumes their work (the harness recovers it on load), and
-``/readyz`` reports the progress until every one was tried. An instance a
+:meth:`progress` (the server's ``/readyz``) reports it until every one was tried. An instance a
 client asks for before its turn is simply opened then (the registry opens an
 instance once, however many ask); its turn here finds it open. One that is
 found with no work left (a crash after its work ended) is taken off the index.
@@ -17,7 +17,7 @@ import enum
 import logging
 from collections import deque
 
-from ._registry import ActorRegistry, CapacityError
+from ._registry import CapacityError, InstanceRegistry
 
 __all__ = ["RecoveryState", "StartupRecovery"]
 
@@ -35,7 +35,7 @@ class RecoveryState(enum.Enum):
 
 
 class StartupRecovery:
-    def __init__(self, registry: ActorRegistry, concurrency: int) -> None:
+    def __init__(self, registry: InstanceRegistry, concurrency: int) -> None:
         self._registry = registry
         self._concurrency = max(1, concurrency)
         self.state = RecoveryState.WAITING
@@ -85,7 +85,7 @@ class StartupRecovery:
         wait = _FIRST_WAIT_S
         while True:
             try:
-                actor = await self._registry.get(agent, name)
+                instance = await self._registry.get(agent, name)
             except CapacityError:
                 await asyncio.sleep(wait)  # every open instance is busy: wait for one to finish
                 wait = min(wait * 2, _LONGEST_WAIT_S)
@@ -94,7 +94,7 @@ class StartupRecovery:
                 self.failed += 1  # the registry said why, once
                 return
             break
-        await actor.instance.settle_work()
+        await instance.settle_work()
 
     async def close(self) -> None:
         if self._task is not None and not self._task.done():

@@ -1,7 +1,7 @@
-"""The actor registry: activates an instance on first use, closes idle ones.
+"""The instance registry: opens an agent instance on first use, closes idle ones.
 
-At most ``max_actors`` instances are open or being opened (``THINK_MAX_ACTORS``,
-or fewer if the file descriptor limit allows fewer). The place of a new one
+At most ``max_instances`` instances are open or being opened (fewer if the host
+lowers the cap: the server does when the file descriptor limit allows fewer). The place of a new one
 is taken in the same synchronous step that decides it is needed (in :meth:`get`,
 before anything awaits), so a burst of sockets to new instances cannot overshoot
 the cap; an instance closed to make room is closed before the new one opens, and an
@@ -24,14 +24,17 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from harness import Agent, HistoryBudget, Model
 from storage import StorageError, WorkIndex, instance_db_path, problem_of
 
-from ._actor import Actor
-from ._logging import current_agent, current_instance
-from .settings import Settings
+from ._agent import Agent
+from ._clock import Clock
+from ._history import HistoryBudget
+from ._input import InputPolicy
+from ._instance import Instance
+from ._logcontext import current_agent, current_instance
+from ._model import Model
 
-__all__ = ["ActorRegistry", "CapacityError"]
+__all__ = ["CapacityError", "InstanceRegistry"]
 
 log = logging.getLogger("think_server.registry")
 
@@ -43,66 +46,71 @@ class CapacityError(RuntimeError):
     """No room for another open agent instance."""
 
 
-class ActorRegistry:
-    def __init__(self, data_dir: Path, agents: Mapping[str, Agent], models: Mapping[str, Model],
-                 settings: Settings) -> None:
-        self.settings = settings
+class InstanceRegistry:
+    def __init__(self, data_dir: Path, agents: Mapping[str, Agent], models: Mapping[str, Model], *,
+                 max_instances: int, idle_timeout_s: float, stream_grace_ms: int, policy: InputPolicy,
+                 budget: HistoryBudget, clock: Clock) -> None:
         #: The transcripts all open instances keep in memory, together.
-        self.history_budget = HistoryBudget(int(settings.transcript_memory_mb * 1024 * 1024))
-        self._stream_grace_ms = int(settings.stream_grace_s * 1000)
+        self.history_budget = budget
+        self._stream_grace_ms = stream_grace_ms
+        self._policy = policy
+        self._clock = clock
         self._index: WorkIndex | None = None
         self.data_dir = data_dir
         self.agents = agents
         self._models = models
-        self._idle_timeout_s = settings.idle_timeout_s
-        self.on_activate: Callable[[Actor], None] | None = None
-        self._actors: dict[_Key, Actor] = {}
+        self._idle_timeout_s = idle_timeout_s
+        #: Called with each instance as it opens, before its work resumes (a host attaches here).
+        self.on_open: list[Callable[[Instance], None]] = []
+        #: Called with each instance once it is closed.
+        self.on_closed: list[Callable[[Instance], None]] = []
+        self._open: dict[_Key, Instance] = {}
         # Each activation in progress holds one of the places from the moment it is asked for.
-        self._activating: dict[_Key, asyncio.Task[Actor]] = {}
+        self._activating: dict[_Key, asyncio.Task[Instance]] = {}
         # Closes in progress. One closed by the sweeper keeps its place in _actors until it is
         # closed; one closed to make room gives its place to the activation that waits for it.
         self._closing: dict[_Key, asyncio.Task[None]] = {}
-        # Callers of get() still waiting for an activation: until they have their actor (and
-        # attach their socket) it looks idle, and must not be closed under them.
+        # Callers of get() still waiting for an activation: until they have their instance (and
+        # hold it) it looks idle, and must not be closed under them.
         self._waiters: dict[_Key, int] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
         #: The cap on open instances, and what sets it (lowered by :meth:`cap`).
-        self.max_actors = settings.max_actors
-        self.capped_by = "THINK_MAX_ACTORS"
+        self.max_instances = max_instances
+        self.capped_by = "max_instances"
         # Files that cannot be used, with their (size, mtime, inode) when that was found.
         self._broken: dict[_Key, tuple[StorageError, tuple[int, int, int] | None]] = {}
 
-    def cap(self, max_actors: int, why: str) -> None:
-        """Open at most ``max_actors`` instances (fewer than configured): ``why`` names the limit."""
-        if max_actors < self.max_actors:
-            self.max_actors, self.capped_by = max_actors, why
+    def cap(self, max_instances: int, why: str) -> None:
+        """Open at most ``max_instances`` instances (fewer than configured): ``why`` names the limit."""
+        if max_instances < self.max_instances:
+            self.max_instances, self.capped_by = max_instances, why
 
     def path_of(self, agent: str, name: str) -> Path:
         return instance_db_path(self.data_dir, agent, name)
 
-    def active(self, agent: str, name: str) -> Actor | None:
+    def active(self, agent: str, name: str) -> Instance | None:
         key = (agent, name)
-        return None if key in self._closing else self._actors.get(key)
+        return None if key in self._closing else self._open.get(key)
 
     @property
     def activating(self) -> int:
-        """Activations in progress (each counts against ``max_actors`` like an open actor)."""
+        """Activations in progress (each counts against ``max_instances`` like an open instance)."""
         return len(self._activating)
 
-    async def get(self, agent: str, name: str) -> Actor:
-        """The actor of ``agent``/``name``, activated if needed (once, however many ask at once).
+    async def get(self, agent: str, name: str) -> Instance:
+        """The instance ``agent``/``name``, opened if needed (once, however many ask at once).
 
-        Raises :class:`CapacityError` when the cap is reached and no open actor is idle.
+        Raises :class:`CapacityError` when the cap is reached and no open instance is idle.
         """
         key = (agent, name)
         while key in self._closing:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._closing[key])
-        actor = self._actors.get(key)
-        if actor is not None:
-            actor.touch()
-            return actor
+        instance = self._open.get(key)
+        if instance is not None:
+            instance.touch()
+            return instance
         if self._closed:
             raise RuntimeError("the server is shutting down")
         task = self._activating.get(key)
@@ -197,43 +205,43 @@ class ActorRegistry:
             log.error("cannot open %s/%s, and will not try again until its file changes: %s", key[0], key[1], error)
         return error
 
-    def _evictable(self, key: _Key, actor: Actor) -> bool:
-        return actor.idle and key not in self._closing and key not in self._waiters
+    def _evictable(self, key: _Key, instance: Instance) -> bool:
+        return instance.idle and key not in self._closing and key not in self._waiters
 
     def _reserve(self) -> list[asyncio.Task[None]]:
         """Take a place for one more instance, synchronously: close the least recently used idle
-        actors if the cap is reached (their closes are returned, to be awaited before opening);
+        instances if the cap is reached (their closes are returned, to be awaited before opening);
         refuse if not enough of them are idle."""
-        over = len(self._actors) + len(self._activating) + 1 - self.max_actors
+        over = len(self._open) + len(self._activating) + 1 - self.max_instances
         if over <= 0:
             return []
-        idle = heapq.nsmallest(over, (a for k, a in self._actors.items() if self._evictable(k, a)),
+        idle = heapq.nsmallest(over, (a for k, a in self._open.items() if self._evictable(k, a)),
                                key=lambda a: a.last_used)
         if len(idle) < over:
             raise CapacityError(
-                f"this server has {len(self._actors) + len(self._activating)} agent instances open or opening, "
+                f"this server has {len(self._open) + len(self._activating)} agent instances open or opening, "
                 f"the most {self.capped_by} allows, and all are busy; try again later"
             )
         return [self._start_close((a.agent_name, a.name), a, keep_place=False) for a in idle]
 
-    def _start_close(self, key: _Key, actor: Actor, *, keep_place: bool) -> asyncio.Task[None]:
+    def _start_close(self, key: _Key, instance: Instance, *, keep_place: bool) -> asyncio.Task[None]:
         if not keep_place:
-            del self._actors[key]
-        task = asyncio.create_task(self._close_then_release(key, actor))
+            del self._open[key]
+        task = asyncio.create_task(self._close_then_release(key, instance))
         self._closing[key] = task
         return task
 
-    async def _close_then_release(self, key: _Key, actor: Actor) -> None:
+    async def _close_then_release(self, key: _Key, instance: Instance) -> None:
         try:
-            await self._close_actor(actor)
+            await self._close_instance(instance)
         except Exception:
-            log.exception("closing %s/%s failed", actor.agent_name, actor.name)
+            log.exception("closing %s/%s failed", instance.agent_name, instance.name)
         finally:
             del self._closing[key]
-            if self._actors.get(key) is actor:
-                del self._actors[key]
+            if self._open.get(key) is instance:
+                del self._open[key]
 
-    async def _activate(self, agent: str, name: str, evicted: list[asyncio.Task[None]]) -> Actor:
+    async def _activate(self, agent: str, name: str, evicted: list[asyncio.Task[None]]) -> Instance:
         key = (agent, name)
         try:
             # This task's context is copied into the session worker it starts: its logs name the instance.
@@ -243,27 +251,43 @@ class ActorRegistry:
                 # Their places are ours: at no point are more files open than the cap.
                 await asyncio.gather(*(asyncio.shield(t) for t in evicted))
             try:
-                actor = await Actor.activate(agent, name, self.path_of(agent, name), self.agents[agent],
-                                             self._models[agent], settings=self.settings,
-                                             on_work=functools.partial(self._on_work, agent, name),
-                                             budget=self.history_budget)
+                instance = await Instance.open(self.path_of(agent, name), self.agents[agent], self._models[agent],
+                                            self._clock, stream_grace_ms=self._stream_grace_ms,
+                                            policy=self._policy, on_work=functools.partial(self._on_work, agent, name),
+                                            budget=self.history_budget, key=key)
             except (StorageError, sqlite3.Error, OSError) as exc:
                 error = self._activation_failed(key, exc)
                 if error is None or error is exc:
                     raise
                 raise error from exc
-            if self.on_activate is not None:
-                self.on_activate(actor)
-            self._actors[key] = actor
+            try:
+                for hook in list(self.on_open):
+                    hook(instance)
+                await instance.recover()  # after the hooks: what resumes reaches the host's listeners
+            except BaseException:
+                await instance.close()
+                self._notify_closed(instance)
+                raise
+            self._open[key] = instance
             self._ensure_sweeper()
-            return actor
+            return instance
         finally:
             # In the same synchronous step as the insert above: the place is never counted twice.
             del self._activating[key]
 
-    async def _close_actor(self, actor: Actor) -> None:
+    async def _close_instance(self, instance: Instance) -> None:
         # The index heard when its work ended (or it still has some: then it stays listed).
-        await actor.close()
+        try:
+            await instance.close()
+        finally:
+            self._notify_closed(instance)
+
+    def _notify_closed(self, instance: Instance) -> None:
+        for hook in list(self.on_closed):
+            try:
+                hook(instance)
+            except Exception:
+                log.exception("on_closed hook failed for %s/%s", instance.agent_name, instance.name)
 
     def _ensure_sweeper(self) -> None:
         if self._sweeper is None or self._sweeper.done():
@@ -271,20 +295,20 @@ class ActorRegistry:
 
     async def _sweep_loop(self) -> None:
         interval = max(0.05, min(30.0, self._idle_timeout_s / 2))
-        while self._actors and not self._closed:
+        while self._open and not self._closed:
             await asyncio.sleep(interval)
             await self.close_idle(time.monotonic() - self._idle_timeout_s)
 
     async def close_idle(self, unused_since: float) -> int:
-        """Close actors idle and unused since ``unused_since`` (monotonic seconds)."""
-        closes = [self._start_close(key, actor, keep_place=True) for key, actor in list(self._actors.items())
-                  if self._evictable(key, actor) and actor.last_used <= unused_since]
+        """Close instances idle and unused since ``unused_since`` (monotonic seconds)."""
+        closes = [self._start_close(key, instance, keep_place=True) for key, instance in list(self._open.items())
+                  if self._evictable(key, instance) and instance.last_used <= unused_since]
         if closes:
             await asyncio.gather(*(asyncio.shield(t) for t in closes))
         return len(closes)
 
     def __len__(self) -> int:
-        return len(self._actors)
+        return len(self._open)
 
     async def close(self) -> None:
         self._closed = True
@@ -298,12 +322,12 @@ class ActorRegistry:
         for closing in list(self._closing.values()):
             with contextlib.suppress(Exception):
                 await closing
-        actors, self._actors = list(self._actors.values()), {}
-        for actor in actors:
+        instances, self._open = list(self._open.values()), {}
+        for instance in instances:
             try:
-                await self._close_actor(actor)
+                await self._close_instance(instance)
             except Exception:
-                log.exception("closing %s/%s failed", actor.agent_name, actor.name)
+                log.exception("closing %s/%s failed", instance.agent_name, instance.name)
         if self._index is not None:
             index, self._index = self._index, None
             await index.close()

@@ -1,0 +1,215 @@
+"""Handles on sessions: what code uses to drive a conversation without a socket.
+
+A handle names a session (agent, instance, session id); every call opens the
+instance if it was closed and holds it open while the call runs, so a handle
+can be kept for as long as the caller likes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from protocol import UIMessage, message_text
+
+from ._answers import Answer
+from ._events import HarnessEvent
+from ._inputs import InputError, parse_input, resolve_approval
+from ._logcontext import current_agent, current_instance, current_operation, current_session
+from ._outcomes import OperationInfo, OperationResult, Receipt
+from ._session import Session
+from ._sessions import SessionInfo, create_session, delete_session, fork_session, list_sessions
+
+if TYPE_CHECKING:
+    from ._harness import Harness
+
+__all__ = ["PromptResult", "SessionHandle", "Sessions", "WouldDeadlock"]
+
+
+class WouldDeadlock(RuntimeError):
+    """A blocking call on a session from inside one of its own running turns."""
+
+
+@dataclass(frozen=True, slots=True)
+class PromptResult:
+    """What :meth:`SessionHandle.prompt` returns: the outcome, the answer's text and message."""
+
+    operation_id: str
+    status: Literal["done", "unanswered"]
+    text: str
+    reason: str | None
+    message: UIMessage | None
+
+
+class SessionHandle:
+    def __init__(self, harness: Harness, agent: str, name: str, session_id: str) -> None:
+        self._harness = harness
+        self.agent = agent
+        self.name = name
+        self.id = session_id
+
+    def __repr__(self) -> str:
+        return f"<SessionHandle {self.agent}/{self.name} session={self.id!r}>"
+
+    @contextlib.asynccontextmanager
+    async def _use(self) -> AsyncIterator[Session]:
+        async with self._harness.hold(self.agent, self.name) as instance:
+            yield await instance.session(self.id)
+
+    def _check_not_inside(self, what: str) -> None:
+        if (current_operation.get() is not None and current_session.get() == self.id
+                and current_agent.get() == self.agent and current_instance.get() == self.name):
+            raise WouldDeadlock(f"{what}() on session {self.id!r} from inside one of its own turns would wait "
+                                "forever: the turn must end before the next operation runs; submit() instead")
+
+    # -- operations -------------------------------------------------------------------
+
+    async def submit(self, input: object, *, operation_id: str | None = None, auto_continue: bool = True,
+                     source: Literal["server", "client"] = "server") -> Receipt:
+        """Durably queue ``input`` (see :mod:`harness._inputs` for its forms); it runs in its turn.
+
+        The same ``operation_id`` again returns a receipt with ``accepted=False`` and starts
+        nothing. Input with ``source="client"`` is checked as untrusted (user content only).
+        Raises :class:`InputError`, :class:`SubmitRefused` or :class:`AnswerRefused`.
+        """
+        parsed = parse_input(input, self._harness.clock.new_id)
+        async with self._use() as session:
+            if isinstance(parsed, Answer):
+                if operation_id is not None and await session.db.read.operation(operation_id) is not None:
+                    return Receipt(operation_id, self.id, accepted=False)
+                answer = resolve_approval(parsed, await session.transcript())
+                return await session.answer(answer, operation_id=operation_id, source=source,
+                                            auto_continue=auto_continue)
+            return await session.submit(parsed, operation_id=operation_id, source=source)
+
+    # The timeout is part of the API (and of HTTP's ?wait=): callers need not know asyncio.timeout.
+    async def wait(self, operation_id: str, timeout: float | None = None) -> OperationResult:  # noqa: ASYNC109
+        """The operation's result once it settles; TimeoutError after ``timeout`` seconds."""
+        self._check_not_inside("wait")
+        async with self._use() as session:
+            return await asyncio.wait_for(session.wait(operation_id), timeout)
+
+    async def prompt(self, input: object, *, operation_id: str | None = None,
+                     timeout: float | None = None) -> PromptResult:  # noqa: ASYNC109
+        """Submit, wait, and return the answer's text and message."""
+        self._check_not_inside("prompt")
+        receipt = await self.submit(input, operation_id=operation_id)
+        result = await self.wait(receipt.operation_id, timeout)
+        info = await self.inspect(receipt.operation_id)
+        message = None
+        if info is not None:
+            messages = {m.id: m for m in await self.messages()}
+            answers = [messages[i] for i in info.message_ids if i in messages and messages[i].role == "assistant"]
+            message = answers[-1] if answers else None
+        text = result.text or (message_text(message) if message is not None and result.status == "done" else "")
+        return PromptResult(receipt.operation_id, result.status, text, result.reason, message)
+
+    async def inspect(self, operation_id: str) -> OperationInfo | None:
+        """Status, outcome, reason, message ids, times and attempts of an operation of this session."""
+        async with self._harness.hold(self.agent, self.name) as instance:
+            row = await instance.db.read.operation(operation_id)
+            if row is None or row.session_id != self.id:
+                return None
+            ids = await instance.db.read.operation_message_ids(self.id, operation_id)
+        if row.target_message_id and row.target_message_id not in ids and row.status != "pending":
+            ids.append(row.target_message_id)
+        return OperationInfo.of(row, ids)
+
+    async def pending(self) -> list[str]:
+        """Operations not settled yet, oldest first: the running one, then the queue."""
+        async with self._use() as session:
+            return session.pending()
+
+    async def abort(self, operation_id: str | None = None) -> bool:
+        """Withdraw a queued operation or stop the running one; with no id, everything open."""
+        async with self._use() as session:
+            return await session.abort(operation_id)
+
+    async def regenerate(self, message_id: str | None = None, *, operation_id: str | None = None) -> Receipt:
+        """Answer a user message again (the last one unless named), as a new branch."""
+        async with self._use() as session:
+            messages = await session.transcript()
+            target = _regenerate_target(messages, message_id)
+            return await session.submit([], operation_id=operation_id, regenerate_from=target)
+
+    async def reset(self) -> None:
+        """Abort everything open and clear the transcript."""
+        async with self._use() as session:
+            await session.reset()
+
+    async def add_messages(self, messages: object, *, parent_id: str | None = None, upsert: bool = False,
+                           source: Literal["server", "client"] = "server") -> list[str]:
+        """Write messages without a model call (import history, inject context); idempotent by id.
+
+        Takes the forms :meth:`submit` takes, except answers. Returns the ids written.
+        """
+        parsed = parse_input(messages, self._harness.clock.new_id)
+        if isinstance(parsed, Answer):
+            raise InputError("add_messages: expected messages, got a tool answer (submit it instead)")
+        async with self._use() as session:
+            return await session.add_messages(parsed, parent_id=parent_id, upsert=upsert, source=source)
+
+    # -- reading ----------------------------------------------------------------------
+
+    async def messages(self) -> list[UIMessage]:
+        """The active transcript (a copy)."""
+        async with self._use() as session:
+            return list(await session.transcript())
+
+    async def subscribe(self) -> AsyncIterator[HarnessEvent]:
+        """Live events of the session, until the caller stops iterating (the instance stays open)."""
+        queue: asyncio.Queue[HarnessEvent] = asyncio.Queue()
+        async with self._use() as session:
+            unsubscribe = session.subscribe(queue.put_nowait)
+            try:
+                while True:
+                    yield await queue.get()
+            finally:
+                unsubscribe()
+
+
+def _regenerate_target(messages: list[UIMessage], message_id: str | None) -> str:
+    if message_id is None:
+        users = [m for m in messages if m.role == "user"]
+        if not users:
+            raise InputError("regenerate: the transcript has no user message to answer again")
+        return users[-1].id
+    for i, m in enumerate(messages):
+        if m.id == message_id:
+            if m.role == "user":
+                return m.id
+            earlier = [u for u in messages[:i] if u.role == "user"]
+            if earlier:
+                return earlier[-1].id
+            break
+    raise InputError(f"regenerate: message {message_id!r} is not on the active path, or answers no user message")
+
+
+class Sessions:
+    """The sessions of one instance."""
+
+    def __init__(self, harness: Harness, agent: str, name: str) -> None:
+        self._harness = harness
+        self.agent = agent
+        self.name = name
+
+    async def list(self) -> list[SessionInfo]:
+        async with self._harness.hold(self.agent, self.name) as instance:
+            return await list_sessions(instance)
+
+    async def create(self, id: str | None = None) -> SessionInfo:
+        async with self._harness.hold(self.agent, self.name) as instance:
+            return await create_session(instance, id)
+
+    async def fork(self, from_id: str, at_message: str | None = None, *, id: str | None = None) -> SessionInfo:
+        """A new session with a copy of ``from_id``'s active path (up to ``at_message``); then independent."""
+        async with self._harness.hold(self.agent, self.name) as instance:
+            return await fork_session(instance, from_id, at_message, id)
+
+    async def delete(self, id: str) -> bool:
+        async with self._harness.hold(self.agent, self.name) as instance:
+            return await delete_session(instance, id)
+

@@ -1,0 +1,158 @@
+"""The one entry point: the agents a process serves, their instances, and handles on their sessions.
+
+::
+
+    async with Harness({"assistant": Agent(system="Be brief.")}, data_dir="data", model="scripted") as h:
+        session = await h.session("assistant", "order-1234")
+        print((await session.prompt("hi")).text)
+
+A server built with :func:`app.create_app` owns one (``app.state.harness``): code
+in the same process reaches the same instances the chat sockets use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from types import TracebackType
+
+from protocol import agent_name_to_kebab
+from storage import InvalidNameError, validate_agent_name, validate_instance_name
+
+from ._agent import Agent
+from ._clock import Clock
+from ._handles import SessionHandle, Sessions
+from ._history import HistoryBudget
+from ._input import InputPolicy
+from ._instance import ROOT_SESSION, Instance
+from ._model import Model
+from ._providers import resolve_model
+from ._registry import InstanceRegistry
+from ._sessions import validate_session_id
+from ._startup import StartupRecovery
+
+__all__ = ["Harness"]
+
+
+class Harness:
+    """Agents by name, each with any number of instances (one SQLite file each) under ``data_dir``.
+
+    ``model`` (a :class:`Model` or a spec such as ``"openai:gpt-4.1-mini"``) serves every agent
+    that names none. Instances open on first use and close after ``idle_timeout_s`` without
+    use; at most ``max_instances`` are open at once. Work a crash left open resumes in the
+    background when the harness starts (``recovery_concurrency`` instances at a time).
+    """
+
+    def __init__(self, agents: Mapping[str, Agent], *, data_dir: str | os.PathLike[str] = "data",
+                 model: Model | str | None = None, max_instances: int = 1000, idle_timeout_s: float = 300.0,
+                 stream_grace_s: float = 600.0, transcript_memory_mb: float = 128,
+                 input_policy: InputPolicy | None = None, recovery_concurrency: int = 8,
+                 clock: Clock | None = None) -> None:
+        self.agents: dict[str, Agent] = {}
+        for name, agent in agents.items():
+            key = agent_name_to_kebab(name)
+            try:
+                validate_agent_name(key)  # it names a URL path segment and a folder of the data dir
+            except InvalidNameError as exc:
+                raise ValueError(f"agent {name!r} is addressed as {key!r}, which cannot be used: {exc}") from None
+            if key in self.agents:
+                raise ValueError(f"agents {name!r} and another agent both are addressed as {key!r}")
+            self.agents[key] = agent
+        self.models = _resolve_models(self.agents, model)
+        self.data_dir = Path(data_dir)
+        self.clock = clock or Clock()
+        self.registry = InstanceRegistry(
+            self.data_dir, self.agents, self.models, max_instances=max_instances, idle_timeout_s=idle_timeout_s,
+            stream_grace_ms=int(stream_grace_s * 1000), policy=input_policy or InputPolicy(),
+            budget=HistoryBudget(int(transcript_memory_mb * 1024 * 1024)), clock=self.clock)
+        self.recovery = StartupRecovery(self.registry, recovery_concurrency)
+        self._started = False
+
+    # -- lifetime ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the work index and resume, in the background, what a crash or a stop left open."""
+        if self._started:
+            return
+        self._started = True
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.recovery.start(await self.registry.open_index())
+
+    async def close(self) -> None:
+        """Stop recovery, close every instance (running turns resume at the next start), close the models."""
+        await self.recovery.close()
+        await self.registry.close()
+        for model in {id(m): m for m in self.models.values()}.values():
+            await model.aclose()
+
+    async def __aenter__(self) -> Harness:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    # -- addressing ---------------------------------------------------------------
+
+    def agent_key(self, agent: str) -> str:
+        """The name an agent is addressed by (kebab case, as in URLs); KeyError if there is none."""
+        key = agent if agent in self.agents else agent_name_to_kebab(agent)
+        if key not in self.agents:
+            raise KeyError(f"unknown agent {agent!r}; this harness has: {', '.join(sorted(self.agents)) or 'none'}")
+        return key
+
+    def _address(self, agent: str, name: str) -> tuple[str, str]:
+        key = self.agent_key(agent)
+        validate_instance_name(name)
+        return key, name
+
+    def exists(self, agent: str, name: str) -> bool:
+        """Whether the instance has a file (or is open): reads of one that does not never create it."""
+        key, name = self._address(agent, name)
+        return self.registry.active(key, name) is not None or self.registry.path_of(key, name).exists()
+
+    async def instance(self, agent: str, name: str) -> Instance:
+        """The open instance (opened if needed). It may close when idle: hold it while you use it."""
+        return await self.registry.get(*self._address(agent, name))
+
+    @contextlib.asynccontextmanager
+    async def hold(self, agent: str, name: str) -> AsyncIterator[Instance]:
+        """The open instance, kept open until the block ends."""
+        instance = await self.instance(agent, name)
+        release = instance.hold()  # no await since get(): it cannot have closed in between
+        try:
+            yield instance
+        finally:
+            release()
+
+    async def session(self, agent: str, name: str, session_id: str = ROOT_SESSION) -> SessionHandle:
+        """A handle on one session of an instance (the root session unless ``session_id``).
+
+        The handle outlives the instance's open file: each call opens it again if it was closed.
+        """
+        key, name = self._address(agent, name)
+        return SessionHandle(self, key, name, validate_session_id(session_id))
+
+    def sessions(self, agent: str, name: str) -> Sessions:
+        """The sessions of an instance: list, create, fork, delete."""
+        key, name = self._address(agent, name)
+        return Sessions(self, key, name)
+
+
+def _resolve_models(agents: Mapping[str, Agent], default: Model | str | None) -> dict[str, Model]:
+    models: dict[str, Model] = {}
+    shared: Model | None = default if isinstance(default, Model) else None
+    for name, agent in agents.items():
+        if isinstance(agent.model, Model):
+            models[name] = agent.model
+        elif isinstance(agent.model, str):
+            models[name] = resolve_model(agent.model)
+        elif default is not None:
+            shared = shared or resolve_model(default)  # type: ignore[arg-type]
+            models[name] = shared
+        else:
+            raise ValueError(f"agent {name!r} names no model, and the harness has no default: pass model=...")
+    return models

@@ -1,0 +1,129 @@
+"""The sessions of one instance: list, create, fork, delete.
+
+A session is one conversation of an instance. The root session (``""``) is the
+one the chat protocol serves by default; any number of others live beside it in
+the same file. A session exists once it has a row: :func:`create_session`
+writes one, and so does the first submission to an id never used.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from storage import SessionInfoRow
+
+from ._instance import ROOT_SESSION, Instance
+
+__all__ = ["SessionError", "SessionExists", "SessionInfo", "SessionNotFound", "create_session", "delete_session",
+           "fork_session", "list_sessions", "validate_session_id"]
+
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+class SessionError(ValueError):
+    """A session id that cannot be used, or an operation on sessions that cannot apply."""
+
+
+class SessionNotFound(SessionError, LookupError):
+    pass
+
+
+class SessionExists(SessionError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    id: str
+    created_at: int
+    updated_at: int
+    message_count: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "created_at": self.created_at, "updated_at": self.updated_at,
+                "message_count": self.message_count}
+
+
+def validate_session_id(session_id: object) -> str:
+    """The id if it can name a session: ``""`` (the root) or 1-128 of ``A-Z a-z 0-9 . _ : -``."""
+    if not isinstance(session_id, str):
+        raise SessionError(f"session id: expected a string, got {type(session_id).__name__}")
+    if session_id != ROOT_SESSION and not _SESSION_ID.fullmatch(session_id):
+        raise SessionError(f"session id must be empty (the root session) or 1-128 characters of A-Z, a-z, 0-9, "
+                           f"'.', '_', ':' and '-', starting with a letter or digit; got {session_id[:80]!r}")
+    return session_id
+
+
+def _info(row: SessionInfoRow) -> SessionInfo:
+    return SessionInfo(row.id, row.created_at, row.updated_at, row.message_count)
+
+
+async def list_sessions(instance: Instance) -> list[SessionInfo]:
+    """Every session, oldest first; the root session always (it is there before its first message)."""
+    found = [_info(r) for r in await instance.db.read.sessions()]
+    if not any(s.id == ROOT_SESSION for s in found):
+        found.insert(0, SessionInfo(ROOT_SESSION, 0, 0, 0))
+    return found
+
+
+async def _get(instance: Instance, session_id: str) -> SessionInfo | None:
+    for info in await instance.db.read.sessions():
+        if info.id == session_id:
+            return _info(info)
+    return None
+
+
+async def create_session(instance: Instance, session_id: str | None = None) -> SessionInfo:
+    """A new, empty session; a new id unless one is given (then it must be unused)."""
+    sid = validate_session_id(session_id) if session_id is not None else instance.clock.new_id()
+    if sid == ROOT_SESSION:
+        raise SessionExists("the root session always exists")
+    now = instance.clock.now_ms()
+    async with instance.db.transaction() as tx:
+        if not await tx.create_session(sid, now):
+            raise SessionExists(f"session {sid!r} exists already")
+    return SessionInfo(sid, now, now, 0)
+
+
+async def fork_session(instance: Instance, from_id: str, at_message: str | None = None,
+                       session_id: str | None = None) -> SessionInfo:
+    """A new session holding a copy of ``from_id``'s active path (up to ``at_message``, inclusive)."""
+    validate_session_id(from_id)
+    path = await instance.db.read.active_path(from_id)
+    if not path and from_id != ROOT_SESSION and await _get(instance, from_id) is None:
+        raise SessionNotFound(f"no session {from_id!r} to fork")
+    if at_message is not None:
+        ids = [row.id for row in path]
+        if at_message not in ids:
+            raise SessionNotFound(f"message {at_message!r} is not on the active path of session {from_id!r}")
+        path = path[: ids.index(at_message) + 1]
+    sid = validate_session_id(session_id) if session_id is not None else instance.clock.new_id()
+    now = instance.clock.now_ms()
+    async with instance.db.transaction() as tx:
+        if sid == ROOT_SESSION or not await tx.create_session(sid, now):
+            raise SessionExists(f"session {sid!r} exists already")
+        parent = None
+        for row in path:  # the same ids: a message is one message, wherever it was copied
+            await tx.insert_message(sid, row.id, parent, row.role, row.content, None, now)
+            parent = row.id
+    return SessionInfo(sid, now, now, len(path))
+
+
+async def delete_session(instance: Instance, session_id: str) -> bool:
+    """Abort what runs in the session and delete it with everything it holds; whether it existed.
+
+    The root session cannot be deleted (reset it instead).
+    """
+    validate_session_id(session_id)
+    if session_id == ROOT_SESSION:
+        raise SessionError("the root session cannot be deleted; reset it instead")
+    loaded = instance.loaded(session_id)
+    if loaded is not None:
+        await loaded.abort()
+        await instance.unload(session_id)
+    async with instance.db.transaction() as tx:
+        existed = await tx.delete_session(session_id)
+    await instance.settle_work()
+    return existed
