@@ -199,11 +199,15 @@ async def test_a_client_that_never_reads_is_closed_as_too_slow_while_others_chat
         serve, bound: str, limits: dict[str, Any]) -> None:
     srv = await serve(**NO_RATE_LIMIT, **limits)
     settings = srv.app.state.settings
-    registry = srv.app.state.harness.registry
     pk = str(uuid.uuid4())
     raw = await open_non_reader(srv, url(srv, "flooder", pk))
-    await until(lambda: (a := srv.app.state.host.get(AGENT, "flooder")) is not None and "" in a.chats and pk in a.chats[""].connections)
-    chat = srv.app.state.host.get(AGENT, "flooder").chats[""]
+    host = srv.app.state.host
+    def attached() -> bool:
+        actor = host.get(AGENT, "flooder")
+        return actor is not None and "" in actor.chats and pk in actor.chats[""].connections
+
+    await until(attached)
+    chat = host.get(AGENT, "flooder").chats[""]
     conn = chat.connections[pk]
 
     async def flood() -> None:

@@ -10,7 +10,6 @@ from tests.conftest import Client, chat_request, is_done
 
 async def test_transcripts_past_the_budget_leave_memory_and_come_back_whole(serve) -> None:
     srv = await serve(transcript_memory_mb=0.01)  # about two short conversations' worth
-    registry = srv.app.state.harness.registry
     names = [f"mem-{i}" for i in range(6)]
     shown: dict[str, list[dict[str, object]]] = {n: [] for n in names}
     for round_ in range(3):
