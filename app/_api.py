@@ -1,0 +1,242 @@
+"""The HTTP API: operations and sessions of an instance, as JSON.
+
+Under ``/agents/{agent}/{name}``, with ``?session=ID`` (default: the root session):
+``POST /submit``, ``GET /operations``, ``GET|DELETE /operations/{id}``,
+``GET|POST /sessions``, ``DELETE /sessions/{id}``, ``POST /messages``.
+
+Everything a request carries is client input: messages are checked as the chat
+socket's are (user content only), answers apply only to calls the model made.
+Reads of an instance that has no file answer 404 and create nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from harness import (
+    AnswerRefused,
+    CapacityError,
+    Harness,
+    InputError,
+    SessionError,
+    SessionExists,
+    SessionHandle,
+    SessionNotFound,
+    SubmitRefused,
+    validate_session_id,
+)
+from protocol import ProtocolError, check_value, load_json
+from storage import StorageError, describe_problem
+
+__all__ = ["MAX_WAIT_S", "api_routes"]
+
+#: The longest ``?wait=`` a request may ask for; a client polls again after it.
+MAX_WAIT_S = 60.0
+
+Guard = Callable[[Request], Response | None]
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class _Refused(Exception):
+    """A request that cannot be served: its status and JSON error."""
+
+    def __init__(self, status: int, error: str, field: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(error)
+        self.status, self.error, self.field, self.headers = status, error, field, headers
+
+    def response(self) -> Response:
+        body: dict[str, Any] = {"error": self.error}
+        if self.field is not None:
+            body["field"] = self.field
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+def api_routes(harness: Harness, guard: Guard, check_address: Callable[[str, str], str | None],
+               max_body_bytes: int) -> list[Route]:
+    """The routes of the HTTP API; ``guard`` answers a request that may not be served (auth)."""
+
+    def endpoint(handler: Handler) -> Handler:
+        async def run(request: Request) -> Response:
+            denied = guard(request)
+            if denied is not None:
+                return denied
+            agent, name = request.path_params["agent"], request.path_params["name"]
+            problem = check_address(agent, name)
+            if problem is not None:
+                return JSONResponse({"error": problem}, status_code=404 if agent not in harness.agents else 400)
+            try:
+                return await handler(request)
+            except _Refused as exc:
+                return exc.response()
+            except CapacityError as exc:
+                return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+            except StorageError as exc:
+                body = {"error": f"this agent instance cannot be used: {describe_problem(exc.problem)} ({exc})",
+                        "problem": exc.problem.value}
+                if exc.problem.transient:
+                    return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
+                return JSONResponse(body, status_code=500)
+
+        return run
+
+    def address(request: Request, *, read: bool) -> tuple[str, str]:
+        agent, name = request.path_params["agent"], request.path_params["name"]
+        if read and not harness.exists(agent, name):
+            raise _Refused(404, f"no agent instance {agent}/{name}")
+        return agent, name
+
+    async def session_of(request: Request, *, read: bool) -> SessionHandle:
+        agent, name = address(request, read=read)
+        try:
+            sid = validate_session_id(request.query_params.get("session", ""))
+        except SessionError as exc:
+            raise _Refused(400, str(exc), "session") from None
+        return await harness.session(agent, name, sid)
+
+    async def body_of(request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        if len(raw) > max_body_bytes:
+            raise _Refused(413, f"the body has {len(raw)} bytes, over the limit of {max_body_bytes}")
+        if not raw:
+            return {}
+        try:
+            value = load_json(raw, "request body")
+            check_value(value, "request body")
+        except ProtocolError as exc:
+            raise _Refused(400, str(exc)) from None
+        if not isinstance(value, dict):
+            raise _Refused(400, f"the body must be a JSON object, got {type(value).__name__}")
+        return value
+
+    def optional_str(body: dict[str, Any], key: str) -> str | None:
+        value = body.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise _Refused(400, f"{key}: expected a non-empty string, got {type(value).__name__}", key)
+        return value
+
+    async def submit(request: Request) -> Response:
+        session = await session_of(request, read=False)
+        body = await body_of(request)
+        if "input" not in body:
+            raise _Refused(400, "input: required (a string, a message, a list of messages, {\"parts\": [...]} "
+                                "or a tool answer)", "input")
+        op_id = optional_str(body, "operation_id") or request.headers.get("idempotency-key") or None
+        auto = body.get("auto_continue", True)
+        if not isinstance(auto, bool):
+            raise _Refused(400, "auto_continue: expected true or false", "auto_continue")
+        try:
+            receipt = await session.submit(body["input"], operation_id=op_id, auto_continue=auto, source="client")
+        except InputError as exc:
+            raise _Refused(400, str(exc), "input") from None
+        except AnswerRefused as exc:
+            raise _Refused(409, str(exc), "input") from None
+        except SubmitRefused as exc:
+            raise _Refused(422, str(exc), "input") from None
+        info = await session.inspect(receipt.operation_id)
+        return JSONResponse({"operation_id": receipt.operation_id, "session": receipt.session,
+                             "accepted": receipt.accepted, "status": info.status if info else "queued"},
+                            status_code=202)
+
+    def wait_of(request: Request) -> float:
+        raw = request.query_params.get("wait")
+        if raw is None:
+            return 0.0
+        try:
+            value = float(raw)
+        except ValueError:
+            raise _Refused(400, f"wait: expected a number of seconds, got {raw[:40]!r}", "wait") from None
+        if not math.isfinite(value) or value < 0:
+            raise _Refused(400, f"wait: expected a number of seconds (0-{MAX_WAIT_S:g}), got {raw[:40]!r}", "wait")
+        return min(value, MAX_WAIT_S)
+
+    async def operation(request: Request) -> Response:
+        session = await session_of(request, read=True)
+        op_id = request.path_params["operation_id"]
+        wait = wait_of(request) if request.method == "GET" else 0.0
+        info = await session.inspect(op_id)
+        if info is None:
+            raise _Refused(404, f"no operation {op_id!r} in session {session.id!r}")
+        if request.method == "DELETE":
+            aborted = await session.abort(op_id) if not info.settled else False
+            info = await session.inspect(op_id) or info
+            return JSONResponse({**info.to_json(), "aborted": aborted})
+        if wait > 0 and not info.settled:
+            try:
+                await session.wait(op_id, timeout=wait)
+            except TimeoutError:
+                pass
+            info = await session.inspect(op_id) or info
+        return JSONResponse(info.to_json())
+
+    async def operations(request: Request) -> Response:
+        session = await session_of(request, read=True)
+        found = [await session.inspect(op_id) for op_id in await session.pending()]
+        return JSONResponse({"session": session.id, "pending": [i.to_json() for i in found if i is not None]})
+
+    async def sessions(request: Request) -> Response:
+        agent, name = address(request, read=request.method == "GET")
+        handle = harness.sessions(agent, name)
+        if request.method == "GET":
+            return JSONResponse({"sessions": [s.to_json() for s in await handle.list()]})
+        body = await body_of(request)
+        sid, fork_from, at = optional_str(body, "id"), body.get("fork_from"), optional_str(body, "at_message")
+        if fork_from is not None and not isinstance(fork_from, str):
+            raise _Refused(400, "fork_from: expected a session id (a string)", "fork_from")
+        try:
+            if fork_from is not None:
+                made = await handle.fork(fork_from, at, id=sid)
+            else:
+                if at is not None:
+                    raise _Refused(400, "at_message: only with fork_from", "at_message")
+                made = await handle.create(sid)
+        except SessionNotFound as exc:
+            raise _Refused(404, str(exc), "fork_from") from None
+        except SessionExists as exc:
+            raise _Refused(409, str(exc), "id") from None
+        except SessionError as exc:
+            raise _Refused(400, str(exc), "id") from None
+        return JSONResponse(made.to_json(), status_code=201)
+
+    async def session_item(request: Request) -> Response:
+        agent, name = address(request, read=True)
+        try:
+            existed = await harness.sessions(agent, name).delete(request.path_params["session_id"])
+        except SessionError as exc:
+            raise _Refused(400, str(exc), "session") from None
+        if not existed:
+            raise _Refused(404, f"no session {request.path_params['session_id']!r}")
+        return JSONResponse({"deleted": True})
+
+    async def messages(request: Request) -> Response:
+        session = await session_of(request, read=False)
+        body = await body_of(request)
+        if "messages" not in body:
+            raise _Refused(400, "messages: required (a list of messages)", "messages")
+        upsert = body.get("upsert", False)
+        if not isinstance(upsert, bool):
+            raise _Refused(400, "upsert: expected true or false", "upsert")
+        try:
+            written = await session.add_messages(body["messages"], parent_id=optional_str(body, "parent_id"),
+                                                 upsert=upsert, source="client")
+        except InputError as exc:
+            raise _Refused(400, str(exc), "messages") from None
+        except SubmitRefused as exc:
+            raise _Refused(409 if "operation open" in str(exc) else 422, str(exc), "messages") from None
+        return JSONResponse({"written": written})
+
+    base = "/agents/{agent}/{name}"
+    return [
+        Route(f"{base}/submit", endpoint(submit), methods=["POST"]),
+        Route(f"{base}/operations", endpoint(operations), methods=["GET"]),
+        Route(base + "/operations/{operation_id}", endpoint(operation), methods=["GET", "DELETE"]),
+        Route(f"{base}/sessions", endpoint(sessions), methods=["GET", "POST"]),
+        Route(base + "/sessions/{session_id}", endpoint(session_item), methods=["DELETE"]),
+        Route(f"{base}/messages", endpoint(messages), methods=["POST"]),
+    ]
