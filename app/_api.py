@@ -24,6 +24,7 @@ from harness import (
     CapacityError,
     Harness,
     InputError,
+    SessionBusy,
     SessionError,
     SessionExists,
     SessionHandle,
@@ -227,8 +228,10 @@ def api_routes(harness: Harness, guard: Guard, check_address: Callable[[str, str
                                                  upsert=upsert, source="client")
         except InputError as exc:
             raise _Refused(400, str(exc), "messages") from None
+        except SessionBusy as exc:
+            raise _Refused(409, str(exc), "messages") from None
         except SubmitRefused as exc:
-            raise _Refused(409 if "operation open" in str(exc) else 422, str(exc), "messages") from None
+            raise _Refused(422, str(exc), "messages") from None
         return JSONResponse({"written": written})
 
     base = "/agents/{agent}/{name}"

@@ -17,7 +17,7 @@ from ._events import (
     ToolCallFinished,
     TranscriptChanged,
 )
-from ._handles import PromptResult, SessionHandle, Sessions, WouldDeadlock
+from ._handles import InFlight, PromptResult, SessionHandle, Sessions, WouldDeadlock
 from ._harness import Harness
 from ._history import History, HistoryBudget
 from ._input import InputPolicy
@@ -42,7 +42,7 @@ from ._model import (
     ToolInputStart,
     Usage,
 )
-from ._outcomes import OperationInfo, OperationResult, Receipt, SubmitRefused, describe_reason
+from ._outcomes import OperationInfo, OperationResult, Receipt, SessionBusy, SubmitRefused, describe_reason
 from ._providers import ModelSpecError, resolve_model
 from ._recovery_policy import RecoveryPolicy
 from ._registry import CapacityError, InstanceRegistry
@@ -66,6 +66,7 @@ __all__ = [
     "HarnessEvent",
     "History",
     "HistoryBudget",
+    "InFlight",
     "InputError",
     "InputPolicy",
     "Instance",
@@ -94,6 +95,7 @@ __all__ = [
     "ScriptError",
     "ScriptedModel",
     "Session",
+    "SessionBusy",
     "SessionError",
     "SessionExists",
     "SessionHandle",

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from protocol import UIMessage, message_text
+from protocol import TextPart, UIMessage, message_text, parse_message
 
 from ._answers import Answer
-from ._events import HarnessEvent
+from ._events import HarnessEvent, OperationSettled
 from ._inputs import InputError, parse_input, resolve_approval
 from ._logcontext import current_agent, current_instance, current_operation, current_session
 from ._outcomes import OperationInfo, OperationResult, Receipt
@@ -26,11 +27,20 @@ from ._sessions import SessionInfo, create_session, delete_session, fork_session
 if TYPE_CHECKING:
     from ._harness import Harness
 
-__all__ = ["PromptResult", "SessionHandle", "Sessions", "WouldDeadlock"]
+__all__ = ["InFlight", "PromptResult", "SessionHandle", "Sessions", "WouldDeadlock"]
 
 
 class WouldDeadlock(RuntimeError):
     """A blocking call on a session from inside one of its own running turns."""
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """The running operation, the message it writes, and the UI chunks stored for it so far."""
+
+    operation_id: str
+    message_id: str | None
+    chunks: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +145,44 @@ class SessionHandle:
             target = _regenerate_target(messages, message_id)
             return await session.submit([], operation_id=operation_id, regenerate_from=target)
 
-    async def reset(self) -> None:
-        """Abort everything open and clear the transcript."""
+    async def continue_turn(self, *, operation_id: str | None = None) -> Receipt:
+        """Call the model again to continue the last assistant message (in the same message)."""
+        async with self._use() as session:
+            return await session.submit([], operation_id=operation_id, continue_last=True)
+
+    async def reset(self, handoff: str | None = None) -> None:
+        """Abort everything open and clear the transcript; ``handoff`` starts the new one as a system note."""
         async with self._use() as session:
             await session.reset()
+            if handoff:
+                note = UIMessage(id=self._harness.clock.new_id(), role="system",
+                                 parts=[TextPart(text=handoff)])
+                await session.add_messages([note])
+
+    async def chat(self, input: object, *, operation_id: str | None = None) -> AsyncIterator[HarnessEvent]:
+        """Submit ``input`` and yield the events of its turn, up to and including its settlement."""
+        self._check_not_inside("chat")
+        queue: asyncio.Queue[HarnessEvent] = asyncio.Queue()
+        async with self._use() as session:
+            unsubscribe = session.subscribe(queue.put_nowait)
+            try:
+                receipt = await self.submit(input, operation_id=operation_id)
+                op_id = receipt.operation_id
+                if not receipt.accepted:
+                    info = await self.inspect(op_id)
+                    if info is not None and info.settled:
+                        yield OperationSettled(op_id, info.status, info.outcome or "done", info.reason,
+                                               info.message_ids)
+                        return
+                while True:
+                    event = await queue.get()
+                    ours = getattr(event, "operation_id", None)
+                    if ours == op_id or (ours is None and session.running_operation == op_id):
+                        yield event
+                    if isinstance(event, OperationSettled) and ours == op_id:
+                        return
+            finally:
+                unsubscribe()
 
     async def add_messages(self, messages: object, *, parent_id: str | None = None, upsert: bool = False,
                            source: Literal["server", "client"] = "server") -> list[str]:
@@ -158,6 +202,36 @@ class SessionHandle:
         """The active transcript (a copy)."""
         async with self._use() as session:
             return list(await session.transcript())
+
+    async def branches(self, message_id: str) -> list[UIMessage]:
+        """The answers to a message, oldest first: its children in the tree (a regeneration is one more)."""
+        async with self._harness.hold(self.agent, self.name) as instance:
+            rows = await instance.db.read.children(self.id, message_id)
+        return [parse_message(json.loads(row.content)) for row in rows]
+
+    async def switch_branch(self, message_id: str) -> None:
+        """Make the branch through ``message_id`` the active path (down to its newest message).
+
+        The next message written continues it. Raises :class:`SessionBusy` while an operation is open.
+        """
+        async with self._use() as session:
+            await session.switch_branch(message_id)
+
+    async def in_flight(self) -> InFlight | None:
+        """The running operation and the chunks its answer has streamed so far (stored ones, so
+        chunks a crash left count too); None when nothing runs."""
+        async with self._use() as session:
+            op_id = session.running_operation
+            if op_id is None:
+                running = [r for r in await session.db.read.open_operations(self.id) if r.status == "running"]
+                if not running:
+                    return None
+                op_id = running[0].id
+            streams = sorted(await session.db.read.streams_of_request(op_id), key=lambda st: st.first_seq)
+            chunks: list[dict[str, Any]] = []
+            for stream in streams:
+                chunks.extend(json.loads(body) for body in await session.db.read.chunk_bodies(stream.id))
+        return InFlight(op_id, streams[-1].message_id if streams else None, chunks)
 
     async def subscribe(self) -> AsyncIterator[HarnessEvent]:
         """Live events of the session, until the caller stops iterating (the instance stays open)."""

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from storage import OperationRow, describe_problem, problem_of
 
-__all__ = ["INTERNAL_ERROR", "OperationInfo", "OperationResult", "Receipt", "SubmitRefused", "describe_reason",
-           "result_of", "storage_failure"]
+__all__ = ["INTERNAL_ERROR", "OperationInfo", "OperationResult", "Receipt", "SessionBusy", "SubmitRefused",
+           "describe_reason", "result_of", "storage_failure"]
 
 #: The reason of an operation that failed for a bug: the log has the traceback.
 INTERNAL_ERROR = "The assistant failed with an internal error."
@@ -16,6 +16,10 @@ INTERNAL_ERROR = "The assistant failed with an internal error."
 
 class SubmitRefused(ValueError):
     """A submission that cannot be accepted; nothing was written."""
+
+
+class SessionBusy(SubmitRefused):
+    """A change that waits for no turn (writing messages, switching branches) while an operation is open."""
 
 
 @dataclass(frozen=True, slots=True)

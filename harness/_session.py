@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
 from protocol import UIMessage, parse_message
@@ -50,6 +50,7 @@ from ._outcomes import (
     INTERNAL_ERROR,
     OperationResult,
     Receipt,
+    SessionBusy,
     SubmitRefused,
     describe_reason,
     result_of,
@@ -251,8 +252,10 @@ class Session:
         regenerate_from: str | None = None,
         client_tools: list[dict[str, Any]] | None = None,
         body: dict[str, Any] | None = None,
+        continue_last: bool = False,
     ) -> Receipt:
-        """Durably queue input: new messages to answer, or a regeneration of ``regenerate_from``."""
+        """Durably queue input: new messages to answer, a regeneration of ``regenerate_from``, or
+        (``continue_last``) another model call continuing the last assistant message."""
         # The caller's id, even "": its terminal frame must name the id the client sent.
         op_id = operation_id if operation_id is not None else self.clock.new_id()
         existing = await self.db.read.operation(op_id)
@@ -267,7 +270,7 @@ class Session:
             if m.id not in stored and not self.knows(m.id):
                 fresh.setdefault(m.id, m)  # the first of two messages with one id wins
         new = check_client_messages(list(fresh.values()), self.policy) if source == "client" else list(fresh.values())
-        kind = "regenerate" if regenerate_from is not None else "input"
+        kind = "regenerate" if regenerate_from is not None else "continue" if continue_last else "input"
         payload = {"messages": [m.model_dump(mode="json", exclude_unset=True) for m in new],
                    "regenerate_from": regenerate_from}
         options = {"client_tools": client_tools, "body": body}
@@ -367,6 +370,24 @@ class Session:
             if not waiters:
                 self._waiters.pop(operation_id, None)
 
+    @contextlib.asynccontextmanager
+    async def _between_operations(self) -> AsyncIterator[None]:
+        """Change the transcript without a turn: refused while an operation is open; nothing
+        starts until the change is done; the transcript is read back after it."""
+        if not self.idle or self._pending.reserved or self._resetting:
+            raise SessionBusy("the session has an operation open; change its transcript once it has settled")
+        self._resetting = True
+        try:
+            yield
+        finally:
+            self._resetting = False
+            self._kick()
+
+    async def _reread(self) -> None:
+        self._history = None  # the active path may have moved: read it back
+        await self.history()
+        self.publish(TranscriptChanged())
+
     async def add_messages(self, messages: Sequence[UIMessage], *, parent_id: str | None = None,
                            upsert: bool = False, source: Literal["client", "server"] = "server") -> list[str]:
         """Write messages without a model call, each the parent of the next, under ``parent_id``
@@ -377,10 +398,7 @@ class Session:
         """
         if source == "client":
             messages = check_client_messages(messages, self.policy, roles=("user", "assistant"))
-        if not self.idle or self._pending.reserved or self._resetting:
-            raise SubmitRefused("the session has an operation open; write messages once it has settled")
-        self._resetting = True  # nothing starts until the write is done
-        try:
+        async with self._between_operations():
             history = await self.history()
             stored = await self.db.read.existing_message_ids(self.id, [m.id for m in messages])
             if parent_id is not None and parent_id not in stored and parent_id not in history.stored_ids:
@@ -400,13 +418,18 @@ class Session:
                     written.append(m.id)
                     parent = m.id
             if written:
-                self._history = None  # the active path may have moved: read it back
-                await self.history()
-                self.publish(TranscriptChanged())
+                await self._reread()
             return written
-        finally:
-            self._resetting = False
-            self._kick()
+
+    async def switch_branch(self, message_id: str) -> None:
+        """Make the branch through ``message_id`` (down to its newest leaf) the active path."""
+        async with self._between_operations():
+            leaf = await self.db.read.newest_leaf_under(self.id, message_id)
+            if leaf is None:
+                raise SubmitRefused(f"no message {message_id!r} in session {self.id!r}")
+            async with self.db.transaction() as tx:
+                await tx.set_active_leaf(self.id, leaf, self.clock.now_ms())
+            await self._reread()
 
     # -- the worker -------------------------------------------------------------
 
@@ -473,6 +496,8 @@ class Session:
             await self._resume(row, recovered)
         elif row.kind in ("tool_result", "approval"):
             await self._run_answer(op_id, Answer.from_json(payload["answer"]), bool(payload.get("autoContinue")))
+        elif row.kind == "continue":
+            await self._run_continue(op_id)
         else:
             new_messages = [parse_message(m) for m in payload.get("messages", [])]
             await self._run_input(op_id, new_messages, payload.get("regenerate_from"))
@@ -537,7 +562,7 @@ class Session:
             context = self._messages[: ids.index(recovered.parent_id) + 1]
         else:
             context = list(self._messages)
-        continuation = row.kind in ("tool_result", "approval")
+        continuation = row.kind in ("tool_result", "approval", "continue")
         self._streaming_id = message_id
         payload = json.loads(row.input_json)
         carried = tuple(m["id"] for m in payload.get("messages", []))
@@ -583,6 +608,21 @@ class Session:
         self.publish(RunStarted(op_id, updated.id, continuation=True))
         plan = TurnPlan(op_id, updated.id, self._hist.parents.get(updated.id), self._messages[:index],
                         continuation=True, existing=updated)
+        turn = self._turn_for(plan)
+        outcome = await turn.run()
+        self._finish(op_id, outcome, ())
+
+    async def _run_continue(self, op_id: str) -> None:
+        last = self._messages[-1] if self._messages else None
+        if last is None or last.role != "assistant":
+            await self._settle_without_turn(op_id, [], Outcome("completed", "unanswered", "nothing_to_continue"))
+            return
+        async with self.db.transaction() as tx:
+            await tx.start_operation(op_id, last.id, self.clock.now_ms())
+        self._streaming_id = last.id
+        self.publish(RunStarted(op_id, last.id, continuation=True))
+        plan = TurnPlan(op_id, last.id, self._hist.parents.get(last.id), self._messages[:-1],
+                        continuation=True, existing=last)
         turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(op_id, outcome, ())

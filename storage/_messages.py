@@ -23,13 +23,18 @@ class MessageRow:
 
 _COLUMNS = "seq, id, parent_id, role, content, operation_id"
 
-# The active branch ends at the newest childless row; walk up from it.
+# The active branch ends at the leaf chosen by hand (sessions.active_leaf), else at the
+# newest childless row; walk up from it.
 _ACTIVE_PATH = f"""
 WITH RECURSIVE leaf AS (
-  SELECT m.id FROM messages m
-  WHERE m.session_id = :s AND NOT EXISTS (
-    SELECT 1 FROM messages c WHERE c.session_id = m.session_id AND c.parent_id = m.id)
-  ORDER BY m.seq DESC LIMIT 1
+  SELECT id FROM (
+    SELECT m.id, 0 AS pri, 0 AS seq FROM sessions s JOIN messages m ON m.session_id = s.id AND m.id = s.active_leaf
+    WHERE s.id = :s
+    UNION ALL
+    SELECT m.id, 1 AS pri, m.seq FROM messages m
+    WHERE m.session_id = :s AND NOT EXISTS (
+      SELECT 1 FROM messages c WHERE c.session_id = m.session_id AND c.parent_id = m.id)
+  ) ORDER BY pri, seq DESC LIMIT 1
 ), path(id, depth) AS (
   SELECT id, 0 FROM leaf
   UNION ALL
@@ -73,6 +78,21 @@ class MessageReads(Access):
         )
         return {r[0] for r in rows}
 
+    async def newest_leaf_under(self, session_id: str, message_id: str) -> str | None:
+        """The newest childless message in the subtree of ``message_id`` (itself if it has no children)."""
+        r = await self._fetchone(
+            """WITH RECURSIVE sub(id, depth) AS (
+                 SELECT id, 0 FROM messages WHERE session_id = :s AND id = :m
+                 UNION ALL
+                 SELECT c.id, sub.depth + 1 FROM messages c JOIN sub ON c.session_id = :s AND c.parent_id = sub.id
+                 WHERE sub.depth < 100000)
+               SELECT m.id FROM sub JOIN messages m ON m.session_id = :s AND m.id = sub.id
+               WHERE NOT EXISTS (SELECT 1 FROM messages c WHERE c.session_id = :s AND c.parent_id = m.id)
+               ORDER BY m.seq DESC LIMIT 1""",
+            {"s": session_id, "m": message_id},
+        )
+        return None if r is None else str(r[0])
+
     async def children(self, session_id: str, parent_id: str) -> list[MessageRow]:
         """The answers to a message, oldest first: its branches."""
         rows = await self._fetchall(
@@ -93,13 +113,25 @@ class MessageWrites(Access):
         operation_id: str | None,
         now: int,
     ) -> bool:
-        """Insert a message; False (and nothing written) if its id is already stored."""
+        """Insert a message; False (and nothing written) if its id is already stored.
+
+        A branch chosen by hand ends here: the new message is the newest leaf, on it.
+        """
         changed = await self._execute(
             "INSERT INTO messages (session_id, id, parent_id, role, content, operation_id, created_at, "
             "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, id) DO NOTHING",
             (session_id, message_id, parent_id, role, content, operation_id, now, now),
         )
+        if changed:
+            await self._execute(
+                "UPDATE sessions SET active_leaf = NULL WHERE id = ? AND active_leaf IS NOT NULL", (session_id,)
+            )
         return changed > 0
+
+    async def set_active_leaf(self, session_id: str, leaf_id: str | None, now: int) -> None:
+        await self._execute(
+            "UPDATE sessions SET active_leaf = ?, updated_at = ? WHERE id = ?", (leaf_id, now, session_id)
+        )
 
     async def update_message(self, session_id: str, message_id: str, content: str, now: int) -> bool:
         changed = await self._execute(

@@ -117,5 +117,11 @@ ALTER TABLE operations ADD COLUMN crash_strikes INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX tool_calls_operation ON tool_calls (operation_id, state);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# A branch chosen by hand: the leaf the active path ends at, until the next message is
+# written (which is then the newest leaf, on the chosen branch).
+_V3 = """
+ALTER TABLE sessions ADD COLUMN active_leaf TEXT;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)

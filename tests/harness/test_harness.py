@@ -289,3 +289,51 @@ async def test_add_messages_writes_without_a_turn_and_is_idempotent(tmp_path: Pa
         with pytest.raises(Exception, match="operation open"):
             await s.add_messages("while busy")
         await s.abort(slow.operation_id)
+
+
+async def test_branches_and_switching_the_active_branch(tmp_path: Path) -> None:
+    async with make(tmp_path) as h:
+        s = await h.session("assistant", "branches")
+        await s.prompt("hi")
+        user, first = await s.messages()
+        r = await s.regenerate(user.id)
+        await s.wait(r.operation_id)
+        second = (await s.messages())[-1]
+        assert [m.id for m in await s.branches(user.id)] == [first.id, second.id]
+        await s.switch_branch(first.id)
+        assert [m.id for m in await s.messages()] == [user.id, first.id]
+        assert await h.registry.close_idle(float("inf")) == 1  # the choice is durable: read back from the file
+        assert [m.id for m in await s.messages()] == [user.id, first.id]
+        await s.prompt("echo on the first branch")
+        msgs = await s.messages()
+        assert [m.id for m in msgs[:2]] == [user.id, first.id] and len(msgs) == 4
+        with pytest.raises(Exception, match="no message"):
+            await s.switch_branch("nope")
+
+
+async def test_continue_turn_reset_with_handoff_in_flight_and_chat(tmp_path: Path) -> None:
+    async with make(tmp_path) as h:
+        s = await h.session("assistant", "misc")
+        await s.prompt("hi")
+        before = (await s.messages())[-1]
+        r = await s.continue_turn()
+        result = await s.wait(r.operation_id)
+        after = await s.messages()
+        assert len(after) == 2 and after[-1].id == before.id, "continued in the same message"
+        assert result.status == "done"
+
+        await s.reset(handoff="Earlier: the user said hi.")
+        msgs = await s.messages()
+        assert [(m.role, message_text(m)) for m in msgs] == [("system", "Earlier: the user said hi.")]
+
+        assert await s.in_flight() is None
+        slow = await s.submit("slow")
+        await asyncio.sleep(0.3)
+        flight = await s.in_flight()
+        assert flight is not None and flight.operation_id == slow.operation_id
+        assert any(c.get("type") == "text-delta" for c in flight.chunks)
+        await s.abort(slow.operation_id)
+        await s.wait(slow.operation_id)
+
+        kinds = [type(e).__name__ async for e in s.chat("hi")]
+        assert kinds[0] == "RunStarted" and kinds[-1] == "OperationSettled" and "ChunksCommitted" in kinds

@@ -190,8 +190,9 @@ async def test_file_of_the_first_schema_upgrades_to_the_current_one(
     monkeypatch.setattr(storage._db, "SCHEMA_VERSION", 1)
     async with _opened(db_path) as db:
         await _add_operation(db, "v1-op")
-        async with db.transaction() as tx:
-            await tx.insert_message("s", "m1", None, "user", '{"text":"hi"}', "v1-op", 1)
+    with sqlite3.connect(db_path) as raw:  # as the first release wrote it (today's statements know newer columns)
+        raw.execute("INSERT INTO messages (session_id, id, parent_id, role, content, operation_id, created_at, "
+                    "updated_at) VALUES ('s', 'm1', NULL, 'user', '{\"text\":\"hi\"}', 'v1-op', 1, 1)")
     assert _pragma(db_path, "user_version") == 1
 
     monkeypatch.undo()
