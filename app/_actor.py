@@ -15,6 +15,7 @@ from harness import Harness, HarnessEvent, Instance, Session
 from protocol import Identity, McpServers, dump_frame
 
 from ._connection import Connection
+from ._sse import SessionEvents
 from ._thinkchat import ThinkChat
 
 __all__ = ["Actor", "ActorState", "ChatHost"]
@@ -31,6 +32,7 @@ class Actor:
         self.agent_name = instance.agent_name
         self.name = instance.name
         self.chats: dict[str, ThinkChat] = {}
+        self._events: dict[str, SessionEvents] = {}  # of sessions an SSE client follows (or followed)
         self.state = ActorState.ACTIVE
 
     def on_session(self, session: Session) -> None:
@@ -38,6 +40,9 @@ class Actor:
         self.chats[session.id] = ThinkChat(session, now_ms=self.instance.clock.now_ms)
 
     def on_unload(self, session_id: str) -> None:
+        events = self._events.pop(session_id, None)
+        if events is not None:
+            events.close()
         chat = self.chats.pop(session_id, None)
         if chat is not None:
             for conn in list(chat.connections.values()):
@@ -48,6 +53,14 @@ class Actor:
         """The adapter of a session (loaded if it was not)."""
         await self.instance.session(session_id)
         return self.chats[session_id]
+
+    async def events(self, session_id: str) -> SessionEvents:
+        """The numbered events of a session, kept from the first time a client follows them."""
+        chat = await self.chat(session_id)
+        found = self._events.get(session_id)
+        if found is None or found.closed:
+            found = self._events[session_id] = SessionEvents(chat.session, chat)
+        return found
 
     async def attach(self, conn: Connection, session_id: str) -> ThinkChat:
         chat = await self.chat(session_id)
@@ -65,6 +78,8 @@ class Actor:
         if self.state is ActorState.CLOSED:
             return
         self.state = ActorState.CLOSED
+        for events in self._events.values():
+            events.close()
         for chat in self.chats.values():
             for conn in list(chat.connections.values()):
                 conn.close(1012, "server restarting")  # 1012: not terminal, the client reconnects and resumes

@@ -2,7 +2,7 @@
 
 Under ``/agents/{agent}/{name}``, with ``?session=ID`` (default: the root session):
 ``POST /submit``, ``GET /operations``, ``GET|DELETE /operations/{id}``,
-``GET|POST /sessions``, ``DELETE /sessions/{id}``, ``POST /messages``.
+``GET|POST /sessions``, ``DELETE /sessions/{id}``, ``POST /messages``, ``GET /events`` (SSE).
 
 Everything a request carries is client input: messages are checked as the chat
 socket's are (user content only), answers apply only to calls the model made.
@@ -12,11 +12,11 @@ Reads of an instance that has no file answer 404 and create nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from harness import (
@@ -34,6 +34,8 @@ from harness import (
 )
 from protocol import ProtocolError, check_value, load_json
 from storage import StorageError, describe_problem
+
+from ._actor import ChatHost
 
 __all__ = ["MAX_WAIT_S", "api_routes"]
 
@@ -59,7 +61,7 @@ class _Refused(Exception):
         return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
-def api_routes(harness: Harness, guard: Guard, check_address: Callable[[str, str], str | None],
+def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Callable[[str, str], str | None],
                max_body_bytes: int) -> list[Route]:
     """The routes of the HTTP API; ``guard`` answers a request that may not be served (auth)."""
 
@@ -234,6 +236,29 @@ def api_routes(harness: Harness, guard: Guard, check_address: Callable[[str, str
             raise _Refused(422, str(exc), "messages") from None
         return JSONResponse({"written": written})
 
+    async def events(request: Request) -> Response:
+        session = await session_of(request, read=True)
+        instance = await harness.instance(session.agent, session.name)
+        release = instance.hold()  # for as long as the client follows
+        try:
+            if session.id and instance.loaded(session.id) is None and not await instance.db.read.session(session.id):
+                raise _Refused(404, f"no session {session.id!r}", "session")
+            log = await host.actor(instance).events(session.id)
+        except BaseException:
+            release()
+            raise
+        last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+
+        async def frames() -> AsyncIterator[str]:
+            try:
+                async for frame in log.follow(last):
+                    yield frame
+            finally:
+                release()
+
+        return StreamingResponse(frames(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
     base = "/agents/{agent}/{name}"
     return [
         Route(f"{base}/submit", endpoint(submit), methods=["POST"]),
@@ -242,4 +267,5 @@ def api_routes(harness: Harness, guard: Guard, check_address: Callable[[str, str
         Route(f"{base}/sessions", endpoint(sessions), methods=["GET", "POST"]),
         Route(base + "/sessions/{session_id}", endpoint(session_item), methods=["DELETE"]),
         Route(f"{base}/messages", endpoint(messages), methods=["POST"]),
+        Route(f"{base}/events", endpoint(events), methods=["GET"]),
     ]

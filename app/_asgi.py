@@ -200,7 +200,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             Route("/readyz", readyz),
             Route("/metrics", metrics_endpoint),
             WebSocketRoute("/agents/{agent}/{name}", chat_socket),
-            *api_routes(harness, refused, check_address, settings.max_frame_bytes),
+            *api_routes(harness, host, refused, check_address, settings.max_frame_bytes),
             Route("/agents/{agent}/{name}/{rest:path}", agent_http, methods=["GET", "POST", "HEAD"]),
             *web_routes(sorted(routed), guard=refused),
         ],

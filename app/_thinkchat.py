@@ -538,6 +538,13 @@ class ThinkChat:
             if cid not in skip:
                 conn.send(text)
 
+    def in_flight(self) -> tuple[str, list[str]] | None:
+        """The operation streaming now and every chunk body committed for it so far (in memory)."""
+        active = self._active
+        if active is None or active.settled is not None:
+            return None
+        return active.id, list(active.bodies)
+
     async def messages_text(self) -> str:
         """The transcript as a JSON array (``get-messages``)."""
         return (await self.session.history()).json_array()

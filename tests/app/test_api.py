@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
@@ -217,3 +218,121 @@ async def test_http_api_requires_auth_when_set(serve) -> None:
         r = await c.post(f"{A}/auth/submit", json={"input": "hi"},
                          headers={"Authorization": "Bearer t0ken-of-the-test"})
         assert r.status_code == 202
+
+
+class Sse:
+    """A Server-Sent Events reader over a real HTTP stream: (id, event, data) records."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._lines = response.aiter_lines()
+
+    async def next(self, timeout: float = 10) -> tuple[str, str, dict[str, Any]]:
+        async def read() -> tuple[str, str, dict[str, Any]]:
+            fields: dict[str, str] = {}
+            async for line in self._lines:
+                if not line:
+                    if "data" in fields:
+                        return fields.get("id", ""), fields.get("event", ""), json.loads(fields["data"])
+                    fields = {}
+                    continue
+                if line.startswith(":"):
+                    continue
+                key, _, value = line.partition(": ")
+                fields[key] = value
+            raise EOFError("the stream ended")
+
+        return await asyncio.wait_for(read(), timeout)
+
+    async def until(self, kind: str, **match: Any) -> list[tuple[str, str, dict[str, Any]]]:
+        seen = []
+        while True:
+            record = await self.next()
+            seen.append(record)
+            if record[1] == kind and all(record[2].get(k) == v for k, v in match.items()):
+                return seen
+
+
+def streamed_text(records: list[tuple[str, str, dict[str, Any]]]) -> str:
+    return "".join(r[2]["chunk"].get("delta", "") for r in records
+                   if r[1] == "chunk" and r[2]["chunk"].get("type") == "text-delta")
+
+
+async def test_events_stream_a_turn_after_a_sync(serve) -> None:
+    srv = await serve()
+    async with await http(srv) as c:
+        op = (await c.post(f"{A}/sse/submit", json={"input": "hi"})).json()["operation_id"]
+        await c.get(f"{A}/sse/operations/{op}", params={"wait": "10"})
+        async with c.stream("GET", f"{A}/sse/events") as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            sse = Sse(r)
+            _, kind, sync = await sse.next()
+            assert kind == "sync" and [m["role"] for m in sync["messages"]] == ["user", "assistant"]
+            assert sync["in_flight"] is None
+            op = (await c.post(f"{A}/sse/submit", json={"input": "echo live"})).json()["operation_id"]
+            records = await sse.until("run-end", operation_id=op)
+        kinds = [k for _, k, _ in records]
+        assert kinds[0] == "run-start" and "message" in kinds and kinds[-2:] == ["operation", "run-end"]
+        assert streamed_text(records) == "You said: echo live"
+        ids = [int(i.rsplit("-", 1)[1]) for i, _, _ in records]
+        assert ids == list(range(ids[0], ids[0] + len(ids))), "numbered without a gap"
+    registry = srv.app.state.harness.registry
+    for _ in range(100):  # a client that left no longer holds the instance open
+        if await registry.close_idle(float("inf")):
+            break
+        await asyncio.sleep(0.05)
+    assert registry.active("my-agent", "sse") is None
+
+
+async def test_events_resume_from_last_event_id_without_a_gap(serve) -> None:
+    srv = await serve()
+    async with await http(srv) as c:
+        op = (await c.post(f"{A}/sse-resume/submit", json={"input": "hi"})).json()["operation_id"]
+        await c.get(f"{A}/sse-resume/operations/{op}", params={"wait": "10"})  # the instance exists
+        async with c.stream("GET", f"{A}/sse-resume/events") as r:
+            sse = Sse(r)
+            await sse.next()  # sync
+            op = (await c.post(f"{A}/sse-resume/submit", json={"input": "slow"})).json()["operation_id"]
+            first = [await sse.next() for _ in range(4)]  # run-start and the first chunks
+        last_id = first[-1][0]
+        await asyncio.sleep(0.3)  # more chunks stream while nobody follows
+        async with c.stream("GET", f"{A}/sse-resume/events", headers={"Last-Event-ID": last_id}) as r:
+            rest = await Sse(r).until("run-end", operation_id=op)
+        assert rest[0][1] != "sync", "resumed, not started over"
+        records = first + rest
+        ids = [int(i.rsplit("-", 1)[1]) for i, _, _ in records]
+        assert ids == list(range(ids[0], ids[0] + len(ids)))
+        seqs = [r[2]["seq"] for r in records if r[1] == "chunk"]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+        final = (await c.get(f"{A}/sse-resume/get-messages")).json()[-1]
+        assert streamed_text(records) == text_of(final)
+
+        # An id from another life of the log cannot be resumed: the client is given the state.
+        async with c.stream("GET", f"{A}/sse-resume/events", headers={"Last-Event-ID": "feedface-3"}) as r:
+            _, kind, sync = await Sse(r).next()
+        assert kind == "sync" and sync["messages"][-1]["id"] == final["id"]
+
+
+async def test_events_sync_carries_the_answer_streaming_now(serve) -> None:
+    srv = await serve()
+    async with await http(srv) as c:
+        op = (await c.post(f"{A}/sse-flight/submit", json={"input": "slow"})).json()["operation_id"]
+        await asyncio.sleep(0.4)
+        async with c.stream("GET", f"{A}/sse-flight/events") as r:
+            sse = Sse(r)
+            _, kind, sync = await sse.next()
+            assert kind == "sync" and sync["in_flight"]["operation_id"] == op
+            before = [{"type": "chunk", "chunk": ch} for ch in sync["in_flight"]["chunks"]]
+            rest = await sse.until("run-end", operation_id=op)
+        text = streamed_text([("", "chunk", b) for b in before]) + streamed_text(rest)
+        assert text == text_of((await c.get(f"{A}/sse-flight/get-messages")).json()[-1])
+
+
+async def test_events_of_unknown_instances_and_sessions_are_404(serve) -> None:
+    srv = await serve()
+    async with await http(srv) as c:
+        assert (await c.get(f"{A}/nobody-here/events")).status_code == 404
+        await c.post(f"{A}/sse-404/sessions", json={"id": "known"})
+        assert (await c.get(f"{A}/sse-404/events", params={"session": "unknown"})).status_code == 404
+        async with c.stream("GET", f"{A}/sse-404/events", params={"session": "known"}) as r:
+            assert r.status_code == 200 and (await Sse(r).next())[1] == "sync"
+    assert not list(srv.data_dir.glob("agents/*/nobody*"))
