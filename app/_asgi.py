@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import logging
 import os
 import tempfile
@@ -35,6 +36,7 @@ from ._api import api_routes
 from ._auth import Authenticator, AuthError
 from ._fdlimit import fd_budget
 from ._metrics import CONTENT_TYPE_LATEST, Metrics
+from ._openapi import openapi
 from ._socket import SocketServices, serve_socket
 from ._web import web_routes
 from .demo import DEMO_SCRIPT
@@ -43,6 +45,13 @@ from .settings import Settings
 __all__ = ["create_app"]
 
 log = logging.getLogger("think_server.app")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("think-server")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
 
 
 def _default_model(settings: Settings) -> Model | str:
@@ -167,6 +176,12 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             return JSONResponse(body, status_code=503)
         return JSONResponse({"ready": True})
 
+    async def openapi_endpoint(request: Request) -> Response:
+        denied = refused(request)
+        if denied is not None:
+            return denied
+        return JSONResponse(openapi(sorted(routed), _version()))
+
     async def metrics_endpoint(request: Request) -> Response:
         denied = refused(request)
         if denied is not None:
@@ -199,6 +214,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics_endpoint),
+            Route("/openapi.json", openapi_endpoint),
             WebSocketRoute("/agents/{agent}/{name}", chat_socket),
             *api_routes(harness, host, refused, check_address, settings.max_frame_bytes),
             Route("/agents/{agent}/{name}/{rest:path}", agent_http, methods=["GET", "POST", "HEAD"]),

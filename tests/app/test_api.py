@@ -336,3 +336,20 @@ async def test_events_of_unknown_instances_and_sessions_are_404(serve) -> None:
         async with c.stream("GET", f"{A}/sse-404/events", params={"session": "known"}) as r:
             assert r.status_code == 200 and (await Sse(r).next())[1] == "sync"
     assert not list(srv.data_dir.glob("agents/*/nobody*"))
+
+
+async def test_openapi_describes_every_api_route(serve) -> None:
+    from openapi_spec_validator import validate
+    from starlette.routing import Route
+
+    srv = await serve()
+    async with await http(srv) as c:
+        spec = (await c.get("/openapi.json")).json()
+    validate(spec)
+    described = {(path, method.upper()) for path, item in spec["paths"].items() for method in item}
+    for route in srv.app.routes:
+        if isinstance(route, Route) and route.path.startswith("/agents/") and "{rest:path}" not in route.path:
+            for method in route.methods or ():
+                if method != "HEAD":
+                    assert (route.path, method) in described, f"{method} {route.path} is not in /openapi.json"
+    assert spec["paths"]["/agents/{agent}/{name}/submit"]["post"]["parameters"][0]["schema"]["enum"] == ["my-agent"]

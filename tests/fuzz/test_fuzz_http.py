@@ -3,9 +3,11 @@
 Requests go over a raw TCP socket, so that paths reach the server exactly as drawn (``..``,
 encoded slashes, control characters, long segments, unicode bytes) with no client
 normalizing them first. For each: never a 5xx (but the documented 503s: the chat page
-before it is built), no file appears anywhere but as SQLite's own files of an instance
-that exists, no answer shows a canary file from outside what the server serves, the
-stored transcript stays as it was, and the server keeps serving.
+before it is built), no answer shows a canary file from outside what the server serves,
+and the server keeps serving. Unless the request was a write the server accepted (a 2xx
+answer to POST or DELETE), no file appears (but SQLite's own files of an instance that
+exists) and the stored transcript stays as it was; an accepted write adds files only
+under the data dir's agents folder.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ METHODS = st.sampled_from(["GET", "GET", "GET", "HEAD", "POST", "PUT", "DELETE",
 raw_segments = st.one_of(
     st.sampled_from(["..", ".", "%2e%2e", "%2E%2E", "..%2f..", "..%2F..%2F..", "%2f", "%5c", "..\\..", "%00", "%0a",
                      "%0d%0a", "%ff", "%c0%ae", "%", "%zz", "get-messages", "get-messages/", "GET-MESSAGES", "",
+                     "submit", "operations", "sessions", "messages", "events", "schedules", "openapi.json",
                      "index.html", "pyproject.toml", "etc", "passwd", "secret.txt", "data", "agents", "assets",
                      "my-agent", "My-Agent", "myAgent", KNOWN, "x" * 300, "y" * 5000, "\u00e9", "\U0001f600",
                      "%e2%80%ae", "con", "nul", ";", "?", "#", "@", "~", "*"]),
@@ -48,6 +51,9 @@ raw_segments = st.one_of(
 PREFIXES = st.sampled_from([
     [], ["agents"], ["agents", AGENT], ["agents", AGENT, KNOWN], ["agents", AGENT, KNOWN, "get-messages"],
     ["agents", AGENT, "unknown-" + uuid.uuid4().hex[:6], "get-messages"], ["agents", "nope", "x", "get-messages"],
+    ["agents", AGENT, KNOWN, "submit"], ["agents", AGENT, KNOWN, "operations"], ["agents", AGENT, KNOWN, "sessions"],
+    ["agents", AGENT, KNOWN, "messages"], ["agents", AGENT, KNOWN, "events"], ["agents", AGENT, KNOWN, "schedules"],
+    ["agents", AGENT, "unknown-" + uuid.uuid4().hex[:6], "sessions"], ["openapi.json"],
     ["assets"], ["api", "agents"], ["healthz"], ["readyz"], ["metrics"], ["static"], ["favicon.ico"],
 ])
 
@@ -91,7 +97,11 @@ def requests(draw: st.DrawFn) -> tuple[str, bytes]:
     target = draw(paths()) + draw(queries)
     headers = draw(st.lists(st.tuples(st.sampled_from(HEADER_NAMES), header_values), max_size=4))
     body = draw(st.one_of(st.just(b""), st.binary(max_size=64), st.just(b'{"messages":[]}'),
-                          st.just(json.dumps([{"id": "m", "role": "user", "parts": []}]).encode())))
+                          st.just(json.dumps([{"id": "m", "role": "user", "parts": []}]).encode()),
+                          st.sampled_from([b'{"input":"hi"}', b'{"input":{"type":"approval","tool_call_id":"x",'
+                                           b'"approved":true}}', b'{"id":"s1"}', b'{"fork_from":""}',
+                                           b'{"input":[]}', b'{"input":"hi","operation_id":""}', b'{"input":1e999}',
+                                           b'{"messages":[{"role":"system","parts":[]}]}'])))
     # Framing is ours to keep right (a wrong Content-Length would only make the server wait).
     headers = [(k, v) for k, v in headers if k.lower() not in ("transfer-encoding", "connection")]
     lines = [f"{method} {target} HTTP/1.1", "Host: 127.0.0.1", "Connection: close",
@@ -101,12 +111,19 @@ def requests(draw: st.DrawFn) -> tuple[str, bytes]:
 
 
 def exchange(port: int, raw: bytes) -> tuple[int | None, bytes]:
-    """Send one request and read the answer to its end: (status or None if there was none, the whole answer)."""
+    """Send one request and read the answer to its end: (status or None if there was none, the whole answer).
+
+    An event stream never ends by itself: it is read up to its first event.
+    """
     with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as sock:
         sock.sendall(raw)  # no half-close: uvicorn takes the end of the input for the client going away
         chunks = []
         while chunk := sock.recv(65536):
             chunks.append(chunk)
+            so_far = b"".join(chunks)
+            head, _, rest = so_far.partition(b"\r\n\r\n")
+            if b"text/event-stream" in head.lower() and b"\n\n" in rest:
+                break
     answer = b"".join(chunks)
     if not answer:
         return None, answer  # the server dropped a request it could not parse: that is its right
@@ -151,7 +168,14 @@ class Http:
         files = self.all_files()
         # SQLite's own files of the instance that exists may come and go as it opens and closes.
         changed = {p for p in files ^ self.files if not p.name.endswith(("-wal", "-shm", "-journal"))}
-        assert not changed, f"files appeared or went: {changed}"
+        method = raw.split(b" ", 1)[0]
+        if status is not None and 200 <= status < 300 and method in (b"POST", b"DELETE"):
+            event("accepted write")
+            agents = self.live.data_dir / "agents"
+            assert all(agents in p.parents for p in changed), f"a write made files outside {agents}: {changed}"
+            self.transcript = self.live.messages(AGENT, KNOWN)
+        else:
+            assert not changed, f"files appeared or went: {changed}"
         self.files = files
 
     def still_serving(self) -> None:

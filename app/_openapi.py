@@ -1,0 +1,142 @@
+"""``GET /openapi.json``: the HTTP API described as OpenAPI 3.1, for clients and generators."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["openapi"]
+
+_REF = "#/components/schemas/"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF + name}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    words = {400: "Bad input; `field` names what was wrong", 401: "Missing or wrong credentials",
+             404: "No such instance, session or operation", 409: "Conflicts with the current state",
+             413: "Body too large", 422: "Refused by the input rules", 503: "At capacity or storage unavailable"}
+    return {str(c): _json(_ref("Error"), words[c]) for c in codes}
+
+
+_SESSION_PARAM = {"name": "session", "in": "query", "required": False, "schema": {"type": "string", "default": ""},
+                  "description": "The session (conversation) of the instance; the root session when absent."}
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": {"type": "object", "required": ["error"],
+              "properties": {"error": {"type": "string"}, "field": {"type": "string"}}},
+    "Message": {"type": "object", "description": "An AI SDK UIMessage.", "required": ["id", "role", "parts"],
+                "properties": {"id": {"type": "string"}, "role": {"enum": ["user", "assistant", "system"]},
+                               "parts": {"type": "array", "items": {"type": "object"}},
+                               "metadata": {"type": "object"}}},
+    "Input": {"description": "A string, a message, a list of messages, {\"parts\": [...]}, or a tool answer "
+                             "({\"type\": \"tool-result\", \"tool_call_id\", \"output\"} or "
+                             "{\"type\": \"approval\", \"tool_call_id\" | \"approval_id\", \"approved\"})."},
+    "Receipt": {"type": "object", "properties": {
+        "operation_id": {"type": "string"}, "session": {"type": "string"}, "accepted": {"type": "boolean"},
+        "status": {"enum": ["queued", "running", "completed", "error", "aborted", "skipped"]}}},
+    "Operation": {"type": "object", "properties": {
+        "operation_id": {"type": "string"}, "session": {"type": "string"}, "kind": {"type": "string"},
+        "status": {"enum": ["queued", "running", "completed", "error", "aborted", "skipped"]},
+        "outcome": {"enum": ["done", "unanswered", None]}, "reason": {"type": ["string", "null"]},
+        "text": {"type": ["string", "null"]}, "message_ids": {"type": "array", "items": {"type": "string"}},
+        "created_at": {"type": "integer"}, "started_at": {"type": ["integer", "null"]},
+        "settled_at": {"type": ["integer", "null"]}, "attempts": {"type": "integer"}}},
+    "Session": {"type": "object", "properties": {
+        "id": {"type": "string"}, "created_at": {"type": "integer"}, "updated_at": {"type": "integer"},
+        "message_count": {"type": "integer"}}},
+}
+
+
+def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The description of this server's API (``agents``: the names it routes)."""
+    params = [
+        {"name": "agent", "in": "path", "required": True, "schema": {"enum": agents}},
+        {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 256},
+         "description": "The agent instance (one SQLite file each)."},
+    ]
+    base = "/agents/{agent}/{name}"
+    paths: dict[str, Any] = {
+        f"{base}/submit": {"post": {
+            "summary": "Queue input durably; the turn runs in its order", "parameters": [*params, _SESSION_PARAM,
+                {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}}],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["input"], "properties": {
+                    "input": _ref("Input"), "operation_id": {"type": "string"},
+                    "auto_continue": {"type": "boolean", "default": True}}}}}},
+            "responses": {"202": _json(_ref("Receipt"), "Accepted (or, with an id seen before, the first receipt)"),
+                          **_errors(400, 401, 404, 409, 413, 422, 503)}}},
+        f"{base}/operations": {"get": {
+            "summary": "Operations not settled yet, oldest first", "parameters": [*params, _SESSION_PARAM],
+            "responses": {"200": _json({"type": "object", "properties": {
+                "session": {"type": "string"}, "pending": {"type": "array", "items": _ref("Operation")}}},
+                "The running operation, then the queue"), **_errors(401, 404)}}},
+        base + "/operations/{operation_id}": {
+            "get": {"summary": "An operation's status; ?wait= long-polls until it settles",
+                    "parameters": [*params, _SESSION_PARAM,
+                                   {"name": "operation_id", "in": "path", "required": True,
+                                    "schema": {"type": "string"}},
+                                   {"name": "wait", "in": "query", "required": False,
+                                    "schema": {"type": "number", "minimum": 0, "maximum": 60}}],
+                    "responses": {"200": _json(_ref("Operation"), "The operation"), **_errors(400, 401, 404)}},
+            "delete": {"summary": "Abort a queued or running operation",
+                       "parameters": [*params, _SESSION_PARAM, {"name": "operation_id", "in": "path",
+                                                                "required": True, "schema": {"type": "string"}}],
+                       "responses": {"200": _json(_ref("Operation"), "The operation, with `aborted`"),
+                                     **_errors(401, 404)}}},
+        f"{base}/sessions": {
+            "get": {"summary": "The sessions of the instance", "parameters": params,
+                    "responses": {"200": _json({"type": "object", "properties": {
+                        "sessions": {"type": "array", "items": _ref("Session")}}}, "Oldest first"),
+                        **_errors(401, 404)}},
+            "post": {"summary": "Create a session, or fork one (a copy of its active path)", "parameters": params,
+                     "requestBody": {"content": {"application/json": {"schema": {"type": "object", "properties": {
+                         "id": {"type": "string"}, "fork_from": {"type": "string"},
+                         "at_message": {"type": "string"}}}}}},
+                     "responses": {"201": _json(_ref("Session"), "Created"), **_errors(400, 401, 404, 409)}}},
+        base + "/sessions/{session_id}": {"delete": {
+            "summary": "Delete a session and everything it holds", "parameters": [*params, {
+                "name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "responses": {"200": _json({"type": "object"}, "Deleted"), **_errors(400, 401, 404)}}},
+        f"{base}/messages": {"post": {
+            "summary": "Write messages without a model call (user and assistant text, files, data)",
+            "parameters": [*params, _SESSION_PARAM],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["messages"], "properties": {
+                    "messages": {"type": "array", "items": _ref("Message")}, "parent_id": {"type": "string"},
+                    "upsert": {"type": "boolean", "default": False}}}}}},
+            "responses": {"200": _json({"type": "object", "properties": {
+                "written": {"type": "array", "items": {"type": "string"}}}}, "The ids written"),
+                **_errors(400, 401, 409, 422)}}},
+        f"{base}/events": {"get": {
+            "summary": "The session's live events as Server-Sent Events; Last-Event-ID resumes",
+            "parameters": [*params, _SESSION_PARAM],
+            "responses": {"200": {"description": "sync, run-start, chunk, message, operation, run-end, reset, "
+                                                 "transcript events", "content": {"text/event-stream": {}}},
+                          **_errors(401, 404)}}},
+        f"{base}/get-messages": {"get": {
+            "summary": "The active transcript (an empty list for an instance never used)",
+            "parameters": [*params, _SESSION_PARAM],
+            "responses": {"200": _json({"type": "array", "items": _ref("Message")}, "Root first"),
+                          **_errors(400, 401)}}},
+        "/healthz": {"get": {"summary": "The process is up", "responses": {"200": {"description": "ok"}}}},
+        "/readyz": {"get": {"summary": "Recovery done and the data dir writable",
+                            "responses": {"200": {"description": "ready"}, "503": {"description": "not yet"}}}},
+        "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},
+    }
+    paths.update(extra_paths or {})
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "think-server", "version": version,
+                 "description": "Agents over HTTP. The chat WebSocket (`/agents/{agent}/{name}`, Cloudflare "
+                                "Think's protocol, `?session=` for a session) is described in the README."},
+        "paths": paths,
+        "components": {"schemas": _SCHEMAS,
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{}, {"bearer": []}],
+    }
