@@ -51,7 +51,9 @@ async def test_the_webhook_example_starts_a_turn_once_per_delivery(tmp_path: Pat
     server = uvicorn.Server(uvicorn.Config(hooks.app, host="127.0.0.1", port=port, log_level="warning"))
     task = asyncio.create_task(server.serve())
     try:
-        while not server.started:
+        for _ in range(500):
+            if server.started:
+                break
             await asyncio.sleep(0.02)
         event = {"repository": {"id": 42}, "head_commit": {"message": "fix the parser"}}
         delivery = str(uuid.uuid4())
