@@ -337,3 +337,25 @@ async def test_continue_turn_reset_with_handoff_in_flight_and_chat(tmp_path: Pat
 
         kinds = [type(e).__name__ async for e in s.chat("hi")]
         assert kinds[0] == "RunStarted" and kinds[-1] == "OperationSettled" and "ChunksCommitted" in kinds
+
+
+async def test_subscribe_hears_the_turns_of_its_session(tmp_path: Path) -> None:
+    async with make(tmp_path) as h:
+        s = await h.session("assistant", "listen")
+        other = await h.session("assistant", "listen", "other")
+        heard: list[str] = []
+
+        async def listen() -> None:
+            async for event in s.subscribe():
+                heard.append(type(event).__name__)
+                if type(event).__name__ == "OperationSettled":
+                    return
+
+        listener = asyncio.create_task(listen())
+        await asyncio.sleep(0.05)
+        await other.prompt("hi")  # another session: not heard
+        await asyncio.sleep(0.05)
+        assert heard == []
+        await s.prompt("hi")
+        await asyncio.wait_for(listener, 5)
+        assert heard[0] == "RunStarted" and "ChunksCommitted" in heard and "MessagePersisted" in heard
