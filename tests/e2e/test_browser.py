@@ -7,8 +7,9 @@ on the page that ``python -m app serve`` serves at ``/``: the built bundle of
 ``useAgentChat`` hooks against the demo agent (``app/demo.py`` on its scripted
 model, ``app/demo_assistant.json``).
 
-Each test opens its own conversation (the URL hash names it) and looks at the
-page as a person would: the messages, the tool cards and their buttons, the
+Each test opens its own agent instance (the URL hash names it; its root session
+is the conversation, or the sessions the test makes) and looks at the page as a
+person would: the messages, the tool cards and their buttons, the
 status line. Screenshots of every scenario go to ``test-artifacts/browser/``.
 Waits are bounded; nothing asserts how long anything took.
 """
@@ -155,9 +156,19 @@ def playwright() -> Iterator[Playwright]:
 @pytest.fixture
 def context(playwright: Playwright, tmp_path: Path) -> Iterator[BrowserContext]:
     """Debian's Chromium with a fresh profile; never a browser Playwright would download."""
+    profile = tmp_path / "chromium-profile"
+    ctx = launch(playwright, profile)
+    try:
+        yield ctx
+    finally:
+        ctx.close()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def launch(playwright: Playwright, profile: Path) -> BrowserContext:
+    """Chromium on a profile of its own (a fresh one is a browser that never saw the page)."""
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: `make browser-deps` installs Debian's chromium (apt-get, as root)")
-    profile = tmp_path / "chromium-profile"
     ctx = playwright.chromium.launch_persistent_context(
         str(profile),
         executable_path=str(CHROMIUM),
@@ -168,11 +179,7 @@ def context(playwright: Playwright, tmp_path: Path) -> Iterator[BrowserContext]:
         viewport={"width": 1100, "height": 900},
     )
     ctx.add_init_script(RECORDER)
-    try:
-        yield ctx
-    finally:
-        ctx.close()
-        shutil.rmtree(profile, ignore_errors=True)
+    return ctx
 
 
 @dataclass
@@ -184,6 +191,7 @@ class Tab:
     console: list[str] = field(default_factory=list)
     sent: list[dict[str, Any]] = field(default_factory=list)
     received: list[dict[str, Any]] = field(default_factory=list)
+    sockets: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
@@ -191,6 +199,7 @@ class Tab:
         self.page.on("websocket", self._watch)
 
     def _watch(self, ws: WebSocket) -> None:
+        self.sockets.append(ws.url)
         ws.on("framesent", lambda payload: self.sent.append(_frame(payload)))
         ws.on("framereceived", lambda payload: self.received.append(_frame(payload)))
 
@@ -275,7 +284,7 @@ def conversation() -> str:
 def open_tab(context: BrowserContext, server: ThinkServer, name: str, agent: str = "assistant") -> Tab:
     tab = Tab(context.new_page())
     tab.page.goto(f"{server.base}/#/{agent}/{name}")
-    expect(tab.page.get_by_test_id("conversation")).to_have_text(name)
+    expect(tab.page.get_by_test_id("instance")).to_have_text(name)
     expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
     tab.wait_ready()
     return tab
@@ -286,11 +295,20 @@ def shot(tab: Tab, request: pytest.FixtureRequest, step: str) -> None:
     tab.page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-{step}.png"))
 
 
-def server_messages(server: ThinkServer, name: str, agent: str = "assistant") -> list[dict[str, Any]]:
-    res = httpx.get(f"{server.base}/agents/{agent}/{name}/get-messages", timeout=10)
+def server_messages(server: ThinkServer, name: str, agent: str = "assistant",
+                    session: str = "") -> list[dict[str, Any]]:
+    params = {"session": session} if session else {}
+    res = httpx.get(f"{server.base}/agents/{agent}/{name}/get-messages", params=params, timeout=10)
     assert res.status_code == 200, res.text
     value: list[dict[str, Any]] = res.json()
     return value
+
+
+def server_sessions(server: ThinkServer, name: str, agent: str = "assistant") -> dict[str, dict[str, Any]]:
+    """The instance's sessions as the server lists them, by id."""
+    res = httpx.get(f"{server.base}/agents/{agent}/{name}/sessions", timeout=10)
+    assert res.status_code == 200, res.text
+    return {s["id"]: s for s in res.json()["sessions"]}
 
 
 def text_of(message: dict[str, Any]) -> str:
@@ -331,7 +349,7 @@ def test_send_and_stream(context: BrowserContext, server: ThinkServer, request: 
     name = conversation()
     tab = open_tab(context, server, name)
     expect(tab.page.get_by_role("combobox", name="Agent")).to_have_value("assistant")
-    expect(tab.page.get_by_role("link", name=name)).to_have_attribute("aria-current", "page")
+    expect(tab.page.get_by_role("link", name="New chat")).to_have_attribute("aria-current", "page")
     tab.send("hello")
     tab.wait_words(3)
     shot(tab, request, "1-streaming")
@@ -535,38 +553,104 @@ def test_clear(context: BrowserContext, server: ThinkServer, request: pytest.Fix
     assert not tab.errors, tab.report()
 
 
-def test_create_and_pick_conversations(context: BrowserContext, server: ThinkServer,
-                                       request: pytest.FixtureRequest) -> None:
-    first = conversation()
-    tab = open_tab(context, server, first)
-    tab.send("first words")
-    tab.wait_answer("You said: first words")
-
-    second = conversation()
-    tab.page.get_by_role("textbox", name="New conversation").fill(second)
-    tab.page.get_by_role("button", name="Open").click()
-    expect(tab.page.get_by_test_id("conversation")).to_have_text(second)
-    assert tab.page.url.endswith(f"#/assistant/{second}")
+def _new_chat(tab: Tab, name: str, before: str | None) -> str:
+    """Clicks "New chat"; the id of the session it opened (the hash names it)."""
+    tab.page.get_by_role("navigation", name="Conversations").get_by_role("button", name="New chat").click()
+    tab.page.wait_for_url(re.compile(rf"#/assistant/{name}/(?!{re.escape(before or '')}$)[^/]+$"), timeout=SHORT)
+    session = tab.page.url.rsplit("/", 1)[1]
     expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
     tab.wait_ready()
     expect(tab.page.locator("li.empty")).to_be_visible()
+    return session
+
+
+def test_conversations_are_sessions_the_server_keeps(playwright: Playwright, context: BrowserContext,
+                                                     server: ThinkServer, tmp_path: Path,
+                                                     request: pytest.FixtureRequest) -> None:
+    name = conversation()
+    tab = open_tab(context, server, name)
+    nav = tab.page.get_by_role("navigation", name="Conversations")
+    listed = nav.locator("li.session a")
+
+    first = _new_chat(tab, name, None)
+    tab.send("first words")
+    tab.wait_answer("You said: first words")
+    expect(nav.get_by_role("link", name="first words")).to_have_attribute("aria-current", "page")
+    expect(tab.page.get_by_test_id("conversation")).to_have_text("first words")
+
+    second = _new_chat(tab, name, first)
+    assert tab.messages() == [], f"the new chat shows another's messages\n{tab.report()}"
     tab.send("second words")
     tab.wait_answer("You said: second words")
     assert tab.messages() == [("user", "second words"), ("assistant", "You said: second words")], tab.report()
+    # Newest first; the root session, never used, is not listed.
+    expect(listed).to_have_text(["second words", "first words"])
+    shot(tab, request, "1-two-chats")
+    # Each conversation had a socket of its own session.
+    assert any(f"session={first}" in u for u in tab.sockets) and any(f"session={second}" in u for u in tab.sockets), \
+        tab.sockets
 
-    recent = tab.page.get_by_role("navigation", name="Conversations").get_by_role("link")
-    expect(recent).to_have_text([second, first])
-    tab.page.get_by_role("link", name=first).click()
-    expect(tab.page.get_by_test_id("conversation")).to_have_text(first)
-    tab.wait_answer("You said: first words")
-    assert tab.messages() == [("user", "first words"), ("assistant", "You said: first words")], tab.report()
-    expect(tab.page).to_have_title(f"{first} · assistant · think-server")
-    shot(tab, request, "picked")
+    # The server keeps both, each with its own messages; the root session has none.
+    kept = server_sessions(server, name)
+    assert {first, second} <= set(kept) and kept[first]["message_count"] == kept[second]["message_count"] == 2, kept
+    assert [text_of(m) for m in server_messages(server, name, session=first)] == ["first words",
+                                                                                  "You said: first words"]
+    assert [text_of(m) for m in server_messages(server, name, session=second)] == ["second words",
+                                                                                   "You said: second words"]
+    assert server_messages(server, name) == []
 
-    # A name the page cannot use is refused by the form, and nothing changes.
-    tab.page.get_by_role("textbox", name="New conversation").fill("no spaces please")
-    tab.page.get_by_role("button", name="Open").click()
-    expect(tab.page.get_by_test_id("conversation")).to_have_text(first)
+    # The browser keeps no list: without its storage the reloaded page still lists both.
+    tab.page.evaluate("localStorage.clear()")
+    tab.page.reload()
+    expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
+    tab.wait_answer("You said: second words")
+    expect(listed).to_have_text(["second words", "first words"])
+    assert tab.page.evaluate("localStorage.length") == 0
+
+    # A browser that never saw the page, on a shared link to the first conversation.
+    other = launch(playwright, tmp_path / "other-profile")
+    try:
+        fresh = Tab(other.new_page())
+        fresh.page.goto(f"{server.base}/#/assistant/{name}/{first}")
+        expect(fresh.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
+        fresh.wait_answer("You said: first words")
+        fresh_nav = fresh.page.get_by_role("navigation", name="Conversations")
+        expect(fresh_nav.locator("li.session a")).to_have_text(["second words", "first words"])
+        expect(fresh.page).to_have_title("first words · assistant · think-server")
+        fresh_nav.get_by_role("link", name="second words").click()
+        expect(fresh.page.get_by_test_id("conversation")).to_have_text("second words")
+        fresh.wait_answer("You said: second words")
+        assert fresh.messages() == [("user", "second words"), ("assistant", "You said: second words")], \
+            fresh.report()
+        shot(fresh, request, "2-other-browser")
+        assert not fresh.errors, fresh.report()
+    finally:
+        other.close()
+
+    # Deleting asks first: Cancel keeps the conversation ...
+    tab.page.get_by_role("button", name="Delete conversation: first words").click()
+    confirm = nav.get_by_role("group", name="Delete conversation: first words?")
+    confirm.get_by_role("button", name="Cancel").click()
+    expect(confirm).to_have_count(0)
+    assert first in server_sessions(server, name)
+    # ... Delete removes it, from the list and from the server.
+    tab.page.get_by_role("button", name="Delete conversation: first words").click()
+    shot(tab, request, "3-confirm")
+    confirm.get_by_role("button", name="Delete", exact=True).click()
+    expect(listed).to_have_text(["second words"])
+    assert first not in server_sessions(server, name)
+    assert tab.messages() == [("user", "second words"), ("assistant", "You said: second words")], tab.report()
+
+    # Deleting the open one goes back to the instance's root conversation.
+    tab.page.get_by_role("button", name="Delete conversation: second words").click()
+    nav.get_by_role("group", name="Delete conversation: second words?").get_by_role(
+        "button", name="Delete", exact=True).click()
+    tab.page.wait_for_url(re.compile(rf"#/assistant/{name}$"), timeout=SHORT)
+    expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
+    tab.wait_ready()
+    expect(listed).to_have_text(["New chat"])
+    assert set(server_sessions(server, name)) == {""}
+    shot(tab, request, "4-deleted")
     assert not tab.errors, tab.report()
 
 

@@ -1,6 +1,7 @@
 import { useAgentChat } from "@cloudflare/ai-chat/react";
 import { useAgent } from "agents/react";
-import { Suspense, useEffect, useMemo, useRef, useState } from "react";
+import { useEffect, useMemo, useRef, useState } from "react";
+import { getMessages, titleOf } from "./api.js";
 import { authToken } from "./conversations.js";
 import { Message } from "./Parts.jsx";
 
@@ -36,23 +37,50 @@ async function answerToolCall({ toolCall, addToolOutput }) {
   }
 }
 
-/** One conversation: the agent's socket (useAgent), then the chat on it (useAgentChat). */
-export function Chat({ agent, name }) {
+/** The session's stored messages, loaded once: null until they arrive. */
+function useStoredMessages(agent, name, session) {
+  const [messages, setMessages] = useState(null);
+  useEffect(() => {
+    let live = true;
+    getMessages(agent, name, session)
+      .catch((e) => {
+        // The socket still sends the transcript once it opens.
+        console.warn(`Cannot load the conversation: ${e.message ?? e}`);
+        return [];
+      })
+      .then((found) => live && setMessages(found));
+    return () => {
+      live = false;
+    };
+  }, [agent, name, session]);
+  return messages;
+}
+
+/**
+ * One conversation, a session of the instance: the agent's socket on that session
+ * (useAgent, `?session=`), then the chat on it (useAgentChat). The page loads the
+ * stored messages itself: the hook's own get-messages neither names the session
+ * nor tells sessions of one instance apart in its cache.
+ */
+export function Chat({ agent, name, session, onTitle, onSettled }) {
   const [connection, setConnection] = useState("connecting");
   const token = authToken();
+  // Browsers cannot set headers on a WebSocket: the token rides in the upgrade's query.
+  const query = useMemo(() => {
+    const q = { ...(session ? { session } : {}), ...(token ? { token } : {}) };
+    return Object.keys(q).length ? q : undefined;
+  }, [session, token]);
   const socket = useAgent({
     agent,
     name,
-    // Browsers cannot set headers on a WebSocket: the token rides in the upgrade's query.
-    query: token ? { token } : undefined,
+    query,
     onOpen: () => setConnection("open"),
     onClose: () => setConnection("closed")
   });
-  // useAgentChat suspends until the conversation's stored messages (GET .../get-messages) arrive.
+  const stored = useStoredMessages(agent, name, session);
+  if (stored === null) return <p className="notice">Loading the conversation…</p>;
   return (
-    <Suspense fallback={<p className="notice">Loading the conversation…</p>}>
-      <Conversation socket={socket} connection={connection} token={token} />
-    </Suspense>
+    <Conversation socket={socket} connection={connection} stored={stored} onTitle={onTitle} onSettled={onSettled} />
   );
 }
 
@@ -66,10 +94,8 @@ function statusText(chat, connection) {
   return "Ready";
 }
 
-function Conversation({ socket, connection, token }) {
-  // The server takes ?token= on the socket only; get-messages (plain HTTP) needs the header.
-  const headers = useMemo(() => (token ? { authorization: `Bearer ${token}` } : undefined), [token]);
-  const chat = useAgentChat({ agent: socket, onToolCall: answerToolCall, headers });
+function Conversation({ socket, connection, stored, onTitle, onSettled }) {
+  const chat = useAgentChat({ agent: socket, onToolCall: answerToolCall, getInitialMessages: null, messages: stored });
   const { messages, status, error, sendMessage, stop, clearHistory, addToolApprovalResponse } = chat;
   const [draft, setDraft] = useState("");
   const busy = status === "submitted" || status === "streaming" || chat.isServerStreaming || chat.isRecovering;
@@ -79,6 +105,18 @@ function Conversation({ socket, connection, token }) {
   useEffect(() => {
     end.current?.scrollIntoView({ block: "end" });
   }, [messages]);
+
+  // The list beside the chat names this conversation by its first words, and looks
+  // at the server again once a turn is over (its order and counts changed).
+  const title = titleOf(messages);
+  useEffect(() => {
+    onTitle?.(title);
+  }, [title, onTitle]);
+  const wasBusy = useRef(busy);
+  useEffect(() => {
+    if (wasBusy.current && !busy) onSettled?.();
+    wasBusy.current = busy;
+  }, [busy, onSettled]);
 
   const onSubmit = (e) => {
     e.preventDefault();

@@ -1,61 +1,56 @@
-// Which conversation is open lives in the URL hash (#/agent/name), so a reload
-// or a shared link opens the same one; the names used before are remembered
-// in localStorage (the server keeps no list of them).
+// Which conversation is open lives in the URL hash (#/agent/name/session), so a
+// reload or a shared link opens the same one. The conversations themselves are
+// sessions of one agent instance (/agents/agent/name), kept and listed by the
+// server (GET .../sessions); "#/agent/name" alone is the instance's root session.
 
-const STORE_KEY = "think-server:conversations";
-const MAX_REMEMBERED = 30;
-/** The characters a new conversation name may use (the server accepts more). */
-export const NAME_PATTERN = "[A-Za-z0-9._\\-]{1,64}";
-const NAME_RE = new RegExp(`^${NAME_PATTERN}$`);
+/** The instance the page uses when the hash names none. */
+export const DEFAULT_NAME = "default";
+/** The characters an instance name may use here (the server accepts more). */
+const NAME_RE = /^[A-Za-z0-9._-]{1,64}$/;
+/** A session id as the server takes it (the root session is ""). */
+const SESSION_RE = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 
 export function isValidName(name) {
   return NAME_RE.test(name) && name !== "." && name !== "..";
 }
 
-export function newName() {
-  const bytes = crypto.getRandomValues(new Uint8Array(4));
-  return `chat-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+export function isValidSession(session) {
+  return session === "" || SESSION_RE.test(session);
 }
 
-/** {agent, name} from "#/agent/name", or null. */
+/** {agent, name, session} from "#/agent/name" or "#/agent/name/session", or null. */
 export function readHash(hash = window.location.hash) {
-  const m = /^#\/([^/]+)\/([^/]+)$/.exec(hash);
+  const m = /^#\/([^/]+)\/([^/]+)(?:\/([^/]*))?$/.exec(hash);
   if (!m) return null;
   try {
-    return { agent: decodeURIComponent(m[1]), name: decodeURIComponent(m[2]) };
+    return {
+      agent: decodeURIComponent(m[1]),
+      name: decodeURIComponent(m[2]),
+      session: m[3] ? decodeURIComponent(m[3]) : ""
+    };
   } catch {
     return null;
   }
 }
 
-export function hashOf({ agent, name }) {
-  return `#/${encodeURIComponent(agent)}/${encodeURIComponent(name)}`;
+export function hashOf({ agent, name, session = "" }) {
+  const base = `#/${encodeURIComponent(agent)}/${encodeURIComponent(name)}`;
+  return session ? `${base}/${encodeURIComponent(session)}` : base;
 }
 
-function load() {
+// Before the server kept sessions, the page made one instance per conversation and
+// remembered their names in this browser. They are only read now, so those
+// conversations stay reachable; nothing is written there any more.
+const OLD_STORE_KEY = "think-server:conversations";
+
+/** The instance names an earlier version of the page remembered for an agent. */
+export function earlierNames(agent) {
   try {
-    const value = JSON.parse(localStorage.getItem(STORE_KEY) ?? "{}");
-    return value && typeof value === "object" ? value : {};
+    const list = JSON.parse(localStorage.getItem(OLD_STORE_KEY) ?? "{}")?.[agent];
+    return Array.isArray(list) ? list.filter((n) => typeof n === "string" && isValidName(n)) : [];
   } catch {
-    return {};
+    return [];
   }
-}
-
-/** The names remembered for an agent, most recent first. */
-export function recentNames(agent) {
-  const list = load()[agent];
-  return Array.isArray(list) ? list.filter((n) => typeof n === "string") : [];
-}
-
-export function remember(agent, name) {
-  const all = load();
-  all[agent] = [name, ...recentNames(agent).filter((n) => n !== name)].slice(0, MAX_REMEMBERED);
-  try {
-    localStorage.setItem(STORE_KEY, JSON.stringify(all));
-  } catch {
-    // Private mode or a full store: the hash still keeps the current one.
-  }
-  return all[agent];
 }
 
 const TOKEN_KEY = "think-server:token";

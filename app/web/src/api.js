@@ -1,0 +1,79 @@
+// The server's HTTP API for one agent instance: its sessions and their transcripts.
+// Plain HTTP carries the token in the Authorization header (the server takes
+// ?token= on the socket only).
+import { authToken } from "./conversations.js";
+
+/** An HTTP answer the page did not want: its status and the server's error text. */
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+function base(agent, name) {
+  return `/agents/${encodeURIComponent(agent)}/${encodeURIComponent(name)}`;
+}
+
+async function call(path, init = {}) {
+  const token = authToken();
+  const headers = { accept: "application/json", ...(init.body ? { "content-type": "application/json" } : {}) };
+  if (token) headers.authorization = `Bearer ${token}`;
+  const res = await fetch(path, { ...init, headers });
+  if (!res.ok) {
+    let detail = "";
+    try {
+      detail = (await res.json()).error ?? "";
+    } catch {
+      // not JSON: the status says enough
+    }
+    const what = `${init.method ?? "GET"} ${path.split("?")[0]} answered ${res.status}`;
+    throw new ApiError(res.status, detail ? `${what}: ${detail}` : what);
+  }
+  return res.json();
+}
+
+/** The root session as the server lists it before the instance has a file. */
+const EMPTY_ROOT = { id: "", created_at: 0, updated_at: 0, message_count: 0 };
+
+/** The instance's sessions ({id, created_at, updated_at, message_count}); an unknown instance has only its root. */
+export async function listSessions(agent, name) {
+  try {
+    const { sessions } = await call(`${base(agent, name)}/sessions`);
+    return Array.isArray(sessions) ? sessions : [EMPTY_ROOT];
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 404) return [EMPTY_ROOT];
+    throw e;
+  }
+}
+
+/** A new, empty session (the server names it); its {id, ...}. */
+export function createSession(agent, name) {
+  return call(`${base(agent, name)}/sessions`, { method: "POST", body: "{}" });
+}
+
+export function deleteSession(agent, name, session) {
+  return call(`${base(agent, name)}/sessions/${encodeURIComponent(session)}`, { method: "DELETE" });
+}
+
+/** A session's transcript (UI messages, oldest first). */
+export async function getMessages(agent, name, session) {
+  const query = session ? `?session=${encodeURIComponent(session)}` : "";
+  const messages = await call(`${base(agent, name)}/get-messages${query}`);
+  return Array.isArray(messages) ? messages : [];
+}
+
+const TITLE_CHARS = 60;
+
+/** What a conversation is called: its first user message's text, shortened; null if it has none. */
+export function titleOf(messages) {
+  const first = messages.find((m) => m?.role === "user");
+  const text = (first?.parts ?? [])
+    .filter((p) => p?.type === "text" && typeof p.text === "string")
+    .map((p) => p.text)
+    .join(" ")
+    .replace(/\s+/g, " ")
+    .trim();
+  if (!text) return null;
+  return text.length > TITLE_CHARS ? `${text.slice(0, TITLE_CHARS - 1)}…` : text;
+}
