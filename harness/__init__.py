@@ -47,7 +47,7 @@ from ._providers import ModelSpecError, resolve_model
 from ._recovery_policy import RecoveryPolicy
 from ._registry import CapacityError, InstanceRegistry
 from ._scheduler import Scheduler
-from ._schedules import Schedule, ScheduleError, ScheduleExists, Schedules
+from ._schedules import Schedule, ScheduleError, ScheduleExists, ScheduleRefused, Schedules
 from ._scripted import Script, ScriptedModel, ScriptError, load_script
 from ._session import Session
 from ._sessions import SessionError, SessionExists, SessionInfo, SessionNotFound, validate_session_id
@@ -96,6 +96,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "ScheduleExists",
+    "ScheduleRefused",
     "Scheduler",
     "Schedules",
     "Script",

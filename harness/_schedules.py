@@ -42,7 +42,8 @@ from ._sessions import SessionError, validate_session_id
 if TYPE_CHECKING:
     from ._harness import Harness
 
-__all__ = ["Schedule", "ScheduleError", "ScheduleExists", "Schedules", "cron_next", "fire_due", "iso_time"]
+__all__ = ["Schedule", "ScheduleError", "ScheduleExists", "ScheduleRefused", "Schedules", "cron_next", "fire_due",
+           "iso_time"]
 
 log = logging.getLogger("think_server.schedules")
 
@@ -60,6 +61,10 @@ class ScheduleError(ValueError):
 
 class ScheduleExists(ScheduleError):
     pass
+
+
+class ScheduleRefused(ScheduleError):
+    """Client input a client may not submit (the input policy): it may not schedule it either."""
 
 
 def iso_time(ms: int) -> str:
@@ -171,7 +176,7 @@ def _check_input(value: object, source: Literal["server", "client"], instance: I
         try:
             check_client_messages(parsed, instance.policy)
         except SubmitRefused as exc:
-            raise ScheduleError(str(exc), "input") from None
+            raise ScheduleRefused(str(exc), "input") from None
     if isinstance(value, str):
         return dumps(value)
     return dumps([_without_id(m) for m in parsed])
