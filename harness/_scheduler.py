@@ -156,6 +156,13 @@ class Scheduler:
         await asyncio.gather(*(one(key) for key in due))
 
     async def _fire(self, key: _Key) -> None:
+        if self._registry.active(*key) is None and not self._registry.path_of(*key).exists():
+            # Its file was deleted: opening it would create an empty one.
+            log.warning("%s/%s had schedules, but its file is gone; forgetting them", *key)
+            async with self._lock:
+                self.wakes.pop(key, None)
+                await self._write(key, None)
+            return
         try:
             instance = await self._registry.get(*key)
         except CapacityError:

@@ -220,8 +220,16 @@ async def fire_due(instance: Instance, now: int) -> tuple[int, bool]:
 
 async def _fire(instance: Instance, row: ScheduleRow, now: int) -> bool:
     operation_id = f"schedule:{row.id}:{row.next_run_at}"
-    # A cron schedule continues from its next time after now: runs missed while down run once.
-    next_run = cron_next(row.cron, now) if row.kind == "cron" and row.cron else None
+    next_run = None
+    if row.kind == "cron" and row.cron:
+        try:
+            # It continues from its next time after now: runs missed while down run once.
+            next_run = cron_next(row.cron, now)
+        except (CroniterError, ValueError, TypeError, OverflowError) as exc:
+            # Accepted when it was made: a file edited by hand, or a croniter that reads it otherwise.
+            # Retrying every second would not help; this run is its last.
+            log.error("schedule %r: its cron expression %r cannot be read any more (%s); it runs this once "
+                      "and is deleted", row.id, row.cron, exc)
     source: Literal["server", "client"] = "client" if row.source == "client" else "server"
     try:
         messages = _messages_of(row.input_json, operation_id)

@@ -212,3 +212,31 @@ def test_a_time_without_an_offset_is_utc() -> None:
     naive = datetime(2099, 1, 1, 12)
     assert _check_at(naive.isoformat()) == _check_at(naive.replace(tzinfo=UTC)) == _check_at("2099-01-01T12:00:00Z")
     assert _check_at(naive + timedelta(hours=1)) - _check_at(naive) == 3600_000
+
+
+async def test_an_instance_whose_file_is_gone_is_forgotten_not_created(tmp_path: Path) -> None:
+    async with make(tmp_path, clock=_clock(-3600_000)) as h:
+        await h.scheduler.close()
+        await h.schedules("assistant", "gone").create("x", delay_s=1)
+    path = instance_db_path(tmp_path, "assistant", "gone")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    async with make(tmp_path) as h:
+        assert h.registry.index is not None
+        async with asyncio.timeout(5):
+            while True:
+                if not await h.registry.index.wakes():
+                    break
+                await asyncio.sleep(0.05)
+        assert not path.exists() and not h.scheduler.wakes
+
+
+async def test_a_cron_expression_that_cannot_be_read_any_more_runs_once_and_is_deleted(tmp_path: Path) -> None:
+    async with make(tmp_path, clock=_clock(-3600_000)) as h:
+        await h.scheduler.close()
+        await h.schedules("assistant", "i").create("echo odd", cron="* * * * *", id="odd")
+    with sqlite3.connect(instance_db_path(tmp_path, "assistant", "i")) as db:
+        db.execute("UPDATE schedules SET cron = 'not cron' WHERE id = 'odd'")
+    async with make(tmp_path) as h:
+        assert await wait_for_messages(h, "", 2) == ["echo odd", "You said: echo odd"]
+        assert await h.schedules("assistant", "i").list() == []
