@@ -2,7 +2,8 @@
 
 Under ``/agents/{agent}/{name}``, with ``?session=ID`` (default: the root session):
 ``POST /submit``, ``GET /operations``, ``GET|DELETE /operations/{id}``,
-``GET|POST /sessions``, ``DELETE /sessions/{id}``, ``POST /messages``, ``GET /events`` (SSE).
+``GET|POST /sessions``, ``DELETE /sessions/{id}``, ``POST /messages``, ``GET /events`` (SSE),
+``GET|POST /schedules``, ``GET|DELETE /schedules/{id}``.
 
 Everything a request carries is client input: messages are checked as the chat
 socket's are (user content only), answers apply only to calls the model made.
@@ -24,6 +25,9 @@ from harness import (
     CapacityError,
     Harness,
     InputError,
+    ScheduleError,
+    ScheduleExists,
+    ScheduleRefused,
     SessionBusy,
     SessionError,
     SessionExists,
@@ -259,6 +263,43 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         return StreamingResponse(frames(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
+    async def schedules(request: Request) -> Response:
+        agent, name = address(request, read=request.method == "GET")
+        handle = harness.schedules(agent, name)
+        if request.method == "GET":
+            return JSONResponse({"schedules": [s.to_json() for s in await handle.list()]})
+        body = await body_of(request)
+        unknown = sorted(set(body) - _SCHEDULE_FIELDS)
+        if unknown:
+            raise _Refused(400, f"{unknown[0]}: not a field of a schedule (expected: "
+                                f"{', '.join(sorted(_SCHEDULE_FIELDS))})", unknown[0])
+        if "input" not in body:
+            raise _Refused(400, "input: required (a string, a message, a list of messages or {\"parts\": [...]})",
+                           "input")
+        try:
+            made = await handle.create(body["input"], session=body.get("session", ""), id=body.get("id"),
+                                       delay_s=body.get("delay_s"), at=body.get("at"), cron=body.get("cron"),
+                                       source="client")
+        except ScheduleExists as exc:
+            raise _Refused(409, str(exc), exc.field) from None
+        except ScheduleRefused as exc:
+            raise _Refused(422, str(exc), exc.field) from None
+        except ScheduleError as exc:
+            raise _Refused(400, str(exc), exc.field) from None
+        return JSONResponse(made.to_json(), status_code=201)
+
+    async def schedule_item(request: Request) -> Response:
+        agent, name = address(request, read=True)
+        handle, sid = harness.schedules(agent, name), request.path_params["schedule_id"]
+        if request.method == "DELETE":
+            if not await handle.cancel(sid):
+                raise _Refused(404, f"no schedule {sid!r}")
+            return JSONResponse({"deleted": True})
+        found = await handle.get(sid)
+        if found is None:
+            raise _Refused(404, f"no schedule {sid!r}")
+        return JSONResponse(found.to_json())
+
     base = "/agents/{agent}/{name}"
     return [
         Route(f"{base}/submit", endpoint(submit), methods=["POST"]),
@@ -268,4 +309,10 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         Route(base + "/sessions/{session_id}", endpoint(session_item), methods=["DELETE"]),
         Route(f"{base}/messages", endpoint(messages), methods=["POST"]),
         Route(f"{base}/events", endpoint(events), methods=["GET"]),
+        Route(f"{base}/schedules", endpoint(schedules), methods=["GET", "POST"]),
+        Route(base + "/schedules/{schedule_id}", endpoint(schedule_item), methods=["GET", "DELETE"]),
     ]
+
+
+#: What ``POST /schedules`` takes: the input, where it runs, its id, and exactly one of its times.
+_SCHEDULE_FIELDS = frozenset({"input", "session", "id", "delay_s", "at", "cron"})

@@ -47,6 +47,13 @@ _SCHEMAS: dict[str, Any] = {
         "text": {"type": ["string", "null"]}, "message_ids": {"type": "array", "items": {"type": "string"}},
         "created_at": {"type": "integer"}, "started_at": {"type": ["integer", "null"]},
         "settled_at": {"type": ["integer", "null"]}, "attempts": {"type": "integer"}}},
+    "Schedule": {"type": "object", "properties": {
+        "id": {"type": "string"}, "session": {"type": "string"}, "kind": {"enum": ["delay", "at", "cron"]},
+        "input": _ref("Input"), "next_run_at": {"type": "string", "format": "date-time"},
+        "next_run_at_ms": {"type": "integer"}, "created_at": {"type": "integer"}, "cron": {"type": "string"},
+        "at": {"type": "string", "format": "date-time"}, "delay_s": {"type": "number"},
+        "last_run_at": {"type": ["integer", "null"]}, "last_operation_id": {"type": ["string", "null"]},
+        "run_count": {"type": "integer"}}},
     "Session": {"type": "object", "properties": {
         "id": {"type": "string"}, "created_at": {"type": "integer"}, "updated_at": {"type": "integer"},
         "message_count": {"type": "integer"}}},
@@ -119,6 +126,26 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
             "responses": {"200": {"description": "sync, run-start, chunk, message, operation, run-end, reset, "
                                                  "transcript events", "content": {"text/event-stream": {}}},
                           **_errors(401, 404)}}},
+        f"{base}/schedules": {
+            "get": {"summary": "The instance's schedules, the next due first", "parameters": params,
+                    "responses": {"200": _json({"type": "object", "properties": {
+                        "schedules": {"type": "array", "items": _ref("Schedule")}}}, "Schedules"),
+                        **_errors(401, 404)}},
+            "post": {"summary": "Run an input later: after delay_s, at a time, or on a cron expression (UTC)",
+                     "parameters": params,
+                     "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                         "type": "object", "required": ["input"], "additionalProperties": False, "properties": {
+                             "input": _ref("Input"), "session": {"type": "string"}, "id": {"type": "string"},
+                             "delay_s": {"type": "number"}, "at": {"type": "string", "format": "date-time"},
+                             "cron": {"type": "string"}}}}}},
+                     "responses": {"201": _json(_ref("Schedule"), "Created"), **_errors(400, 401, 409, 422)}}},
+        base + "/schedules/{schedule_id}": {
+            "get": {"summary": "One schedule", "parameters": [*params, {
+                "name": "schedule_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    "responses": {"200": _json(_ref("Schedule"), "The schedule"), **_errors(401, 404)}},
+            "delete": {"summary": "Cancel a schedule", "parameters": [*params, {
+                "name": "schedule_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                       "responses": {"200": _json({"type": "object"}, "Cancelled"), **_errors(401, 404)}}},
         f"{base}/get-messages": {"get": {
             "summary": "The active transcript (an empty list for an instance never used)",
             "parameters": [*params, _SESSION_PARAM],

@@ -46,6 +46,8 @@ from ._outcomes import OperationInfo, OperationResult, Receipt, SessionBusy, Sub
 from ._providers import ModelSpecError, resolve_model
 from ._recovery_policy import RecoveryPolicy
 from ._registry import CapacityError, InstanceRegistry
+from ._scheduler import Scheduler
+from ._schedules import Schedule, ScheduleError, ScheduleExists, ScheduleRefused, Schedules
 from ._scripted import Script, ScriptedModel, ScriptError, load_script
 from ._session import Session
 from ._sessions import SessionError, SessionExists, SessionInfo, SessionNotFound, validate_session_id
@@ -91,6 +93,12 @@ __all__ = [
     "Receipt",
     "RecoveryPolicy",
     "RunStarted",
+    "Schedule",
+    "ScheduleError",
+    "ScheduleExists",
+    "ScheduleRefused",
+    "Scheduler",
+    "Schedules",
     "Script",
     "ScriptError",
     "ScriptedModel",

@@ -30,6 +30,8 @@ from ._instance import ROOT_SESSION, Instance
 from ._model import Model
 from ._providers import resolve_model
 from ._registry import InstanceRegistry
+from ._scheduler import Scheduler
+from ._schedules import Schedules
 from ._sessions import validate_session_id
 from ._startup import StartupRecovery
 
@@ -42,7 +44,8 @@ class Harness:
     ``model`` (a :class:`Model` or a spec such as ``"openai:gpt-4.1-mini"``) serves every agent
     that names none. Instances open on first use and close after ``idle_timeout_s`` without
     use; at most ``max_instances`` are open at once. Work a crash left open resumes in the
-    background when the harness starts (``recovery_concurrency`` instances at a time).
+    background when the harness starts (``recovery_concurrency`` instances at a time). Schedules
+    run from :meth:`start` to :meth:`close`, a schedule missed while stopped once at start.
     """
 
     def __init__(self, agents: Mapping[str, Agent], *, data_dir: str | os.PathLike[str] = "data",
@@ -68,20 +71,25 @@ class Harness:
             stream_grace_ms=int(stream_grace_s * 1000), policy=input_policy or InputPolicy(),
             budget=HistoryBudget(int(transcript_memory_mb * 1024 * 1024)), clock=self.clock)
         self.recovery = StartupRecovery(self.registry, recovery_concurrency)
+        #: Runs the schedules of every instance (see :meth:`schedules`).
+        self.scheduler = Scheduler(self.registry, self.clock, recovery_concurrency)
         self._started = False
 
     # -- lifetime ---------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the work index and resume, in the background, what a crash or a stop left open."""
+        """Open the work index, resume in the background what a crash or a stop left open, run schedules."""
         if self._started:
             return
         self._started = True
         os.makedirs(self.data_dir, exist_ok=True)
         self.recovery.start(await self.registry.open_index())
+        await self.scheduler.start()
 
     async def close(self) -> None:
-        """Stop recovery, close every instance (running turns resume at the next start), close the models."""
+        """Stop schedules and recovery, close every instance (running turns resume at the next start),
+        close the models."""
+        await self.scheduler.close()
         await self.recovery.close()
         await self.registry.close()
         for model in {id(m): m for m in self.models.values()}.values():
@@ -140,6 +148,12 @@ class Harness:
         """The sessions of an instance: list, create, fork, delete."""
         key, name = self._address(agent, name)
         return Sessions(self, key, name)
+
+    def schedules(self, agent: str, name: str) -> Schedules:
+        """The schedules of an instance: inputs it runs later on one of its sessions (create, list,
+        get, cancel). They run while the harness is started."""
+        key, name = self._address(agent, name)
+        return Schedules(self, key, name)
 
 
 def _resolve_models(agents: Mapping[str, Agent], default: Model | str | None) -> dict[str, Model]:

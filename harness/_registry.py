@@ -86,6 +86,11 @@ class InstanceRegistry:
         if max_instances < self.max_instances:
             self.max_instances, self.capped_by = max_instances, why
 
+    @property
+    def index(self) -> WorkIndex | None:
+        """The data dir's work index, once :meth:`open_index` opened it (None without one)."""
+        return self._index
+
     def path_of(self, agent: str, name: str) -> Path:
         return instance_db_path(self.data_dir, agent, name)
 

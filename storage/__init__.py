@@ -11,6 +11,7 @@ from ._messages import MessageRow
 from ._operations import OperationRow
 from ._paths import InvalidNameError, instance_db_path, validate_agent_name, validate_instance_name
 from ._problems import Problem, describe_problem, problem_of
+from ._schedules import ScheduleRow
 from ._schema import SCHEMA_VERSION
 from ._sessions import SessionInfoRow, SessionRow
 from ._streams import StreamRow
@@ -24,6 +25,7 @@ __all__ = [
     "OperationRow",
     "Problem",
     "Reader",
+    "ScheduleRow",
     "SessionInfoRow",
     "SessionRow",
     "StorageError",

@@ -22,6 +22,7 @@ from ._base import Params
 from ._messages import MessageReads, MessageWrites
 from ._operations import OperationReads, OperationWrites
 from ._problems import Problem, problem_of
+from ._schedules import ScheduleReads, ScheduleWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._sessions import SessionReads, SessionWrites
 from ._streams import StreamReads, StreamWrites
@@ -48,11 +49,11 @@ class StorageError(Exception):
         self.problem = problem
 
 
-class Reader(MessageReads, OperationReads, SessionReads, StreamReads, ToolCallReads):
+class Reader(MessageReads, OperationReads, ScheduleReads, SessionReads, StreamReads, ToolCallReads):
     """Every read statement."""
 
 
-class Tx(Reader, MessageWrites, OperationWrites, SessionWrites, StreamWrites, ToolCallWrites):
+class Tx(Reader, MessageWrites, OperationWrites, ScheduleWrites, SessionWrites, StreamWrites, ToolCallWrites):
     """Every statement, inside one open transaction."""
 
 

@@ -1,10 +1,15 @@
-"""The data dir's small index of instances that may hold unfinished work.
+"""The data dir's small index of instances that may hold unfinished work, and of when each next wakes.
 
 An instance is marked before its first open operation is written and
 unmarked once it has none left, so at startup the server reopens only the
 instances a crash or a shutdown left with work, without opening every file.
 A mark without work (a crash between the two) costs one reopen; work without
 a mark cannot happen.
+
+Wakes follow the same rule for schedules: an instance's wake (the time its
+earliest schedule is due) is lowered before a schedule is written and raised
+only after one ran or was cancelled, so the index may wake an instance early
+(it finds nothing due and says when it next wakes) but never late.
 """
 
 from __future__ import annotations
@@ -47,8 +52,15 @@ class WorkIndex:
                 "CREATE TABLE IF NOT EXISTS active_instances (agent TEXT NOT NULL, name TEXT NOT NULL, "
                 "marked_at INTEGER NOT NULL, PRIMARY KEY (agent, name))"
             )
+            # Added with schedules: an index written before them gains the table the first time.
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS wakes (agent TEXT NOT NULL, name TEXT NOT NULL, "
+                "wake_at INTEGER NOT NULL, PRIMARY KEY (agent, name))"
+            )
             # A table of that name with other columns (another program's file) fails here, not later.
             async with conn.execute("SELECT agent, name, marked_at FROM active_instances LIMIT 1"):
+                pass
+            async with conn.execute("SELECT agent, name, wake_at FROM wakes LIMIT 1"):
                 pass
         except BaseException as exc:
             await conn.close()  # its thread would keep the process alive
@@ -85,6 +97,26 @@ class WorkIndex:
             async with self._conn.execute("SELECT agent, name FROM active_instances ORDER BY marked_at") as cur:
                 return [(str(r[0]), str(r[1])) for r in await cur.fetchall()]
         except sqlite3.Error as exc:  # a damaged page the opening checks did not read
+            raise StorageError(f"cannot read the work index: {exc}", problem_of(exc) or Problem.DAMAGED) from exc
+
+    async def set_wake(self, agent: str, name: str, wake_at: int | None) -> None:
+        """When the instance next has a schedule due (ms); None: it has none."""
+        async with self._lock:
+            if wake_at is None:
+                await self._conn.execute("DELETE FROM wakes WHERE agent = ? AND name = ?", (agent, name))
+            else:
+                await self._conn.execute(
+                    "INSERT INTO wakes (agent, name, wake_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT (agent, name) DO UPDATE SET wake_at = excluded.wake_at",
+                    (agent, name, wake_at),
+                )
+
+    async def wakes(self) -> list[tuple[str, str, int]]:
+        """Every instance with a schedule: (agent, name, when it next wakes), the earliest first."""
+        try:
+            async with self._conn.execute("SELECT agent, name, wake_at FROM wakes ORDER BY wake_at") as cur:
+                return [(str(r[0]), str(r[1]), int(r[2])) for r in await cur.fetchall()]
+        except sqlite3.Error as exc:
             raise StorageError(f"cannot read the work index: {exc}", problem_of(exc) or Problem.DAMAGED) from exc
 
     async def close(self) -> None:

@@ -123,5 +123,26 @@ _V3 = """
 ALTER TABLE sessions ADD COLUMN active_leaf TEXT;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# Schedules: inputs the instance runs on one of its sessions later (after a delay, at a time, or
+# on a cron expression). A one-shot row is deleted once it has run; next_run_at is always set.
+_V4 = """
+CREATE TABLE schedules (
+  id TEXT PRIMARY KEY,
+  session_id TEXT NOT NULL,
+  kind TEXT NOT NULL CHECK (kind IN ('delay', 'at', 'cron')),
+  source TEXT NOT NULL CHECK (source IN ('server', 'client')),
+  input_json TEXT NOT NULL,
+  cron TEXT,
+  at_ms INTEGER,
+  delay_ms INTEGER,
+  next_run_at INTEGER NOT NULL,
+  created_at INTEGER NOT NULL,
+  last_run_at INTEGER,
+  last_operation_id TEXT,
+  run_count INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX schedules_next_run ON schedules (next_run_at);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -67,7 +67,8 @@ class SessionWrites(Access):
         return changed > 0
 
     async def delete_session(self, session_id: str) -> bool:
-        """Delete a session and everything it holds (messages, streams, operations, tool calls)."""
+        """Delete a session and everything it holds (messages, streams, operations, tool calls, schedules)."""
+        await self._execute("DELETE FROM schedules WHERE session_id = ?", (session_id,))
         await self._execute("DELETE FROM tool_calls WHERE session_id = ?", (session_id,))
         await self._execute("DELETE FROM streams WHERE session_id = ?", (session_id,))
         await self._execute("DELETE FROM operations WHERE session_id = ?", (session_id,))

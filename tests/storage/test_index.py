@@ -1,8 +1,9 @@
-"""The data dir's work index: which instances may hold unfinished work."""
+"""The data dir's work index: which instances may hold unfinished work, and when each next wakes."""
 
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -62,3 +63,28 @@ async def test_names_are_exact(tmp_path: Path) -> None:
         await index.mark("chat", "alice", 2)
         await index.unmark("chat", "ALICE")
         assert await index.marked() == [("chat", "Alice"), ("chat", "alice")]
+
+
+async def test_wakes_are_set_moved_cleared_and_kept(tmp_path: Path) -> None:
+    async with _index(tmp_path) as index:
+        assert await index.wakes() == []
+        await index.set_wake("chat", "alice", 500)
+        await index.set_wake("chat", "bob", 100)
+        await index.set_wake("chat", "alice", 50)  # moved
+        assert await index.wakes() == [("chat", "alice", 50), ("chat", "bob", 100)]
+        await index.set_wake("chat", "bob", None)
+        await index.set_wake("chat", "nobody", None)  # harmless
+    async with _index(tmp_path) as index:
+        assert await index.wakes() == [("chat", "alice", 50)]
+        assert await index.marked() == [], "wakes are not marks of open work"
+
+
+async def test_an_index_from_before_schedules_gains_its_wakes(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / INDEX_FILE) as conn:
+        conn.execute("CREATE TABLE active_instances (agent TEXT NOT NULL, name TEXT NOT NULL, "
+                     "marked_at INTEGER NOT NULL, PRIMARY KEY (agent, name))")
+        conn.execute("INSERT INTO active_instances VALUES ('chat', 'old', 1)")
+    async with _index(tmp_path) as index:
+        assert await index.marked() == [("chat", "old")]
+        await index.set_wake("chat", "old", 7)
+        assert await index.wakes() == [("chat", "old", 7)]

@@ -1,0 +1,339 @@
+"""Schedules: an input an instance runs on one of its sessions later, once or on a cron expression.
+
+::
+
+    daily = harness.schedules("assistant", "team")
+    await daily.create("Summarize yesterday's tickets.", session="reports", id="daily-summary", cron="0 8 * * *")
+
+A schedule is a row of its instance's file, so it survives restarts. When it is
+due, its input is submitted on its session like any other turn (it streams to
+the session's open chat sockets) under the operation id ``schedule:{id}:{due ms}``:
+submitting is idempotent by operation id, so a crash between submitting and
+recording the run cannot run it twice. A one-shot (``delay_s``, ``at``) is then
+deleted; a cron schedule moves to its next time after now, so runs missed while
+the server was down run once, not once per missed time.
+
+Cron expressions are read by croniter in UTC: five fields, or six with seconds
+last. ``at`` is ISO 8601; without an offset it is UTC.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from croniter import CroniterError, croniter
+
+from protocol import UIMessage
+from storage import ScheduleRow
+
+from ._answers import Answer
+from ._input import check_client_messages
+from ._inputs import InputError, parse_input
+from ._instance import ROOT_SESSION, Instance
+from ._json import dumps
+from ._outcomes import SubmitRefused
+from ._sessions import SessionError, validate_session_id
+
+if TYPE_CHECKING:
+    from ._harness import Harness
+
+__all__ = ["Schedule", "ScheduleError", "ScheduleExists", "ScheduleRefused", "Schedules", "cron_next", "fire_due",
+           "iso_time"]
+
+log = logging.getLogger("think_server.schedules")
+
+#: The longest delay (and the furthest ``at``) a schedule takes: a century, in seconds.
+MAX_DELAY_S = 100 * 366 * 24 * 3600
+
+
+class ScheduleError(ValueError):
+    """A schedule that cannot be made; ``field`` names what is wrong (``input``, ``cron``, ``at``...)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class ScheduleExists(ScheduleError):
+    pass
+
+
+class ScheduleRefused(ScheduleError):
+    """Client input a client may not submit (the input policy): it may not schedule it either."""
+
+
+def iso_time(ms: int) -> str:
+    """A time in ms since the epoch as ISO 8601 in UTC, e.g. ``2025-01-02T08:00:00.000Z``."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A schedule as listed. Times are ms since the epoch; ``to_json`` adds them as ISO 8601 too."""
+
+    id: str
+    session: str
+    kind: Literal["delay", "at", "cron"]
+    input: Any
+    next_run_at: int
+    created_at: int
+    cron: str | None = None
+    at: int | None = None
+    delay_s: float | None = None
+    last_run_at: int | None = None
+    last_operation_id: str | None = None
+    run_count: int = 0
+
+    @classmethod
+    def of(cls, row: ScheduleRow) -> Schedule:
+        kind: Literal["delay", "at", "cron"] = "cron" if row.kind == "cron" else "at" if row.kind == "at" else "delay"
+        return cls(row.id, row.session_id, kind, json.loads(row.input_json), row.next_run_at, row.created_at,
+                   row.cron, row.at_ms, None if row.delay_ms is None else row.delay_ms / 1000, row.last_run_at,
+                   row.last_operation_id, row.run_count)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "session": self.session, "kind": self.kind, "input": self.input,
+                               "next_run_at": iso_time(self.next_run_at), "next_run_at_ms": self.next_run_at,
+                               "created_at": self.created_at}
+        if self.cron is not None:
+            out["cron"] = self.cron
+        if self.at is not None:
+            out["at"] = iso_time(self.at)
+        if self.delay_s is not None:
+            out["delay_s"] = self.delay_s
+        if self.kind == "cron":
+            out.update(last_run_at=self.last_run_at, last_operation_id=self.last_operation_id,
+                       run_count=self.run_count)
+        return out
+
+
+# -- validation ---------------------------------------------------------------------------
+
+
+def cron_next(expr: str, after_ms: int) -> int:
+    """The first time ``expr`` names strictly after ``after_ms`` (both ms, UTC)."""
+    start = datetime.fromtimestamp(after_ms / 1000, UTC)
+    return round(croniter(expr, start).get_next(float) * 1000)
+
+
+def _check_cron(expr: object, now: int) -> tuple[str, int]:
+    if not isinstance(expr, str) or not expr.strip():
+        raise ScheduleError("cron: expected a cron expression (a string such as '0 8 * * *')", "cron")
+    expr = " ".join(expr.split())
+    if len(expr) > 200:
+        raise ScheduleError(f"cron: expected at most 200 characters, got {len(expr)}", "cron")
+    try:
+        return expr, cron_next(expr, now)
+    except (CroniterError, ValueError, TypeError, OverflowError) as exc:
+        raise ScheduleError(f"cron: {expr!r} is not a cron expression of 5 fields (minute hour day month "
+                            f"weekday), or 6 with seconds last: {exc}", "cron") from None
+
+
+def _check_at(at: object) -> int:
+    if isinstance(at, str):
+        try:
+            when = datetime.fromisoformat(at)
+        except ValueError:
+            raise ScheduleError(f"at: expected an ISO 8601 time such as '2025-01-02T08:00:00Z', got {at[:60]!r}",
+                                "at") from None
+    elif isinstance(at, datetime):
+        when = at
+    else:
+        raise ScheduleError(f"at: expected an ISO 8601 time (a string) or a datetime, got {type(at).__name__}",
+                            "at")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)  # documented: a time without an offset is UTC
+    ms = round(when.timestamp() * 1000)
+    if not 0 <= ms <= (datetime.now(UTC).timestamp() + MAX_DELAY_S) * 1000:
+        raise ScheduleError(f"at: {at!s:.60} is before 1970 or more than a century ahead", "at")
+    return ms
+
+
+def _check_delay(delay_s: object) -> float:
+    if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)):
+        raise ScheduleError(f"delay_s: expected a number of seconds, got {type(delay_s).__name__}", "delay_s")
+    if not math.isfinite(delay_s) or not 0 <= delay_s <= MAX_DELAY_S:
+        raise ScheduleError(f"delay_s: expected a number of seconds from 0 to {MAX_DELAY_S}, got {delay_s!r}",
+                            "delay_s")
+    return float(delay_s)
+
+
+def _check_input(value: object, source: Literal["server", "client"], instance: Instance) -> str:
+    """The input as stored: a string as it is, anything else as messages without ids (each run
+    names them anew, so a cron schedule adds new messages every time)."""
+    try:
+        parsed = parse_input(value, lambda: "x")
+    except InputError as exc:
+        raise ScheduleError(str(exc), "input") from None
+    if isinstance(parsed, Answer):
+        raise ScheduleError("input: a schedule runs messages; a tool answer is submitted, not scheduled", "input")
+    if source == "client":
+        try:
+            check_client_messages(parsed, instance.policy)
+        except SubmitRefused as exc:
+            raise ScheduleRefused(str(exc), "input") from None
+    if isinstance(value, str):
+        return dumps(value)
+    return dumps([_without_id(m) for m in parsed])
+
+
+def _without_id(message: UIMessage) -> dict[str, Any]:
+    obj = message.model_dump(mode="json", exclude_unset=True)
+    obj.pop("id", None)
+    return obj
+
+
+def _messages_of(input_json: str, operation_id: str) -> list[UIMessage]:
+    """A run's messages, named after its operation: the same run submitted again adds nothing."""
+    count = 0
+
+    def name() -> str:
+        nonlocal count
+        count += 1
+        return operation_id if count == 1 else f"{operation_id}:{count}"
+
+    parsed = parse_input(json.loads(input_json), name)
+    if isinstance(parsed, Answer):  # refused when it was made: the file was edited by hand
+        raise InputError("a stored schedule holds a tool answer")
+    return parsed
+
+
+# -- firing -------------------------------------------------------------------------------
+
+
+async def fire_due(instance: Instance, now: int) -> tuple[int, bool]:
+    """Submit every schedule of ``instance`` due at ``now`` and record each run: how many ran, and
+    whether one could not be submitted now (a full queue, a storage error) and is to be tried again."""
+    ran, deferred = 0, False
+    for row in await instance.db.read.due_schedules(now):
+        if await _fire(instance, row, now):
+            ran += 1
+        else:
+            deferred = True
+    return ran, deferred
+
+
+async def _fire(instance: Instance, row: ScheduleRow, now: int) -> bool:
+    operation_id = f"schedule:{row.id}:{row.next_run_at}"
+    next_run = None
+    if row.kind == "cron" and row.cron:
+        try:
+            # It continues from its next time after now: runs missed while down run once.
+            next_run = cron_next(row.cron, now)
+        except (CroniterError, ValueError, TypeError, OverflowError) as exc:
+            # Accepted when it was made: a file edited by hand, or a croniter that reads it otherwise.
+            # Retrying every second would not help; this run is its last.
+            log.error("schedule %r: its cron expression %r cannot be read any more (%s); it runs this once "
+                      "and is deleted", row.id, row.cron, exc)
+    source: Literal["server", "client"] = "client" if row.source == "client" else "server"
+    try:
+        messages = _messages_of(row.input_json, operation_id)
+        session = await instance.session(row.session_id)
+        await session.submit(messages, operation_id=operation_id, source=source)
+    except (InputError, SubmitRefused, json.JSONDecodeError) as exc:
+        queue_full = isinstance(exc, SubmitRefused) and "queued" in str(exc)
+        if queue_full:
+            log.warning("schedule %r: its session %r cannot take it now, tried again shortly: %s", row.id,
+                        row.session_id, exc)
+            return False
+        log.error("schedule %r cannot run (this run is skipped): %s", row.id, exc)
+    except Exception:
+        log.exception("schedule %r: submitting its run failed; tried again shortly", row.id)
+        return False
+    async with instance.db.transaction() as tx:
+        await tx.schedule_ran(row.id, row.next_run_at, next_run, now, operation_id)
+    return True
+
+
+# -- the Python API ---------------------------------------------------------------------------
+
+
+class Schedules:
+    """The schedules of one instance: create, list, get, cancel."""
+
+    def __init__(self, harness: Harness, agent: str, name: str) -> None:
+        self._harness = harness
+        self.agent = agent
+        self.name = name
+
+    async def create(self, input: object, *, session: str = ROOT_SESSION, id: str | None = None,
+                     delay_s: float | None = None, at: str | datetime | None = None, cron: str | None = None,
+                     source: Literal["server", "client"] = "server") -> Schedule:
+        """Run ``input`` on ``session`` after ``delay_s`` seconds, at ``at``, or on ``cron`` (exactly one).
+
+        ``id`` names it (a new one if not given; :class:`ScheduleExists` if taken). Input with
+        ``source="client"`` is checked as untrusted when made and each time it runs.
+        Raises :class:`ScheduleError` naming the field that is wrong.
+        """
+        given = [k for k, v in (("delay_s", delay_s), ("at", at), ("cron", cron)) if v is not None]
+        if len(given) != 1:
+            raise ScheduleError(f"expected exactly one of delay_s, at or cron; got {', '.join(given) or 'none'}",
+                                given[1] if len(given) > 1 else "cron")
+        try:
+            session = validate_session_id(session)
+        except SessionError as exc:
+            raise ScheduleError(str(exc), "session") from None
+        sid = self._harness.clock.new_id() if id is None else _check_id(id)
+        now = self._harness.clock.now_ms()
+        expr = at_ms = delay_ms = None
+        if cron is not None:
+            expr, next_run = _check_cron(cron, now)
+            kind = "cron"
+        elif at is not None:
+            at_ms = next_run = _check_at(at)
+            kind = "at"
+        else:
+            delay_ms = round(_check_delay(delay_s) * 1000)
+            next_run = now + delay_ms
+            kind = "delay"
+        key = (self.agent, self.name)
+        async with self._harness.hold(self.agent, self.name) as instance:
+            row = ScheduleRow(sid, session, kind, source, _check_input(input, source, instance), expr, at_ms,
+                              delay_ms, next_run, now, None, None, 0)
+            scheduler = self._harness.scheduler
+            await scheduler.lower(key, next_run)  # before the row: the index may wake it early, never late
+            try:
+                async with instance.db.transaction() as tx:
+                    if not await tx.insert_schedule(row):
+                        raise ScheduleExists(f"schedule {sid!r} exists already", "id")
+            finally:
+                await scheduler.sync(key, instance)
+        return Schedule.of(row)
+
+    async def list(self) -> list[Schedule]:
+        """Every schedule of the instance, the next due first."""
+        async with self._harness.hold(self.agent, self.name) as instance:
+            return [Schedule.of(r) for r in await instance.db.read.schedules()]
+
+    async def get(self, id: str) -> Schedule | None:
+        async with self._harness.hold(self.agent, self.name) as instance:
+            row = await instance.db.read.schedule(id)
+        return None if row is None else Schedule.of(row)
+
+    async def cancel(self, id: str) -> bool:
+        """Delete the schedule; whether there was one. A run it already submitted is not withdrawn."""
+        async with self._harness.hold(self.agent, self.name) as instance:
+            async with instance.db.transaction() as tx:
+                existed = await tx.delete_schedule(id)
+            if existed:
+                await self._harness.scheduler.sync((self.agent, self.name), instance)
+        return existed
+
+
+def _check_id(value: object) -> str:
+    """Schedule ids follow the rules of session ids (they name things in URLs and operation ids), but
+    none is empty."""
+    try:
+        if isinstance(value, str) and value:
+            return validate_session_id(value)
+    except SessionError:
+        pass
+    shown = repr(value[:80]) if isinstance(value, str) else type(value).__name__
+    raise ScheduleError(f"id: expected 1-128 characters of A-Z, a-z, 0-9, '.', '_', ':' and '-', starting with a "
+                        f"letter or digit; got {shown}", "id")
+
