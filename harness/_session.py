@@ -16,28 +16,21 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
-from protocol import UIMessage, parse_message
+from protocol import UIMessage
 from storage import Database, OperationRow, Tx
 
 from ._agent import Agent
 from ._answers import (
     Answer,
     AnswerRefused,
-    apply_answer,
-    awaiting_calls,
     check_answer,
-    find_call,
-    last_step_answered,
-    run_call,
 )
 from ._clock import Clock
 from ._events import (
     HarnessEvent,
     Listener,
     MessagePersisted,
-    MessageUpdated,
     OperationSettled,
-    RunStarted,
     SessionReset,
     TranscriptChanged,
 )
@@ -58,8 +51,8 @@ from ._outcomes import (
 )
 from ._pending import Pending
 from ._recovery import Recovered, recover_operation
-from ._tools import Tool
-from ._turn import Outcome, Turn, TurnPlan, TurnSuspended, Unsettled
+from ._runs import OperationRuns
+from ._turn import Outcome, Turn, TurnSuspended, Unsettled
 from ._unwritten import UnwrittenEnds
 from ._work import WorkNotices
 
@@ -67,7 +60,7 @@ __all__ = ["Session"]
 
 log = logging.getLogger("think_server.session")
 
-class Session:
+class Session(OperationRuns):
     def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model, *,
                  stream_grace_ms: int = 10 * 60 * 1000, policy: InputPolicy | None = None,
                  work: WorkNotices | None = None, budget: HistoryBudget | None = None) -> None:
@@ -484,180 +477,6 @@ class Session:
                     await self.sweep_streams()
                 except Exception:
                     log.exception("sweeping finished streams failed")
-
-    async def _run(self, op_id: str) -> None:
-        row = await self.db.read.operation(op_id)
-        if row is None or row.status not in ("pending", "running"):
-            return
-        await self.history()  # held until the operation is done: drop_history() refuses while it runs
-        payload = json.loads(row.input_json)
-        recovered = self._recovered.pop(op_id, None)
-        if recovered is not None:
-            await self._resume(row, recovered)
-        elif row.kind in ("tool_result", "approval"):
-            await self._run_answer(op_id, Answer.from_json(payload["answer"]), bool(payload.get("autoContinue")))
-        elif row.kind == "continue":
-            await self._run_continue(op_id)
-        else:
-            new_messages = [parse_message(m) for m in payload.get("messages", [])]
-            await self._run_input(op_id, new_messages, payload.get("regenerate_from"))
-
-    async def _run_input(self, op_id: str, new_messages: list[UIMessage], regenerate_from: str | None) -> None:
-        ids = [m.id for m in self._messages]
-        if regenerate_from is not None and regenerate_from in ids:
-            # A new branch under the message answered again: the old answer leaves the
-            # active path once the new one is persisted, and the model never sees it.
-            base = self._messages[: ids.index(regenerate_from) + 1]
-        else:
-            base = list(self._messages)
-        message_id = self.clock.new_id()
-        now = self.clock.now_ms()
-        parent = base[-1].id if base else None
-        async with self.db.transaction() as tx:
-            for m in new_messages:
-                await tx.insert_message(self.id, m.id, parent, m.role, message_json(m), op_id, now)
-                parent = m.id
-            await tx.start_operation(op_id, message_id, now)
-        self._streaming_id = message_id
-        if new_messages:
-            self._hist.extend(len(base), new_messages)  # base is a prefix of the active path
-        self.publish(RunStarted(op_id, message_id, continuation=False))
-        carried = [m.id for m in new_messages]
-        if not new_messages and regenerate_from is None:
-            last = self._messages[-1] if self._messages else None
-            if last is None or last.role != "assistant" or not last_step_answered(last):
-                await self._settle_without_turn(op_id, carried)
-                return
-            # Nothing new, but the answer stopped at tool calls that now have results (a client
-            # that does not auto-continue sends this): the model answers them, in a new message.
-        elif parent is None:
-            await self._settle_without_turn(op_id, carried)
-            return
-        named = tuple(carried) or ((parent,) if regenerate_from is not None and parent else ())
-        plan = TurnPlan(op_id, message_id, parent, base + new_messages, named)
-        turn = self._turn_for(plan)
-        outcome = await turn.run()
-        self._finish(op_id, outcome, turn.message_ids)
-
-    def _turn_for(self, plan: TurnPlan) -> Turn:
-        agent = self.agent
-        turn = Turn(self, plan, model=self.model, system=agent.system, tools=self._tools(),
-                    max_steps=agent.max_steps, recovery=agent.recovery)
-        self._turn = turn
-        if plan.operation_id in self._abort_requested:
-            turn.abort()
-        return turn
-
-    async def _resume(self, row: OperationRow, recovered: Recovered) -> None:
-        """Continue an operation a dead process left running, in the same assistant message."""
-        if recovered.next_attempt_at is not None:
-            delay = (recovered.next_attempt_at - self.clock.now_ms()) / 1000
-            if delay > 0:
-                await asyncio.sleep(delay)
-        message_id = row.target_message_id or self.clock.new_id()
-        ids = [m.id for m in self._messages]
-        if message_id in ids:
-            context = self._messages[: ids.index(message_id)]
-        elif recovered.parent_id in ids:
-            context = self._messages[: ids.index(recovered.parent_id) + 1]
-        else:
-            context = list(self._messages)
-        continuation = row.kind in ("tool_result", "approval", "continue")
-        self._streaming_id = message_id
-        payload = json.loads(row.input_json)
-        carried = tuple(m["id"] for m in payload.get("messages", []))
-        self.publish(RunStarted(row.id, message_id, continuation=continuation, prior=tuple(recovered.bodies),
-                                recovering=True))
-        plan = TurnPlan(row.id, message_id, recovered.parent_id, context, carried, continuation,
-                        existing=recovered.message, first_seq=len(recovered.bodies), rerun=tuple(recovered.rerun))
-        turn = self._turn_for(plan)
-        outcome = await turn.run()
-        self._finish(row.id, outcome, turn.message_ids)
-
-    async def _run_answer(self, op_id: str, answer: Answer, auto_continue: bool) -> None:
-        try:
-            index = check_answer(self._messages, answer, self.agent.tool_map())
-        except AnswerRefused as exc:
-            await self._settle_without_turn(op_id, [], Outcome("error", "unanswered", exc.reason))
-            return
-        updated = apply_answer(self._messages[index], answer)
-        now = self.clock.now_ms()
-        async with self.db.transaction() as tx:
-            await tx.update_message(self.id, updated.id, message_json(updated), now)
-            await tx.start_operation(op_id, updated.id, now)
-        self._hist.replace(index, updated)
-        self.publish(MessagePersisted(updated))
-        self.publish(MessageUpdated(updated))
-        last = index == len(self._messages) - 1
-        waiting = bool(awaiting_calls(updated))
-        # The intent to continue is durable: a sibling answered later without autoContinue
-        # (an error result, say) still continues a turn an earlier answer asked to continue.
-        wants = auto_continue or (last and not waiting
-                                  and await self.db.read.has_deferred_continuation(self.id, updated.id))
-        if not last and answer.kind == "approval" and answer.approved:
-            # The conversation moved on past this call: run it (its result belongs to the
-            # message that asked), without calling the model again.
-            await self._run_approved_call(index, answer.tool_call_id)
-        if not wants or not last or waiting:
-            deferred = auto_continue and last and waiting
-            await self._settle_without_turn(
-                op_id, [], Outcome("completed", "done", "continue_deferred" if deferred else None))
-            return
-        async with self.db.transaction() as tx:
-            await tx.consume_deferred_continuations(self.id, updated.id)
-        self.publish(RunStarted(op_id, updated.id, continuation=True))
-        plan = TurnPlan(op_id, updated.id, self._hist.parents.get(updated.id), self._messages[:index],
-                        continuation=True, existing=updated)
-        turn = self._turn_for(plan)
-        outcome = await turn.run()
-        self._finish(op_id, outcome, ())
-
-    async def _run_continue(self, op_id: str) -> None:
-        last = self._messages[-1] if self._messages else None
-        if last is None or last.role != "assistant":
-            await self._settle_without_turn(op_id, [], Outcome("completed", "unanswered", "nothing_to_continue"))
-            return
-        async with self.db.transaction() as tx:
-            await tx.start_operation(op_id, last.id, self.clock.now_ms())
-        self._streaming_id = last.id
-        self.publish(RunStarted(op_id, last.id, continuation=True))
-        plan = TurnPlan(op_id, last.id, self._hist.parents.get(last.id), self._messages[:-1],
-                        continuation=True, existing=last)
-        turn = self._turn_for(plan)
-        outcome = await turn.run()
-        self._finish(op_id, outcome, ())
-
-    async def _run_approved_call(self, index: int, tool_call_id: str) -> None:
-        message = self._messages[index]
-        found = find_call([message], tool_call_id)
-        tool = self.agent.tool_map().get(found[1].tool_name) if found else None
-        if found is None or tool is None or tool.is_client:
-            return
-        part = found[1]
-        async with self.db.transaction() as tx:
-            await tx.start_tool_call(self.id, tool_call_id, self._running_id or "", message.id, tool.name,
-                                     tool.recovery, dumps(part.input), self.clock.now_ms())
-        result, record = await run_call(tool, tool_call_id, part.input)
-        updated = apply_answer(message, result)
-        now = self.clock.now_ms()
-        async with self.db.transaction() as tx:
-            await tx.update_message(self.id, updated.id, message_json(updated), now)
-            await tx.finish_tool_call(self.id, tool_call_id, record[0], record[1], record[2], now)
-        self._hist.replace(index, updated)
-        self.publish(MessagePersisted(updated))
-        self.publish(MessageUpdated(updated))
-
-    def _tools(self) -> dict[str, Tool]:
-        tools = self.agent.tool_map()
-        for spec in self._client_tools:
-            name = spec.get("name")
-            if isinstance(name, str) and name and name not in tools:  # never replaces a server tool
-                params = spec.get("parameters") or {"type": "object"}
-                try:
-                    tools[name] = Tool(name=name, description=str(spec.get("description") or ""), parameters=params)
-                except ValueError:
-                    log.warning("session %r: ignoring client tool with an unusable name %r", self.id, name)
-        return tools
 
     async def _settle_without_turn(self, op_id: str, message_ids: list[str], outcome: Outcome | None = None) -> None:
         outcome = outcome or Outcome("completed", "done", None, "")
