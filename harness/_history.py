@@ -1,11 +1,14 @@
 """A session's transcript in memory, and the byte budget all of them share.
 
-A session keeps its active path (as parsed messages, each with its JSON text)
-and the ids of every message it stored, so a turn never re-reads or re-parses
-its history and a request's known messages are recognised by id. That memory
-grows with the conversation, and a server holds many: the transcripts of idle
-sessions are dropped, least recently used first, once their total passes
-:class:`HistoryBudget`'s limit, and read back from storage when next needed.
+A session keeps its active path (the JSON text of each message) and the ids of
+every message it stored, so a turn never re-reads its history and a request's
+known messages are recognised by id. Parsed messages cost about six times their
+text, so they are made only when the session's own code needs them (one
+operation's bookkeeping, one model call) and let go of after: at rest a
+transcript is its text. That memory grows with the conversation, and a server
+holds many: the transcripts of idle sessions are dropped, least recently used
+first, once their total passes :class:`HistoryBudget`'s limit, and read back
+from storage when next needed.
 """
 
 from __future__ import annotations
@@ -18,28 +21,38 @@ from typing import Protocol
 from protocol import UIMessage, dump_message_text, parse_message
 from storage import Database
 
-__all__ = ["History", "HistoryBudget", "Holder"]
+__all__ = ["History", "HistoryBudget", "Holder", "parse_text"]
 
 # Parsed messages cost several times their JSON text (measured: about 6x for short chat
-# messages); the budget counts this many bytes per byte of JSON.
+# messages); the budget counts this many bytes per byte of JSON while they are held.
 _OBJECT_FACTOR = 6
+# Beside its text, a message on the path costs the text's object header, its id in the
+# path and in the parent links.
+_MESSAGE_BYTES = 200
 # An id kept in the set of stored ids (the string, its hash slot).
 _ID_BYTES = 100
+
+
+def parse_text(text: str) -> UIMessage:
+    """A message from the JSON text the transcript keeps (valid: it was parsed or dumped before)."""
+    return parse_message(json.loads(text))
 
 
 class History:
     """The active path of one session (root first), its parent links, and every id it stored.
 
-    Each message on the path keeps its JSON text beside it, made when it enters:
-    the transcript frames and ``get-messages`` join them, and their length is what
-    the budget counts.
+    Each message on the path is kept as its JSON text: the transcript frames and
+    ``get-messages`` join them, model calls parse them, and their length is what
+    the budget counts. :attr:`messages` parses them all and keeps the result until
+    :meth:`release`.
     """
 
     def __init__(self, stored_ids: set[str]) -> None:
-        self.messages: list[UIMessage] = []
         self.parents: dict[str, str | None] = {}
         self.stored_ids = stored_ids
-        self._texts: dict[str, str] = {}
+        self._ids: list[str] = []
+        self._texts: list[str] = []
+        self._parsed: list[UIMessage] | None = None  # in step with _texts while held
         self._text_bytes = 0
 
     @classmethod
@@ -47,27 +60,55 @@ class History:
         history = cls(set(await db.read.message_ids(session_id)))
         for row in await db.read.active_path(session_id):
             try:
-                msg = parse_message(json.loads(row.content))
+                msg = parse_text(row.content)  # checked once here; kept as text
             except (ValueError, TypeError):
                 on_unreadable(row.id)
                 continue
             history._add(msg, row.parent_id, row.content)
         return history
 
+    @property
+    def messages(self) -> list[UIMessage]:
+        """The path as parsed messages (do not mutate), parsed now if they are not held, held until :meth:`release`."""
+        if self._parsed is None:
+            self._parsed = [parse_text(t) for t in self._texts]
+        return self._parsed
+
+    def release(self) -> None:
+        """Let go of the parsed messages; the texts stay."""
+        self._parsed = None
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @property
+    def ids(self) -> list[str]:
+        """The ids of the path, root first (do not mutate)."""
+        return self._ids
+
+    def texts(self, end: int | None = None) -> list[str]:
+        """The JSON texts of the path's first ``end`` messages (all of them by default)."""
+        return self._texts[:end]
+
+    def last(self) -> UIMessage | None:
+        """The leaf, parsed."""
+        if self._parsed is not None:
+            return self._parsed[-1] if self._parsed else None
+        return parse_text(self._texts[-1]) if self._texts else None
+
     def _add(self, msg: UIMessage, parent_id: str | None, text: str | None = None) -> None:
-        self.messages.append(msg)
+        text = text if text is not None else dump_message_text(msg)
+        self._ids.append(msg.id)
+        self._texts.append(text)
+        self._text_bytes += len(text)
+        if self._parsed is not None:
+            self._parsed.append(msg)
         self.parents[msg.id] = parent_id
         self.stored_ids.add(msg.id)
-        self._set_text(msg, text)
-
-    def _set_text(self, msg: UIMessage, text: str | None = None) -> None:
-        text = text if text is not None else dump_message_text(msg)
-        self._text_bytes += len(text) - len(self._texts.get(msg.id, ""))
-        self._texts[msg.id] = text
 
     def index_of(self, message_id: str) -> int | None:
-        for i in range(len(self.messages) - 1, -1, -1):
-            if self.messages[i].id == message_id:
+        for i in range(len(self._ids) - 1, -1, -1):
+            if self._ids[i] == message_id:
                 return i
         return None
 
@@ -75,8 +116,7 @@ class History:
         """Put a persisted message on the path: replacing it, or as the new leaf under its parent."""
         i = self.index_of(msg.id)
         if i is not None:
-            self.messages[i] = msg
-            self._set_text(msg)
+            self.replace(i, msg)
             return
         if parent_id is not None:
             self.truncate_after(parent_id)
@@ -84,13 +124,16 @@ class History:
 
     def replace(self, index: int, msg: UIMessage) -> None:
         """The message at ``index``, changed (same id)."""
-        self.messages[index] = msg
-        self._set_text(msg)
+        text = dump_message_text(msg)
+        self._text_bytes += len(text) - len(self._texts[index])
+        self._texts[index] = text
+        if self._parsed is not None:
+            self._parsed[index] = msg
 
     def extend(self, base_len: int, msgs: Iterable[UIMessage]) -> None:
         """Cut the path to its first ``base_len`` messages and add ``msgs`` after them, each the parent of the next."""
         self._drop(base_len)
-        prev = self.messages[-1].id if self.messages else None
+        prev = self._ids[-1] if self._ids else None
         for m in msgs:
             self._add(m, prev)
             prev = m.id
@@ -101,18 +144,22 @@ class History:
             self._drop(i + 1)
 
     def _drop(self, keep: int) -> None:
-        for m in self.messages[keep:]:
-            self.parents.pop(m.id, None)
-            self._text_bytes -= len(self._texts.pop(m.id, ""))
-        del self.messages[keep:]
+        for message_id in self._ids[keep:]:
+            self.parents.pop(message_id, None)
+        self._text_bytes -= sum(len(t) for t in self._texts[keep:])
+        del self._ids[keep:]
+        del self._texts[keep:]
+        if self._parsed is not None:
+            del self._parsed[keep:]
 
     def json_array(self) -> str:
         """The path as a JSON array."""
-        return "[" + ",".join(self._texts[m.id] for m in self.messages) + "]"
+        return "[" + ",".join(self._texts) + "]"
 
     def weight(self) -> int:
         """What it costs in memory, roughly, in bytes."""
-        return self._text_bytes * _OBJECT_FACTOR + len(self.stored_ids) * _ID_BYTES
+        parsed = self._text_bytes * _OBJECT_FACTOR if self._parsed is not None else 0
+        return self._text_bytes + parsed + len(self._texts) * _MESSAGE_BYTES + len(self.stored_ids) * _ID_BYTES
 
 
 class Holder(Protocol):

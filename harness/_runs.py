@@ -88,16 +88,16 @@ class OperationRuns:
             await self._run_input(op_id, new_messages, payload.get("regenerate_from"))
 
     async def _run_input(self, op_id: str, new_messages: list[UIMessage], regenerate_from: str | None) -> None:
-        ids = [m.id for m in self._messages]
+        ids = self._hist.ids
         if regenerate_from is not None and regenerate_from in ids:
             # A new branch under the message answered again: the old answer leaves the
             # active path once the new one is persisted, and the model never sees it.
-            base = self._messages[: ids.index(regenerate_from) + 1]
+            base_len = ids.index(regenerate_from) + 1
         else:
-            base = list(self._messages)
+            base_len = len(ids)
         message_id = self.clock.new_id()
         now = self.clock.now_ms()
-        parent = base[-1].id if base else None
+        parent = ids[base_len - 1] if base_len else None
         async with self.db.transaction() as tx:
             for m in new_messages:
                 await tx.insert_message(self.id, m.id, parent, m.role, message_json(m), op_id, now)
@@ -105,11 +105,11 @@ class OperationRuns:
             await tx.start_operation(op_id, message_id, now)
         self._streaming_id = message_id
         if new_messages:
-            self._hist.extend(len(base), new_messages)  # base is a prefix of the active path
+            self._hist.extend(base_len, new_messages)  # base is a prefix of the active path
         self.publish(RunStarted(op_id, message_id, continuation=False))
         carried = [m.id for m in new_messages]
         if not new_messages and regenerate_from is None:
-            last = self._messages[-1] if self._messages else None
+            last = self._hist.last()
             if last is None or last.role != "assistant" or not last_step_answered(last):
                 await self._settle_without_turn(op_id, carried)
                 return
@@ -119,7 +119,7 @@ class OperationRuns:
             await self._settle_without_turn(op_id, carried)
             return
         named = tuple(carried) or ((parent,) if regenerate_from is not None and parent else ())
-        plan = TurnPlan(op_id, message_id, parent, base + new_messages, named)
+        plan = TurnPlan(op_id, message_id, parent, self._hist.texts(base_len + len(new_messages)), named)
         turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(op_id, outcome, turn.message_ids)
@@ -129,6 +129,9 @@ class OperationRuns:
         turn = Turn(cast("Session", self), plan, model=self.model, system=agent.system, tools=self._tools(),
                     max_steps=agent.max_steps, recovery=agent.recovery)
         self._turn = turn
+        # The turn has its context as text and parses it for each model call: parsed messages,
+        # six times the text, are not kept for as long as it runs.
+        self._hist.release()
         if plan.operation_id in self._abort_requested:
             turn.abort()
         return turn
@@ -140,13 +143,13 @@ class OperationRuns:
             if delay > 0:
                 await asyncio.sleep(delay)
         message_id = row.target_message_id or self.clock.new_id()
-        ids = [m.id for m in self._messages]
+        ids = self._hist.ids
         if message_id in ids:
-            context = self._messages[: ids.index(message_id)]
+            context = self._hist.texts(ids.index(message_id))
         elif recovered.parent_id in ids:
-            context = self._messages[: ids.index(recovered.parent_id) + 1]
+            context = self._hist.texts(ids.index(recovered.parent_id) + 1)
         else:
-            context = list(self._messages)
+            context = self._hist.texts()
         continuation = row.kind in ("tool_result", "approval", "continue")
         self._streaming_id = message_id
         payload = json.loads(row.input_json)
@@ -191,14 +194,14 @@ class OperationRuns:
         async with self.db.transaction() as tx:
             await tx.consume_deferred_continuations(self.id, updated.id)
         self.publish(RunStarted(op_id, updated.id, continuation=True))
-        plan = TurnPlan(op_id, updated.id, self._hist.parents.get(updated.id), self._messages[:index],
+        plan = TurnPlan(op_id, updated.id, self._hist.parents.get(updated.id), self._hist.texts(index),
                         continuation=True, existing=updated)
         turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(op_id, outcome, ())
 
     async def _run_continue(self, op_id: str) -> None:
-        last = self._messages[-1] if self._messages else None
+        last = self._hist.last()
         if last is None or last.role != "assistant":
             await self._settle_without_turn(op_id, [], Outcome("completed", "unanswered", "nothing_to_continue"))
             return
@@ -206,7 +209,7 @@ class OperationRuns:
             await tx.start_operation(op_id, last.id, self.clock.now_ms())
         self._streaming_id = last.id
         self.publish(RunStarted(op_id, last.id, continuation=True))
-        plan = TurnPlan(op_id, last.id, self._hist.parents.get(last.id), self._messages[:-1],
+        plan = TurnPlan(op_id, last.id, self._hist.parents.get(last.id), self._hist.texts(len(self._hist) - 1),
                         continuation=True, existing=last)
         turn = self._turn_for(plan)
         outcome = await turn.run()

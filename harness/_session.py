@@ -159,13 +159,17 @@ class Session(OperationRuns):
         A session that was idle may have dropped it to keep within the process's
         budget: ``await history()`` first, or use ``await transcript()``.
         """
-        if self._history is None:
+        history = self._history
+        if history is None:
             raise RuntimeError(f"session {self.id!r}: the transcript is not in memory; await transcript()")
-        return self._history.messages
+        messages = history.messages
+        self._budget.used(self, history.weight())  # parsed now: it weighs more until the next operation
+        return messages
 
     async def transcript(self) -> list[UIMessage]:
         """The active transcript (the live list: do not mutate)."""
-        return (await self.history()).messages
+        await self.history()
+        return self.messages()
 
     async def history(self) -> History:
         """The transcript in memory, read back from storage if it was dropped."""
@@ -318,7 +322,9 @@ class Session(OperationRuns):
         op_id = operation_id if operation_id is not None else self.clock.new_id()
         if await self.db.read.operation(op_id) is not None:
             return Receipt(op_id, self.id, accepted=False)
-        check_answer((await self.history()).messages, answer, self.agent.tool_map())
+        history = await self.history()
+        check_answer(history.messages, answer, self.agent.tool_map())
+        history.release()  # only a check: the operation that applies it parses again
         if self._pending.answers_call(answer.tool_call_id):
             raise AnswerRefused("already_answered", f"tool call {answer.tool_call_id!r} already has an answer queued")
         kind = "approval" if answer.kind == "approval" else "tool_result"
@@ -396,7 +402,7 @@ class Session(OperationRuns):
             stored = await self.db.read.existing_message_ids(self.id, [m.id for m in messages])
             if parent_id is not None and parent_id not in stored and parent_id not in history.stored_ids:
                 raise SubmitRefused(f"parent message {parent_id!r} is not in session {self.id!r}")
-            parent = parent_id if parent_id is not None else (history.messages[-1].id if history.messages else None)
+            parent = parent_id if parent_id is not None else (history.ids[-1] if len(history) else None)
             written: list[str] = []
             now = self.clock.now_ms()
             async with self.db.transaction() as tx:
@@ -466,6 +472,8 @@ class Session(OperationRuns):
                 self._running_id = None
                 self._streaming_id = None
                 self._turn = None
+                if self._history is not None:
+                    self._history.release()
                 if self._budget.over and self.drop_history():
                     # Memory is short and every transcript is at work: this one is read back
                     # at its next operation instead of staying for it.

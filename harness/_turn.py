@@ -45,6 +45,7 @@ from storage import Tx
 from ._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from ._chunklog import ChunkLog
 from ._events import ModelCallFinished, ToolCallFinished
+from ._history import parse_text
 from ._json import dumps, message_json
 from ._model import (
     Finish,
@@ -144,7 +145,7 @@ class TurnPlan:
     operation_id: str
     message_id: str
     parent_id: str | None
-    context: list[UIMessage]  # the transcript before the assistant message
+    context: Sequence[str]  # the transcript before the assistant message, as JSON texts
     message_ids: tuple[str, ...] = ()  # the user messages the operation carried
     continuation: bool = False  # the wire stream continues an earlier answer
     existing: UIMessage | None = None  # the assistant message as stored (continuations, recovery)
@@ -358,7 +359,8 @@ class Turn:
 
     def _request(self) -> ModelRequest:
         msg = self._assembler.message
-        messages = list(self._plan.context)
+        # Parsed for this call only: the request is let go of once the model has read it.
+        messages = [parse_text(t) for t in self._plan.context]
         if any(p.type != "step-start" for p in msg.parts):
             messages.append(msg.model_copy(deep=True))
         tools = [t.definition for t in self._tools.values()]

@@ -32,8 +32,11 @@ from ._writefaults import connect
 __all__ = ["Database", "Reader", "StorageError", "Tx"]
 
 
-#: Page cache per open file, in KiB (SQLite's default is 2 MiB).
-CACHE_KIB = 256
+#: Page cache per open file, in KiB (SQLite's default is 2 MiB). Small on purpose: a server
+#: holds hundreds of files open, the OS caches them anyway, and a turn touches few pages (it
+#: appends chunks; the transcript is in memory). At 256 KiB the caches of 500 busy files took
+#: minutes to fill, about 130 MB in all, which read as growth long after start.
+CACHE_KIB = 64
 #: The WAL is checkpointed into the file once it holds this many pages (4 KiB each) ...
 WAL_CHECKPOINT_PAGES = 256
 #: ... and cut back to this many bytes afterwards, instead of keeping its largest size.

@@ -64,3 +64,24 @@ async def test_a_dropped_transcript_is_read_back_as_it_was(tmp_path: Path) -> No
     assert (await s1.history()).json_array().startswith(before[:-1])
     await one.close()
     await two.close()
+
+
+async def test_at_rest_a_transcript_is_its_text_and_parses_back_whole(tmp_path: Path) -> None:
+    budget = HistoryBudget(0)
+    agent = Agent(model=ScriptedModel(SCRIPT))
+    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model, budget=budget)  # type: ignore[arg-type]
+    s = await inst.session()
+    for i in range(3):
+        receipt = await s.submit([user(i, f"turn {i}")])  # type: ignore[list-item]
+        await s.wait(receipt.operation_id)
+    history = s.loaded_history
+    assert history is not None
+    at_rest = history.weight()
+    assert history._parsed is None, "no parsed messages are kept once the operation is done"
+    # The model saw the whole context: each answer echoes its own turn.
+    assert [message_text(m) for m in await s.transcript()] == [
+        t for i in range(3) for t in (f"turn {i}", f"You said: turn {i}")]
+    assert history.weight() > at_rest and budget.total == history.weight(), "parsed, it weighs more"
+    history.release()
+    assert history.weight() == at_rest
+    await inst.close()
