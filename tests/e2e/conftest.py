@@ -389,3 +389,15 @@ def think_server(tmp_path: Path) -> Iterator[ThinkServer]:
 def conformance_server(tmp_path: Path) -> Iterator[ThinkServer]:
     """The real server serving the conformance agent ``my-agent`` (scripted, reference script)."""
     yield from _server(tmp_path, app=CONFORMANCE_APP)
+
+
+@pytest.fixture
+def crash_server(tmp_path: Path) -> Iterator[Any]:
+    """The crash agent's server process (tests/crash_app.py), not started yet; stopped at the end."""
+    from tests.e2e.test_crash_recovery import Server
+
+    srv = Server(tmp_path / "data", tmp_path / "server.log")
+    try:
+        yield srv
+    finally:
+        srv.stop()
