@@ -227,8 +227,11 @@ class ThinkChat:
                                               f"{frame.init.method!r}", done=True, error=True, outcome="error"))
             return
         try:
-            # Messages the session holds are taken by id: the hook resends the whole transcript.
-            body = parse_chat_request_body(frame.init.body, known=self.session.knows)
+            # Messages the session holds are taken by id: the hook resends the whole transcript. Those
+            # it sends back exactly as they were sent are not even decoded.
+            history = self.session.loaded_history
+            body = parse_chat_request_body(frame.init.body, known=self.session.knows,
+                                           sent=history.sent() if history is not None else ())
         except ProtocolError as exc:
             conn.send(dump_chat_response(rid, f"Invalid chat request: {exc}", done=True, error=True,
                                          outcome="error"))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from protocol import UIMessage, dump_message_text, parse_message
@@ -89,6 +89,10 @@ class History:
     def texts(self, end: int | None = None) -> list[str]:
         """The JSON texts of the path's first ``end`` messages (all of them by default)."""
         return self._texts[:end]
+
+    def sent(self) -> Iterator[tuple[str, str]]:
+        """(id, JSON text) of each message of the path, root first: what transcript frames carry."""
+        return zip(self._ids, self._texts, strict=True)
 
     def last(self) -> UIMessage | None:
         """The leaf, parsed."""

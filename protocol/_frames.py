@@ -9,7 +9,7 @@ optional fields omitted: the client tells "absent" from `null` in places.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -456,13 +456,48 @@ _TRIGGERS: Final[frozenset[str]] = frozenset({"submit-message", "regenerate-mess
 _BODY: Final = "invalid chat request body"
 
 
-def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = None) -> ChatRequestBody:
+# How the hook writes a body: the messages first (JSON.stringify of {messages, trigger, ...}).
+_HOOK_BODY_START: Final = '{"messages":['
+
+
+def _skip_sent_texts(body: str, sent: Iterable[tuple[str, str]]) -> tuple[list[str], str]:
+    """The ids of the body's first messages that are, character for character, the texts the
+    server sent (the hook sends back what the transcript frame gave it), and the body without them."""
+    pos = len(_HOOK_BODY_START)
+    ids: list[str] = []
+    for message_id, text in sent:
+        end = pos + len(text)
+        if not body.startswith(text, pos) or end >= len(body) or body[end] not in ",]":
+            break
+        ids.append(message_id)
+        pos = end + 1 if body[end] == "," else end
+    return ids, body[pos:]
+
+
+def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = None,
+                            sent: Iterable[tuple[str, str]] = ()) -> ChatRequestBody:
     """Decode and validate a chat request body; `ProtocolError` names what is wrong.
 
     ``known(id)`` says whether the server already holds a message: such a
     message is taken by its id alone (see :class:`ChatRequestBody`), so the
-    work per request does not grow with the conversation.
+    work per request does not grow with the conversation. ``sent`` is the
+    transcript as the server sent it, (id, JSON text) root first: the messages
+    the body starts with that are those very texts are not even decoded (the
+    hook sends the whole transcript back with every request; decoding it all,
+    each time, costs time and leaves the heap fragmented).
     """
+    skipped: list[str] = []
+    if body.startswith(_HOOK_BODY_START):
+        skipped, rest = _skip_sent_texts(body, sent)
+        if skipped:
+            body = _HOOK_BODY_START + rest
+    parsed = _parse_body(body, known, first_index=len(skipped))
+    if skipped:
+        parsed.message_ids[:0] = skipped
+    return parsed
+
+
+def _parse_body(body: str, known: Callable[[str], bool] | None, *, first_index: int = 0) -> ChatRequestBody:
     obj = load_json(body, _BODY)
     if not isinstance(obj, dict):
         raise ProtocolError(f"{_BODY}: expected a JSON object, got {describe_value(obj)}")
@@ -475,7 +510,7 @@ def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = 
     surrogates = has_surrogate_escape(body)
     ids: list[str] = []
     messages: list[UIMessage] = []
-    for i, raw in enumerate(raw_messages):
+    for i, raw in enumerate(raw_messages, start=first_index):  # indexes as the client sent them
         message_id = raw.get("id") if isinstance(raw, dict) else None
         if known is not None and isinstance(message_id, str) and known(message_id):
             ids.append(message_id)

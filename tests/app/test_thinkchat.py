@@ -859,3 +859,36 @@ async def test_an_approval_given_after_the_conversation_moved_on_still_runs_the_
     assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant"], "no new model answer"
     assert tool_parts(msgs[1])[0]["output"] == output
     await c.close()
+
+
+async def test_a_transcript_sent_back_as_the_server_sent_it_is_not_decoded_again(
+        serve: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook adopts the transcript frame and sends it back with every request (JSON.stringify)."""
+    import protocol._frames as frames
+
+    decoded: list[str] = []
+    real = frames._parse_body
+
+    def spy(body: str, known: Any, *, first_index: int = 0) -> Any:
+        decoded.append(body)
+        return real(body, known, first_index=first_index)
+
+    monkeypatch.setattr(frames, "_parse_body", spy)
+    srv = await serve()
+    c = await Client.open(url(srv, "echo-back"))
+    await c.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages")
+    shown: list[dict[str, Any]] = []
+    for word in ("hi", "echo one", "echo two"):
+        rid = uuid.uuid4().hex[:8]
+        user = {"id": uuid.uuid4().hex[:12], "role": "user", "parts": [{"type": "text", "text": word}]}
+        body = json.dumps({"messages": [*shown, user], "trigger": "submit-message"}, separators=(",", ":"),
+                          ensure_ascii=False)
+        start = len(c.frames)
+        await c.send({"type": "cf_agent_use_chat_request", "id": rid, "init": {"method": "POST", "body": body}})
+        await c.wait_for(is_done(rid))
+        shown = next(f for f in reversed(c.frames[start:]) if f.get("type") == "cf_agent_chat_messages")["messages"]
+    assert len(shown) == 6 and shown[-1]["parts"][-1]["text"] == "You said: echo two"
+    assert all(b.startswith('{"messages":[{"id":"') for b in decoded)
+    assert [json.loads(b)["messages"].__len__() for b in decoded] == [1, 1, 1], \
+        "each request decoded only its new message"
+    await c.close()

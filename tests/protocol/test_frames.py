@@ -444,3 +444,55 @@ def test_a_request_frame_with_a_valid_id_still_carries_it_when_another_field_is_
         parse_client_frame(json.dumps({"type": kind, "id": _MAX, **other}))
     assert info.value.frame_type == kind
     assert info.value.frame_id == _MAX
+
+
+# -- bodies that send back what the server sent ---------------------------------------------------
+
+
+def _text(mid: str, role: str, text: str) -> str:
+    return json.dumps({"id": mid, "role": role, "parts": [{"type": "text", "text": text}]}, separators=(",", ":"))
+
+
+SENT = [("u1", _text("u1", "user", "hi")), ("a1", _text("a1", "assistant", "Hello!"))]
+NEW = _text("u2", "user", "more")
+
+
+def _hook_body(texts: list[str]) -> str:
+    return '{"messages":[' + ",".join(texts) + '],"trigger":"submit-message"}'
+
+
+def test_messages_sent_back_as_sent_are_taken_by_id_without_decoding() -> None:
+    asked: list[str] = []
+
+    def known(mid: str) -> bool:
+        asked.append(mid)
+        return mid in ("u1", "a1")
+
+    body = parse_chat_request_body(_hook_body([t for _, t in SENT] + [NEW]), known=known, sent=SENT)
+    assert body.message_ids == ["u1", "a1", "u2"] and [m.id for m in body.messages] == ["u2"]
+    assert asked == ["u2"], "the messages sent back as sent were not even looked at"
+    everything = parse_chat_request_body(_hook_body([t for _, t in SENT]), known=known, sent=SENT)
+    assert everything.message_ids == ["u1", "a1"] and everything.messages == []
+
+
+def test_a_message_sent_back_changed_is_decoded_as_usual() -> None:
+    changed = _text("a1", "assistant", "Hello?")
+    body = parse_chat_request_body(_hook_body([SENT[0][1], changed, NEW]), known=lambda m: False, sent=SENT)
+    assert body.message_ids == ["u1", "a1", "u2"]
+    assert [m.id for m in body.messages] == ["a1", "u2"], "only the identical prefix is skipped"
+    # A text that is only the start of what the client sent is not a message boundary.
+    longer = SENT[0][1][:-1] + ',"metadata":{"x":1}}'
+    body = parse_chat_request_body(_hook_body([longer, NEW]), known=lambda m: False, sent=SENT)
+    assert [m.id for m in body.messages] == ["u1", "u2"]
+
+
+def test_a_body_in_another_order_or_with_bad_json_after_the_prefix_is_still_checked() -> None:
+    other = '{"trigger":"submit-message","messages":[' + ",".join([t for _, t in SENT] + [NEW]) + "]}"
+    body = parse_chat_request_body(other, known=lambda m: m in ("u1", "a1"), sent=SENT)
+    assert body.message_ids == ["u1", "a1", "u2"] and [m.id for m in body.messages] == ["u2"]
+    with pytest.raises(ProtocolError):
+        parse_chat_request_body('{"messages":[' + SENT[0][1] + ",{oops]}", sent=SENT)
+    with pytest.raises(ProtocolError, match=r"message at index 1: field 'parts\[0\]\.state'"):
+        forged = json.dumps({"id": "f", "role": "user", "parts": [{"type": "tool-x", "toolCallId": "t",
+                                                                   "state": "bogus"}]}, separators=(",", ":"))
+        parse_chat_request_body(_hook_body([SENT[0][1], forged]), sent=SENT)

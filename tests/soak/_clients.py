@@ -41,9 +41,13 @@ def percentile(values: list[float], p: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
+def _stringify(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)  # as JSON.stringify writes it
+
+
 def chat_frame(rid: str, messages: list[dict[str, Any]]) -> str:
-    body = json.dumps({"messages": messages, "trigger": "submit-message"})
-    return json.dumps({"type": "cf_agent_use_chat_request", "id": rid, "init": {"method": "POST", "body": body}})
+    body = _stringify({"messages": messages, "trigger": "submit-message"})
+    return _stringify({"type": "cf_agent_use_chat_request", "id": rid, "init": {"method": "POST", "body": body}})
 
 
 class Conversation:
@@ -55,6 +59,7 @@ class Conversation:
         self.pk = str(uuid.uuid4())
         self.tally = tally
         self.shown: list[dict[str, Any]] = []
+        self._transcript: list[dict[str, Any]] | None = None  # the last one the server sent
         self.ws: ClientConnection | None = None
 
     async def open(self) -> None:
@@ -68,6 +73,7 @@ class Conversation:
         """Send one message and read its answer; False (and a failure noted) if anything is off."""
         assert self.ws is not None
         rid = uuid.uuid4().hex[:8]
+        self._transcript = None
         user = {"id": uuid.uuid4().hex[:16], "role": "user", "parts": [{"type": "text", "text": text}]}
         await self.ws.send(chat_frame(rid, [*self.shown, user]))
         try:
@@ -77,7 +83,8 @@ class Conversation:
             return False
         if answer is None:
             return False
-        self.shown += [user, answer]
+        # As the hook does: it shows (and sends back) the transcript the server sent at the end.
+        self.shown = self._transcript if self._transcript is not None else [*self.shown, user, answer]
         self.tally.turns += 1
         return True
 
@@ -86,6 +93,9 @@ class Conversation:
         seq, deltas, message_id, text = 0, 0, "", []
         last = 0.0
         async for raw in self.ws:
+            if isinstance(raw, str) and raw.startswith('{"type":"cf_agent_chat_messages"'):
+                self._transcript = json.loads(raw)["messages"]
+                continue
             if not isinstance(raw, str) or not raw.startswith('{"type":"' + RESPONSE):
                 if isinstance(raw, str) and '"cf_agent_error"' in raw:
                     self.tally.failures.append(f"{self.name}: {raw[:200]}")
