@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from harness import CapacityError, Harness, SessionError, validate_session_id
@@ -39,7 +40,7 @@ from ._close import close_reason
 from ._connection import Connection
 from ._logging import current_agent, current_instance
 from ._metrics import Metrics
-from ._thinkchat import error_frame
+from ._thinkchat import ThinkChat, error_frame
 from .settings import Settings
 
 __all__ = [
@@ -255,35 +256,8 @@ async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: Socket
     metrics.connections.inc()
     try:
         chat = await actor.attach(conn, admitted.session_id)  # inside: whatever happens, the places are given back
-        while True:
-            message = await ws.receive()
-            if message["type"] == "websocket.disconnect" or conn.too_slow:
-                break  # a socket closed for not reading gets nothing more handled
-            text = message.get("text")
-            # Every frame takes a token before any work on it: one the server cannot use costs too.
-            if not bucket.take():
-                metrics.refusals.labels("rate_limit").inc()
-                conn.send(_rate_limited(text, settings))
-                continue
-            if text is None:
-                conn.send(error_frame("binary frames are not part of the chat protocol; send JSON text"))
-                continue
-            size = _utf8_size(text, settings.max_frame_bytes)
-            if size > settings.max_frame_bytes:
-                metrics.refusals.labels("frame_size").inc()
-                conn.send(error_frame(f"frame of {size} bytes is over the limit of "
-                                      f"{settings.max_frame_bytes}; it was ignored"))
-                continue
-            try:
-                frame = parse_client_frame(text)
-            except ProtocolError as exc:
-                conn.send(_refusal(exc))
-                continue
-            try:
-                await chat.handle(conn, frame)
-            except Exception as exc:
-                # Nothing was accepted (every state change is one transaction); the request still ends.
-                conn.send(_failure(frame, _handling_failed(exc, frame.type, conn_id)))
+        while await _serve_message(await ws.receive(), conn, chat, bucket, services):
+            pass
     except WebSocketDisconnect:
         pass
     finally:
@@ -294,6 +268,45 @@ async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: Socket
             chat.disconnect(conn)
         release()
         await conn.finished()
+
+
+async def _serve_message(message: Message, conn: Connection, chat: ThinkChat, bucket: TokenBucket,
+                         services: SocketServices) -> bool:
+    """Handle one message of a socket; False once the socket is done.
+
+    A function of its own so that nothing of a frame stays referenced while the socket waits for
+    the next one: the hook sends the whole transcript in every request, and 500 idle sockets each
+    holding their last one (as the loop's variables did) grew the server by the size of 500
+    conversations.
+    """
+    settings, metrics = services.settings, services.metrics
+    if message["type"] == "websocket.disconnect" or conn.too_slow:
+        return False  # a socket closed for not reading gets nothing more handled
+    text = message.get("text")
+    # Every frame takes a token before any work on it: one the server cannot use costs too.
+    if not bucket.take():
+        metrics.refusals.labels("rate_limit").inc()
+        conn.send(_rate_limited(text, settings))
+        return True
+    if text is None:
+        conn.send(error_frame("binary frames are not part of the chat protocol; send JSON text"))
+        return True
+    size = _utf8_size(text, settings.max_frame_bytes)
+    if size > settings.max_frame_bytes:
+        metrics.refusals.labels("frame_size").inc()
+        conn.send(error_frame(f"frame of {size} bytes is over the limit of {settings.max_frame_bytes}; it was ignored"))
+        return True
+    try:
+        frame = parse_client_frame(text)
+    except ProtocolError as exc:
+        conn.send(_refusal(exc))
+        return True
+    try:
+        await chat.handle(conn, frame)
+    except Exception as exc:
+        # Nothing was accepted (every state change is one transaction); the request still ends.
+        conn.send(_failure(frame, _handling_failed(exc, frame.type, conn.id)))
+    return True
 
 
 def _handling_failed(exc: Exception, frame_type: str, conn_id: str) -> str:

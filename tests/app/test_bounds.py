@@ -331,3 +331,33 @@ async def test_the_instance_cap_holds_under_a_burst_of_new_instances(serve) -> N
     assert done["outcome"] == "completed", "an idle instance made room"
     assert len(registry) <= cap
     await after.close()
+
+
+async def test_a_socket_waiting_for_its_next_frame_holds_nothing_of_the_last_one(serve) -> None:
+    """The hook sends the whole transcript with every request: a socket loop that kept its last frame
+    alive while waiting made 500 idle sockets hold 500 conversations."""
+    srv = await serve(**NO_RATE_LIMIT)
+    c = await Client.open(url(srv, "retain", str(uuid.uuid4())))
+    await c.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages")
+    rid, frame, _ = chat_request("echo " + "y" * 300_000)
+    await c.send(frame)
+    await c.wait_for(is_done(rid))
+    await asyncio.sleep(0.2)
+
+    def big(value: object) -> bool:
+        if isinstance(value, str):
+            return len(value) > 200_000
+        if isinstance(value, dict):
+            return any(big(v) for v in value.values())
+        return big(getattr(value, "init", None) and value.init.body) if hasattr(value, "init") else False
+
+    held = []
+    for task in asyncio.all_tasks() - {asyncio.current_task()}:  # the server's tasks, not this test's
+        coro: Any = task.get_coro()
+        while coro is not None:
+            f = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            if f is not None:
+                held += [f"{f.f_code.co_name}.{k}" for k, v in f.f_locals.items() if big(v)]
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    assert held == [], f"still referenced while the socket waits: {held}"
+    await c.close()
