@@ -146,10 +146,12 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
             raise _Refused(409, str(exc), "input") from None
         except SubmitRefused as exc:
             raise _Refused(422, str(exc), "input") from None
-        info = await session.inspect(receipt.operation_id)
+        status = "queued"
+        if not receipt.accepted:  # an id seen before: where that operation is now
+            info = await session.inspect(receipt.operation_id)
+            status = info.status if info is not None else status
         return JSONResponse({"operation_id": receipt.operation_id, "session": receipt.session,
-                             "accepted": receipt.accepted, "status": info.status if info else "queued"},
-                            status_code=202)
+                             "accepted": receipt.accepted, "status": status}, status_code=202)
 
     def wait_of(request: Request) -> float:
         raw = request.query_params.get("wait")
@@ -245,7 +247,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         instance = await harness.instance(session.agent, session.name)
         release = instance.hold()  # for as long as the client follows
         try:
-            if session.id and instance.loaded(session.id) is None and not await instance.db.read.session(session.id):
+            if not await instance.has_session(session.id):
                 raise _Refused(404, f"no session {session.id!r}", "session")
             log = await host.actor(instance).events(session.id)
         except BaseException:

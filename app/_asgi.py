@@ -18,7 +18,6 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from harness import (
-    ROOT_SESSION,
     Agent,
     CapacityError,
     Harness,
@@ -149,8 +148,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
                 return JSONResponse(body, status_code=500)
         release = instance.hold()
         try:
-            if instance.loaded(session_id) is None and session_id != ROOT_SESSION \
-                    and not await instance.db.read.session(session_id):
+            if not await instance.has_session(session_id):
                 return JSONResponse([])  # a session never used: nothing to load
             session = await instance.session(session_id)
             return Response((await session.history()).json_array(), media_type="application/json")

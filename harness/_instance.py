@@ -135,6 +135,11 @@ class Instance:
             session.start()
         return session
 
+    async def has_session(self, session_id: str) -> bool:
+        """Whether the session exists (the root one always does), without loading it."""
+        return (session_id == ROOT_SESSION or session_id in self._sessions
+                or await self.db.read.session(session_id) is not None)
+
     def loaded(self, session_id: str) -> Session | None:
         """The session if it is loaded now."""
         return self._sessions.get(session_id)

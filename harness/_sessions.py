@@ -68,13 +68,6 @@ async def list_sessions(instance: Instance) -> list[SessionInfo]:
     return found
 
 
-async def _get(instance: Instance, session_id: str) -> SessionInfo | None:
-    for info in await instance.db.read.sessions():
-        if info.id == session_id:
-            return _info(info)
-    return None
-
-
 async def create_session(instance: Instance, session_id: str | None = None) -> SessionInfo:
     """A new, empty session; a new id unless one is given (then it must be unused)."""
     sid = validate_session_id(session_id) if session_id is not None else instance.clock.new_id()
@@ -92,7 +85,7 @@ async def fork_session(instance: Instance, from_id: str, at_message: str | None 
     """A new session holding a copy of ``from_id``'s active path (up to ``at_message``, inclusive)."""
     validate_session_id(from_id)
     path = await instance.db.read.active_path(from_id)
-    if not path and from_id != ROOT_SESSION and await _get(instance, from_id) is None:
+    if not path and not await instance.has_session(from_id):
         raise SessionNotFound(f"no session {from_id!r} to fork")
     if at_message is not None:
         ids = [row.id for row in path]

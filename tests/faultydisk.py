@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -75,3 +76,12 @@ def faulty_disk(root: Path, kind: str, size: str = "4m") -> Iterator[FaultyDisk]
             subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
         else:
             arm(False)
+
+
+def integrity(path: Path) -> str:
+    """What ``PRAGMA integrity_check`` says of the file (``"ok"`` when it is whole)."""
+    conn = sqlite3.connect(path)
+    try:
+        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        conn.close()

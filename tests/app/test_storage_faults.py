@@ -25,7 +25,7 @@ from harness import Agent, ScriptedModel
 from storage import SCHEMA_VERSION, WorkIndex, instance_db_path
 from storage._writefaults import WriteFault, arm, set_fault
 from tests.conftest import Client, RunningServer, chat_request, is_done
-from tests.faultydisk import KINDS, FaultyDisk, faulty_disk
+from tests.faultydisk import KINDS, FaultyDisk, faulty_disk, integrity
 
 AGENT = "my-agent"
 SCRIPT = {"rules": [
@@ -70,14 +70,6 @@ def operation(path: Path, op_id: str) -> tuple[str, str | None]:
     finally:
         conn.close()
     return row[0], row[1]
-
-
-def integrity(path: Path) -> str:
-    conn = sqlite3.connect(path)
-    try:
-        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
-    finally:
-        conn.close()
 
 
 def body_has(rid: str, needle: str) -> Callable[[dict[str, Any]], bool]:

@@ -16,7 +16,7 @@ import pytest
 
 from storage import SCHEMA_VERSION, Database, Problem, StorageError, WorkIndex, describe_problem, problem_of
 from storage._writefaults import WriteFault, arm, set_fault
-from tests.faultydisk import KINDS, FaultyDisk, faulty_disk
+from tests.faultydisk import KINDS, FaultyDisk, faulty_disk, integrity
 
 
 @pytest.fixture(params=KINDS)
@@ -38,14 +38,6 @@ async def add_operation(db: Database, op_id: str) -> None:
     async with db.transaction() as tx:
         await tx.ensure_session("s", 1)
         await tx.insert_operation(op_id, "s", "input", "server", "{}", None, 1)
-
-
-def integrity(path: Path) -> str:
-    conn = sqlite3.connect(path)
-    try:
-        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
-    finally:
-        conn.close()
 
 
 async def test_a_full_disk_fails_the_commit_keeps_the_file_whole_and_heals(disk: FaultyDisk) -> None:
