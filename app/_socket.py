@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from starlette.types import Message
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from harness import CapacityError, Harness, SessionError, validate_session_id
 from protocol import (
@@ -146,6 +146,8 @@ def _utf8_size(text: str, limit: int) -> int:
 
 
 async def _refuse(ws: WebSocket, error: str, code: int, reason: str) -> None:
+    if ws.client_state is WebSocketState.CONNECTING:  # accepted only to say why it closes
+        await ws.accept()
     await ws.send_text(error_frame(error))
     await ws.close(code, close_reason(reason))
 
@@ -243,7 +245,10 @@ async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: Socket
     current_agent.set(agent)
     current_instance.set(name)
     order = next(_accepted)
-    await ws.accept()
+    # The handshake completes only once the instance and the session are loaded. The hook shows a
+    # message the moment it sends it, and takes the connect transcript as the truth: a transcript
+    # that reached it after a first message (opening a file can take a while on a busy machine)
+    # wiped that message from the page and put the answer above the question.
     admitted = await _admit(ws, agent, name, services)
     if admitted is None:
         return
@@ -255,6 +260,8 @@ async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: Socket
     bucket = TokenBucket(settings.rate_limit_per_s, settings.rate_burst)
     metrics.connections.inc()
     try:
+        await actor.chat(admitted.session_id)
+        await ws.accept()
         chat = await actor.attach(conn, admitted.session_id)  # inside: whatever happens, the places are given back
         while await _serve_message(await ws.receive(), conn, chat, bucket, services):
             pass

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from storage import instance_db_path
 from tests.app.test_thinkchat import (
@@ -201,3 +202,35 @@ async def test_resume_frames_from_a_replaced_socket_do_not_touch_the_socket_that
     assert "".join(c["delta"] for c in body_chunks(frames_of(new, running)) if c["type"] == "text-delta") == SLOW_TEXT
     await a.close()
     await new.close()
+
+
+async def test_the_handshake_completes_only_once_the_connect_transcript_can_follow_it(serve) -> None:
+    """Found by the browser test on a loaded CI machine: the hook shows a message the moment it
+    sends it and takes the connect transcript (PROTOCOL §2, ``connect: true``) as the truth. The
+    server accepted the socket and only then opened the instance, so a slow open let the user's
+    first message go out before the transcript came: the page lost the question and showed the
+    answer above it. The socket now opens only once its instance is loaded."""
+    srv = await serve()
+    registry = srv.app.state.harness.registry
+    opening, go_on = asyncio.Event(), asyncio.Event()
+    real_get = registry.get
+
+    async def slow_get(agent: str, name: str) -> Any:  # a fault: opening the file takes a while
+        opening.set()
+        await go_on.wait()
+        return await real_get(agent, name)
+
+    registry.get = slow_get
+    connecting = asyncio.create_task(Client.open(url(srv, "slow-open")))
+    await asyncio.wait_for(opening.wait(), 10)
+    await asyncio.sleep(0.3)  # the handshake had completed by now before the fix
+    assert not connecting.done(), "the socket opened before its instance was loaded"
+    go_on.set()
+    client = await asyncio.wait_for(connecting, 10)
+    first = await client.wait_for(lambda f: True)
+    assert first == {"type": "cf_agent_chat_messages", "messages": [], "connect": True}
+    rid, frame, _ = chat_request("hi")
+    await client.send(frame)
+    await client.wait_for(is_done(rid))
+    assert [m["role"] for m in await get_messages(srv, "slow-open")] == ["user", "assistant"]
+    await client.close()

@@ -435,21 +435,25 @@ async def test_the_newest_socket_of_a_client_wins_whichever_is_handled_first(ser
     registry = srv.app.state.harness.registry
     real_get = registry.get
     release = asyncio.Event()
+    held = asyncio.Event()
     calls = 0
 
     async def slow_first_get(agent: str, name: str) -> Any:  # fault seam: the older socket is handled late
         nonlocal calls
         calls += 1
         if calls == 1:
+            held.set()
             await release.wait()
         return await real_get(agent, name)
 
     registry.get = slow_first_get
     pk = str(uuid.uuid4())
-    old = await Client.open(url(srv, "storm", pk))
+    opening = asyncio.create_task(Client.open(url(srv, "storm", pk)))  # opens once its instance is loaded
+    await asyncio.wait_for(held.wait(), 10)
     new = await Client.open(url(srv, "storm", pk))
     await new.wait_for(is_type("cf_agent_identity"))
     release.set()
+    old = await asyncio.wait_for(opening, 10)
     await asyncio.wait_for(old._reader, 10)  # type: ignore[arg-type]
     assert old.ws.close_code == 1000 and "newer" in (old.ws.close_reason or "")
     assert not old.of_type("cf_agent_identity")
