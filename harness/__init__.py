@@ -43,17 +43,16 @@ from ._model import (
     Usage,
 )
 from ._outcomes import OperationInfo, OperationResult, Receipt, SessionBusy, SubmitRefused, describe_reason
-from ._providers import ModelSpecError, resolve_model
 from ._recovery_policy import RecoveryPolicy
 from ._registry import CapacityError, InstanceRegistry
 from ._scheduler import Scheduler
 from ._schedules import Schedule, ScheduleError, ScheduleExists, ScheduleRefused, Schedules
-from ._scripted import Script, ScriptedModel, ScriptError, load_script
 from ._session import Session
 from ._sessions import SessionError, SessionExists, SessionInfo, SessionNotFound, validate_session_id
 from ._startup import StartupRecovery
 from ._tools import Tool, ToolInputError, client_tool, tool
 from ._work import OnWork
+from .providers import ModelSpecError, Script, ScriptedModel, ScriptError, load_script, resolve_model
 
 __all__ = [
     "ROOT_SESSION",

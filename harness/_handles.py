@@ -12,20 +12,18 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from protocol import TextPart, UIMessage, message_text, parse_message
 
 from ._answers import Answer
 from ._events import HarnessEvent, OperationSettled
+from ._host import InstanceHost
 from ._inputs import InputError, parse_input, resolve_approval
 from ._logcontext import current_agent, current_instance, current_operation, current_session
 from ._outcomes import OperationInfo, OperationResult, Receipt
 from ._session import Session
 from ._sessions import SessionInfo, create_session, delete_session, fork_session, list_sessions
-
-if TYPE_CHECKING:
-    from ._harness import Harness
 
 __all__ = ["InFlight", "PromptResult", "SessionHandle", "Sessions", "WouldDeadlock"]
 
@@ -55,7 +53,7 @@ class PromptResult:
 
 
 class SessionHandle:
-    def __init__(self, harness: Harness, agent: str, name: str, session_id: str) -> None:
+    def __init__(self, harness: InstanceHost, agent: str, name: str, session_id: str) -> None:
         self._harness = harness
         self.agent = agent
         self.name = name
@@ -265,7 +263,7 @@ def _regenerate_target(messages: list[UIMessage], message_id: str | None) -> str
 class Sessions:
     """The sessions of one instance."""
 
-    def __init__(self, harness: Harness, agent: str, name: str) -> None:
+    def __init__(self, harness: InstanceHost, agent: str, name: str) -> None:
         self._harness = harness
         self.agent = agent
         self.name = name

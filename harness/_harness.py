@@ -28,12 +28,12 @@ from ._history import HistoryBudget
 from ._input import InputPolicy
 from ._instance import ROOT_SESSION, Instance
 from ._model import Model
-from ._providers import resolve_model
 from ._registry import InstanceRegistry
 from ._scheduler import Scheduler
 from ._schedules import Schedules
 from ._sessions import validate_session_id
 from ._startup import StartupRecovery
+from .providers import resolve_model
 
 __all__ = ["Harness"]
 

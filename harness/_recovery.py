@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from protocol import (
     Chunk,
@@ -34,10 +34,7 @@ from storage import OperationRow
 
 from ._answers import INTERRUPTED_TOOL_ERROR
 from ._json import message_json
-from ._turn import Outcome, closing_chunks
-
-if TYPE_CHECKING:
-    from ._session import Session
+from ._turn import Outcome, TurnHost, closing_chunks
 
 __all__ = ["Recovered", "recover_operation"]
 
@@ -65,7 +62,7 @@ def _parent_from_input(op: OperationRow) -> str | None:
     return str(regenerate_from) if regenerate_from else None
 
 
-async def recover_operation(session: Session, op: OperationRow) -> Recovered:
+async def recover_operation(session: TurnHost, op: OperationRow) -> Recovered:
     """Seal what a crash left of ``op`` and count the interruption; see the module docstring."""
     db = session.db
     now = session.clock.now_ms()

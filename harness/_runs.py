@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from protocol import UIMessage, parse_message
-from storage import Database, OperationRow
+from storage import Database, OperationRow, Tx
 
 from ._agent import Agent
 from ._answers import (
@@ -34,9 +34,6 @@ from ._model import Model
 from ._recovery import Recovered
 from ._tools import Tool
 from ._turn import Outcome, Turn, TurnPlan
-
-if TYPE_CHECKING:
-    from ._session import Session
 
 __all__ = ["OperationRuns"]
 
@@ -67,6 +64,8 @@ class OperationRuns:
         async def history(self) -> History: ...
         def publish(self, event: HarnessEvent) -> None: ...
         def _finish(self, op_id: str, outcome: Outcome, message_ids: tuple[str, ...] | list[str]) -> None: ...
+        async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome) -> None: ...
+        def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None: ...
         async def _settle_without_turn(self, op_id: str, message_ids: list[str],
                                        outcome: Outcome | None = None) -> None: ...
 
@@ -126,7 +125,7 @@ class OperationRuns:
 
     def _turn_for(self, plan: TurnPlan) -> Turn:
         agent = self.agent
-        turn = Turn(cast("Session", self), plan, model=self.model, system=agent.system, tools=self._tools(),
+        turn = Turn(self, plan, model=self.model, system=agent.system, tools=self._tools(),
                     max_steps=agent.max_steps, recovery=agent.recovery)
         self._turn = turn
         # The turn has its context as text and parses it for each model call: parsed messages,

@@ -16,16 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 from storage import StorageError
 
 from ._clock import Clock
+from ._firing import fire_due
+from ._instance import Instance
 from ._registry import CapacityError, InstanceRegistry
-from ._schedules import fire_due
-
-if TYPE_CHECKING:
-    from ._instance import Instance
 
 __all__ = ["Scheduler"]
 

@@ -24,14 +24,16 @@ import logging
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from croniter import CroniterError, croniter
+from croniter import CroniterError
 
 from protocol import UIMessage
 from storage import ScheduleRow
 
 from ._answers import Answer
+from ._firing import cron_next
+from ._host import InstanceHost
 from ._input import check_client_messages
 from ._inputs import InputError, parse_input
 from ._instance import ROOT_SESSION, Instance
@@ -39,10 +41,7 @@ from ._json import dumps
 from ._outcomes import SubmitRefused
 from ._sessions import SessionError, validate_session_id
 
-if TYPE_CHECKING:
-    from ._harness import Harness
-
-__all__ = ["Schedule", "ScheduleError", "ScheduleExists", "ScheduleRefused", "Schedules", "cron_next", "fire_due",
+__all__ = ["Schedule", "ScheduleError", "ScheduleExists", "ScheduleRefused", "Schedules",
            "iso_time"]
 
 log = logging.getLogger("think_server.schedules")
@@ -115,12 +114,6 @@ class Schedule:
 # -- validation ---------------------------------------------------------------------------
 
 
-def cron_next(expr: str, after_ms: int) -> int:
-    """The first time ``expr`` names strictly after ``after_ms`` (both ms, UTC)."""
-    start = datetime.fromtimestamp(after_ms / 1000, UTC)
-    return round(croniter(expr, start).get_next(float) * 1000)
-
-
 def _check_cron(expr: object, now: int) -> tuple[str, int]:
     if not isinstance(expr, str) or not expr.strip():
         raise ScheduleError("cron: expected a cron expression (a string such as '0 8 * * *')", "cron")
@@ -188,75 +181,13 @@ def _without_id(message: UIMessage) -> dict[str, Any]:
     return obj
 
 
-def _messages_of(input_json: str, operation_id: str) -> list[UIMessage]:
-    """A run's messages, named after its operation: the same run submitted again adds nothing."""
-    count = 0
-
-    def name() -> str:
-        nonlocal count
-        count += 1
-        return operation_id if count == 1 else f"{operation_id}:{count}"
-
-    parsed = parse_input(json.loads(input_json), name)
-    if isinstance(parsed, Answer):  # refused when it was made: the file was edited by hand
-        raise InputError("a stored schedule holds a tool answer")
-    return parsed
-
-
-# -- firing -------------------------------------------------------------------------------
-
-
-async def fire_due(instance: Instance, now: int) -> tuple[int, bool]:
-    """Submit every schedule of ``instance`` due at ``now`` and record each run: how many ran, and
-    whether one could not be submitted now (a full queue, a storage error) and is to be tried again."""
-    ran, deferred = 0, False
-    for row in await instance.db.read.due_schedules(now):
-        if await _fire(instance, row, now):
-            ran += 1
-        else:
-            deferred = True
-    return ran, deferred
-
-
-async def _fire(instance: Instance, row: ScheduleRow, now: int) -> bool:
-    operation_id = f"schedule:{row.id}:{row.next_run_at}"
-    next_run = None
-    if row.kind == "cron" and row.cron:
-        try:
-            # It continues from its next time after now: runs missed while down run once.
-            next_run = cron_next(row.cron, now)
-        except (CroniterError, ValueError, TypeError, OverflowError) as exc:
-            # Accepted when it was made: a file edited by hand, or a croniter that reads it otherwise.
-            # Retrying every second would not help; this run is its last.
-            log.error("schedule %r: its cron expression %r cannot be read any more (%s); it runs this once "
-                      "and is deleted", row.id, row.cron, exc)
-    source: Literal["server", "client"] = "client" if row.source == "client" else "server"
-    try:
-        messages = _messages_of(row.input_json, operation_id)
-        session = await instance.session(row.session_id)
-        await session.submit(messages, operation_id=operation_id, source=source)
-    except (InputError, SubmitRefused, json.JSONDecodeError) as exc:
-        queue_full = isinstance(exc, SubmitRefused) and "queued" in str(exc)
-        if queue_full:
-            log.warning("schedule %r: its session %r cannot take it now, tried again shortly: %s", row.id,
-                        row.session_id, exc)
-            return False
-        log.error("schedule %r cannot run (this run is skipped): %s", row.id, exc)
-    except Exception:
-        log.exception("schedule %r: submitting its run failed; tried again shortly", row.id)
-        return False
-    async with instance.db.transaction() as tx:
-        await tx.schedule_ran(row.id, row.next_run_at, next_run, now, operation_id)
-    return True
-
-
 # -- the Python API ---------------------------------------------------------------------------
 
 
 class Schedules:
     """The schedules of one instance: create, list, get, cancel."""
 
-    def __init__(self, harness: Harness, agent: str, name: str) -> None:
+    def __init__(self, harness: InstanceHost, agent: str, name: str) -> None:
         self._harness = harness
         self.agent = agent
         self.name = name

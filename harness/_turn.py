@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from protocol import (
     Chunk,
@@ -40,11 +40,13 @@ from protocol import (
     dump_chunk,
     message_text,
 )
-from storage import Tx
+from storage import Database, Tx
 
+from ._agent import Agent
 from ._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from ._chunklog import ChunkLog
-from ._events import ModelCallFinished, ToolCallFinished
+from ._clock import Clock
+from ._events import HarnessEvent, ModelCallFinished, ToolCallFinished
 from ._history import parse_text
 from ._json import dumps, message_json
 from ._model import (
@@ -67,10 +69,7 @@ from ._outcomes import INTERNAL_ERROR, storage_failure
 from ._recovery_policy import RecoveryPolicy
 from ._tools import Tool
 
-if TYPE_CHECKING:
-    from ._session import Session
-
-__all__ = ["Outcome", "Turn", "TurnPlan", "TurnState", "TurnSuspended", "Unsettled", "closing_chunks"]
+__all__ = ["Outcome", "Turn", "TurnHost", "TurnPlan", "TurnState", "TurnSuspended", "Unsettled", "closing_chunks"]
 
 log = logging.getLogger("think_server.turn")
 
@@ -153,10 +152,29 @@ class TurnPlan:
     rerun: tuple[tuple[str, str, Any], ...] = ()  # calls cut short by a crash, to run again
 
 
+class TurnHost(Protocol):
+    """What a turn (and the recovery of one) needs of the session it runs in.
+
+    A protocol rather than the session class so that the engine's modules import one way:
+    the session drives turns, turns never import the session.
+    """
+
+    id: str
+    db: Database
+    clock: Clock
+    agent: Agent
+
+    def publish(self, event: HarnessEvent) -> None: ...
+
+    async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome) -> None: ...
+
+    def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None: ...
+
+
 class Turn:
     """Runs one operation to its outcome. Created and driven by a :class:`Session`."""
 
-    def __init__(self, session: Session, plan: TurnPlan, *, model: Model, system: str | None,
+    def __init__(self, session: TurnHost, plan: TurnPlan, *, model: Model, system: str | None,
                  tools: dict[str, Tool], max_steps: int, recovery: RecoveryPolicy) -> None:
         self._session = session
         self._plan = plan

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from harness import Agent, Harness, ScheduleError, ScheduleExists, ScriptedModel
-from harness._schedules import cron_next
+from harness._firing import cron_next
 from protocol import message_text
 from storage import instance_db_path
 from storage._index import INDEX_FILE

@@ -25,7 +25,7 @@ from harness._model import (
     ToolInputDelta,
     ToolInputStart,
 )
-from harness._scripted import Script, ScriptedModel, ScriptError, load_script, parse_script
+from harness.providers._scripted import Script, ScriptedModel, ScriptError, load_script, parse_script
 from protocol import UIMessage
 
 REFERENCE = Path(__file__).with_name("reference-script.json")

@@ -34,9 +34,9 @@ from harness import (
     ToolInputStart,
     Usage,
 )
-from harness._anthropic import AnthropicModel, anthropic_from_spec
-from harness._http_model import HttpSettings
-from harness._transcript import CONTINUE_PROMPT
+from harness.providers._anthropic import AnthropicModel, anthropic_from_spec
+from harness.providers._http import HttpSettings
+from harness.providers._transcript import CONTINUE_PROMPT
 from protocol import UIMessage
 
 from .._doubles import GUARD, settle, user

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from harness import Agent, ModelSpecError, Tool
-from harness._http_model import HttpSettings
 from harness._model import (
     Finish,
     Model,
@@ -38,7 +37,8 @@ from harness._model import (
     ToolInputStart,
     Usage,
 )
-from harness._openai import (
+from harness.providers._http import HttpSettings
+from harness.providers._openai import (
     OpenAIChatModel,
     OpenAIResponsesModel,
     ollama_from_spec,
@@ -46,7 +46,7 @@ from harness._openai import (
     openai_from_spec,
     workers_ai_from_spec,
 )
-from harness._transcript import CONTINUE_PROMPT
+from harness.providers._transcript import CONTINUE_PROMPT
 from protocol import UIMessage
 
 from .._doubles import GUARD, settle, user

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
-from ._model import Model, ModelError
+from .._model import Model, ModelError
 
 __all__ = ["HttpModel", "HttpSettings", "ServerSentEvent", "read_secret"]
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, Validatio
 
 from protocol import ReasoningPart, TextPart, ToolPart, UIMessage, message_text
 
-from ._model import (
+from .._model import (
     Finish,
     Model,
     ModelError,

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._model import (
+from .._model import (
     Finish,
     FinishReason,
     ModelEvent,

@@ -14,16 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from .._model import Model
 from ._anthropic import anthropic_from_spec
-from ._model import Model
+from ._errors import ModelSpecError
 from ._openai import ollama_from_spec, openai_compatible_from_spec, openai_from_spec, workers_ai_from_spec
 from ._scripted import ScriptedModel, ScriptError
 
 __all__ = ["ModelSpecError", "resolve_model"]
-
-
-class ModelSpecError(ValueError):
-    """A model setting that names no provider we have, or a bad argument."""
 
 
 def resolve_model(spec: str, *, base_dir: Path | None = None) -> Model:

@@ -30,8 +30,7 @@ from typing import Any, Literal
 import httpx
 from httpx_sse import SSEError
 
-from ._http_model import HttpModel, HttpSettings, ServerSentEvent, read_secret
-from ._model import (
+from .._model import (
     Finish,
     FinishReason,
     ModelEvent,
@@ -48,6 +47,7 @@ from ._model import (
     ToolInputStart,
     Usage,
 )
+from ._http import HttpModel, HttpSettings, ServerSentEvent, read_secret
 from ._transcript import (
     ModelContent,
     ModelFile,

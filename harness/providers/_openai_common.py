@@ -12,8 +12,7 @@ from urllib.parse import unquote_to_bytes
 
 import httpx
 
-from ._http_model import HttpModel, HttpSettings, ServerSentEvent
-from ._model import (
+from .._model import (
     FinishReason,
     ModelEvent,
     ModelRequest,
@@ -24,6 +23,7 @@ from ._model import (
     TextEnd,
     TextStart,
 )
+from ._http import HttpModel, HttpSettings, ServerSentEvent
 from ._transcript import (
     ModelFile,
     ModelText,

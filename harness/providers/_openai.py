@@ -62,8 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from ._http_model import read_secret
-from ._model import (
+from .._model import (
     Finish,
     FinishReason,
     Model,
@@ -75,6 +74,8 @@ from ._model import (
     ToolInputStart,
     Usage,
 )
+from ._errors import ModelSpecError
+from ._http import read_secret
 from ._openai_common import (
     _CHAT_FINISH,
     OLLAMA_BASE_URL,
@@ -331,8 +332,6 @@ def _first_choice(choices: Any) -> dict[str, Any] | None:
 
 
 def _spec_error(message: str) -> ValueError:
-    from ._providers import ModelSpecError  # here: _providers imports this module
-
     return ModelSpecError(message)
 
 
