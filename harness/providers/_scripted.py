@@ -230,7 +230,7 @@ def _is_denial(part: ToolPart) -> bool:
     return part.state == "output-denied" or (part.approval is not None and part.approval.approved is False)
 
 
-_TEMPLATE = re.compile(r"\{(user|result(?:\.[^{}]+)?)\}")
+_TEMPLATE = re.compile(r"\{(user|system|tools|result(?:\.[^{}]+)?)\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,9 +241,12 @@ class _Turn:
     results: list[ToolPart]  # tool results after the last user message, in order
     tool_parts: int  # tool parts in the whole transcript
     present: str | None  # text + reasoning after the last tool result, if continuing
+    system: str = ""  # the system prompt of this call
+    tools: str = ""  # the names of the tools offered to this call, sorted, comma-separated
 
     @classmethod
-    def read(cls, messages: Sequence[UIMessage]) -> _Turn:
+    def read(cls, messages: Sequence[UIMessage], system: str | None = None,
+             tools: Sequence[str] = ()) -> _Turn:
         last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
         user = None
         if last_user >= 0:
@@ -257,7 +260,7 @@ class _Turn:
             result_ids = {id(p) for p in results}
             cut = max((i + 1 for i, p in enumerate(tail) if id(p) in result_ids), default=0)
             present = "".join(p.text for p in tail[cut:] if isinstance(p, TextPart | ReasoningPart))
-        return cls(user, results, tool_parts, present)
+        return cls(user, results, tool_parts, present, system or "", ",".join(sorted(tools)))
 
     def render(self, template: str) -> str:
         return _TEMPLATE.sub(lambda m: self._value(m.group(1)), template)
@@ -265,6 +268,10 @@ class _Turn:
     def _value(self, name: str) -> str:
         if name == "user":
             return _MISSING if self.user is None else self.user
+        if name == "system":
+            return self.system
+        if name == "tools":
+            return self.tools
         if not self.results:
             return _MISSING
         first = self.results[0]
@@ -334,7 +341,7 @@ class ScriptedModel(Model):
         return rule, steps[min(i, len(steps) - 1)]
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        turn = _Turn.read(request.messages)
+        turn = _Turn.read(request.messages, request.system, [t.name for t in request.tools])
         # What the script needs is read: the transcript is not held while the answer streams
         # (a server runs hundreds of these at once).
         del request

@@ -22,6 +22,7 @@ from harness._model import (
     TextEnd,
     TextStart,
     ToolCall,
+    ToolDefinition,
     ToolInputDelta,
     ToolInputStart,
 )
@@ -382,6 +383,18 @@ async def test_result_templates_of_other_results() -> None:
     assert await answer(m, user("q"), assistant(failed)) == "it broke/?"
     assert await answer(m, user("q"), assistant(denied())) == "?/?"
     assert await answer(m, user("q"), assistant(tool("t", "output-available"))) == "?/?"
+
+
+async def test_system_and_tools_templates_show_what_the_call_was_given() -> None:
+    m = model(rule("*", [{"text": ["[{system}] [{tools}]"]}]))
+
+    async def said(request: ModelRequest) -> str:
+        return "".join(e.delta for e in [e async for e in m.stream(request)] if isinstance(e, TextDelta))
+
+    tools = [ToolDefinition(name=n, description="", parameters={"type": "object"}) for n in ("b_tool", "a_tool")]
+    given = ModelRequest(messages=[user("q")], system="Be brief.", tools=tools)
+    assert await said(given) == "[Be brief.] [a_tool,b_tool]"
+    assert await said(ModelRequest(messages=[user("q")])) == "[] []", "empty when the call had none"
 
 
 async def test_user_template_without_user_message() -> None:
