@@ -20,6 +20,19 @@ from ._events import (
 from ._handles import InFlight, PromptResult, SessionHandle, Sessions, WouldDeadlock
 from ._harness import Harness
 from ._history import History, HistoryBudget
+from ._hooks import (
+    ChunkContext,
+    ErrorContext,
+    HookContext,
+    HookError,
+    RecoveryContext,
+    StepContext,
+    ToolCallContext,
+    ToolDecision,
+    TurnConfig,
+    TurnContext,
+    TurnEndContext,
+)
 from ._input import InputPolicy
 from ._inputs import InputError, SessionInput
 from ._instance import ROOT_SESSION, Instance
@@ -51,6 +64,7 @@ from ._session import Session
 from ._sessions import SessionError, SessionExists, SessionInfo, SessionNotFound, validate_session_id
 from ._startup import StartupRecovery
 from ._tools import Tool, ToolInputError, client_tool, tool
+from ._turn_hooks import is_context_overflow
 from ._work import OnWork
 from .providers import ModelSpecError, Script, ScriptedModel, ScriptError, load_script, resolve_model
 
@@ -60,13 +74,17 @@ __all__ = [
     "Answer",
     "AnswerRefused",
     "CapacityError",
+    "ChunkContext",
     "ChunksCommitted",
     "Clock",
+    "ErrorContext",
     "Finish",
     "Harness",
     "HarnessEvent",
     "History",
     "HistoryBudget",
+    "HookContext",
+    "HookError",
     "InFlight",
     "InputError",
     "InputPolicy",
@@ -90,6 +108,7 @@ __all__ = [
     "ReasoningEnd",
     "ReasoningStart",
     "Receipt",
+    "RecoveryContext",
     "RecoveryPolicy",
     "RunStarted",
     "Schedule",
@@ -112,6 +131,7 @@ __all__ = [
     "SessionReset",
     "Sessions",
     "StartupRecovery",
+    "StepContext",
     "StreamStarted",
     "SubmitRefused",
     "TextDelta",
@@ -119,12 +139,17 @@ __all__ = [
     "TextStart",
     "Tool",
     "ToolCall",
+    "ToolCallContext",
     "ToolCallFinished",
+    "ToolDecision",
     "ToolDefinition",
     "ToolInputDelta",
     "ToolInputError",
     "ToolInputStart",
     "TranscriptChanged",
+    "TurnConfig",
+    "TurnContext",
+    "TurnEndContext",
     "Usage",
     "WouldDeadlock",
     "client_tool",
@@ -133,6 +158,7 @@ __all__ = [
     "current_operation",
     "current_session",
     "describe_reason",
+    "is_context_overflow",
     "load_script",
     "resolve_model",
     "tool",

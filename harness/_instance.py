@@ -15,6 +15,7 @@ from ._clock import Clock
 from ._history import HistoryBudget
 from ._input import InputPolicy
 from ._model import Model
+from ._models import ModelCache
 from ._session import Session
 from ._work import OnWork, WorkNotices
 
@@ -34,6 +35,8 @@ class Instance:
         self.db = db
         #: (agent, instance name), as the harness addresses it.
         self.agent_name, self.name = key
+        #: Models a turn names by a spec string; the registry shares one cache between instances.
+        self.models = ModelCache()
         #: Shared by the sessions of every instance of a process: how much transcript memory they hold.
         self.budget = budget or HistoryBudget(0)
         #: Tells ``on_work`` when the instance gets open work and when it has none left.
@@ -110,6 +113,7 @@ class Instance:
                               stream_grace_ms=self.stream_grace_ms, policy=self.policy, work=self.work,
                               budget=self.budget)
             session.instance_key = (self.agent_name, self.name)
+            session.models = self.models
             await session.load()
         except BaseException as exc:
             fut.set_exception(exc)

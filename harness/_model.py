@@ -78,6 +78,8 @@ class ModelRequest:
     max_output_tokens: int | None = None
     temperature: float | None = None
     provider_options: dict[str, Any] | None = None
+    #: Reasoning effort ("low", "medium", "high": OpenAI) or a thinking budget in tokens (Anthropic).
+    reasoning: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,6 +78,7 @@ _REASON_TEXT = {
     "interrupted": "The assistant was interrupted and could not recover. Please try again.",
     "out_of_memory": "The assistant kept failing on this turn and stopped trying. Please try again.",
     "client_role": "Client input may only add user messages.",
+    "abandoned": "The interrupted answer was not continued.",
 }
 
 

@@ -33,6 +33,7 @@ from protocol import (
 from storage import OperationRow
 
 from ._answers import INTERRUPTED_TOOL_ERROR
+from ._hooks import HookError
 from ._json import message_json
 from ._turn import Outcome, TurnHost, closing_chunks
 
@@ -75,7 +76,10 @@ async def recover_operation(session: TurnHost, op: OperationRow) -> Recovered:
     stored = await db.read.message(session.id, message_id) if message_id else None
     base = parse_message(json.loads(stored.content)) if stored is not None else None
     parent_id = stored.parent_id if stored is not None else _parent_from_input(op)
-    tools = session.agent.tool_map()
+    try:
+        tools = await session.server_tools(op.id)
+    except HookError:  # logged; calls cut short are then reported, none is run again
+        tools = {}
     async with db.transaction() as tx:
         streams = await tx.streams_of_request(op.id)
         assembler = MessageAssembler(message_id or session.clock.new_id(),

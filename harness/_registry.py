@@ -33,6 +33,7 @@ from ._input import InputPolicy
 from ._instance import Instance
 from ._logcontext import current_agent, current_instance
 from ._model import Model
+from ._models import ModelCache
 
 __all__ = ["CapacityError", "InstanceRegistry"]
 
@@ -59,6 +60,8 @@ class InstanceRegistry:
         self.data_dir = data_dir
         self.agents = agents
         self._models = models
+        #: Models turns choose by a spec string at run time (a hook, a model function), closed with the registry.
+        self.model_cache = ModelCache()
         self._idle_timeout_s = idle_timeout_s
         #: Called with each instance as it opens, before its work resumes (a host attaches here).
         self.on_open: list[Callable[[Instance], None]] = []
@@ -260,6 +263,7 @@ class InstanceRegistry:
                                             self._clock, stream_grace_ms=self._stream_grace_ms,
                                             policy=self._policy, on_work=functools.partial(self._on_work, agent, name),
                                             budget=self.history_budget, key=key)
+                instance.models = self.model_cache
             except (StorageError, sqlite3.Error, OSError) as exc:
                 error = self._activation_failed(key, exc)
                 if error is None or error is exc:
@@ -336,6 +340,7 @@ class InstanceRegistry:
         if self._index is not None:
             index, self._index = self._index, None
             await index.close()
+        await self.model_cache.aclose()
 
 
 def _signature(path: Path) -> tuple[int, int, int] | None:

@@ -12,7 +12,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from protocol import UIMessage, parse_message
+from protocol import UIMessage, message_text, parse_message
 from storage import Database, OperationRow, Tx
 
 from ._agent import Agent
@@ -29,11 +29,14 @@ from ._answers import (
 from ._clock import Clock
 from ._events import HarnessEvent, MessagePersisted, MessageUpdated, RunStarted
 from ._history import History
+from ._hooks import HookError
 from ._json import dumps, message_json
 from ._model import Model
+from ._models import ModelCache
 from ._recovery import Recovered
 from ._tools import Tool
 from ._turn import Outcome, Turn, TurnPlan
+from ._turn_hooks import TurnHooks
 
 __all__ = ["OperationRuns"]
 
@@ -44,6 +47,8 @@ class OperationRuns:
     """The runs of a session's operations; the state they share is the session's."""
 
     # Set by Session.__init__.
+    instance_key: tuple[str, str]
+    models: ModelCache
     db: Database
     clock: Clock
     id: str
@@ -123,9 +128,24 @@ class OperationRuns:
         outcome = await turn.run()
         self._finish(op_id, outcome, turn.message_ids)
 
+    def hooks(self, operation_id: str = "") -> TurnHooks:
+        """The agent's hooks, called for this session (and ``operation_id``)."""
+        agent_name, instance = self.instance_key
+        return TurnHooks(self.agent, agent_name=agent_name, instance=instance, session=self.id,
+                         operation=operation_id, resolve_model=self.resolve_model)
+
+    def resolve_model(self, spec: str) -> Model:
+        return self.models.get(spec)
+
+    async def server_tools(self, operation_id: str = "") -> dict[str, Tool]:
+        """The agent's tools (asked of its ``tools`` function, where it has one)."""
+        return await self.agent.tools_for(self.hooks(operation_id).context())
+
     def _turn_for(self, plan: TurnPlan) -> Turn:
         agent = self.agent
-        turn = Turn(self, plan, model=self.model, system=agent.system, tools=self._tools(),
+        # A system or tools function is asked by the turn itself, where its failure ends the turn.
+        system = None if callable(agent.system) else agent.system
+        turn = Turn(self, plan, model=self.model, system=system, tools=self._tools(),
                     max_steps=agent.max_steps, recovery=agent.recovery)
         self._turn = turn
         # The turn has its context as text and parses it for each model call: parsed messages,
@@ -141,6 +161,18 @@ class OperationRuns:
             delay = (recovered.next_attempt_at - self.clock.now_ms()) / 1000
             if delay > 0:
                 await asyncio.sleep(delay)
+        payload = json.loads(row.input_json)
+        carried = tuple(m["id"] for m in payload.get("messages", []))
+        partial = recovered.message
+        try:
+            go_on, reason = await self.hooks(row.id).recovering(recovered.attempts, partial,
+                                                                message_text(partial) if partial else ""), "abandoned"
+        except HookError as exc:
+            go_on, reason = False, str(exc)
+        if not go_on:  # what the crash left stays as it was sealed; the operation ends unanswered
+            text = message_text(partial) if partial else ""
+            await self._settle_without_turn(row.id, list(carried), Outcome("error", "unanswered", reason, text))
+            return
         message_id = row.target_message_id or self.clock.new_id()
         ids = self._hist.ids
         if message_id in ids:
@@ -151,8 +183,6 @@ class OperationRuns:
             context = self._hist.texts()
         continuation = row.kind in ("tool_result", "approval", "continue")
         self._streaming_id = message_id
-        payload = json.loads(row.input_json)
-        carried = tuple(m["id"] for m in payload.get("messages", []))
         self.publish(RunStarted(row.id, message_id, continuation=continuation, prior=tuple(recovered.bodies),
                                 recovering=True))
         plan = TurnPlan(row.id, message_id, recovered.parent_id, context, carried, continuation,
@@ -163,7 +193,7 @@ class OperationRuns:
 
     async def _run_answer(self, op_id: str, answer: Answer, auto_continue: bool) -> None:
         try:
-            index = check_answer(self._messages, answer, self.agent.tool_map())
+            index = check_answer(self._messages, answer, await self.server_tools(op_id))
         except AnswerRefused as exc:
             await self._settle_without_turn(op_id, [], Outcome("error", "unanswered", exc.reason))
             return
@@ -217,7 +247,7 @@ class OperationRuns:
     async def _run_approved_call(self, index: int, tool_call_id: str) -> None:
         message = self._messages[index]
         found = find_call([message], tool_call_id)
-        tool = self.agent.tool_map().get(found[1].tool_name) if found else None
+        tool = (await self.server_tools(self._running_id or "")).get(found[1].tool_name) if found else None
         if found is None or tool is None or tool.is_client:
             return
         part = found[1]
@@ -235,7 +265,7 @@ class OperationRuns:
         self.publish(MessageUpdated(updated))
 
     def _tools(self) -> dict[str, Tool]:
-        tools = self.agent.tool_map()
+        tools = {} if callable(self.agent.tools) else self.agent.tool_map()
         for spec in self._client_tools:
             name = spec.get("name")
             if isinstance(name, str) and name and name not in tools:  # never replaces a server tool

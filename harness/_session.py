@@ -39,6 +39,7 @@ from ._input import InputPolicy, check_client_messages
 from ._json import dumps, message_json
 from ._logcontext import current_agent, current_instance, current_operation, current_session
 from ._model import Model
+from ._models import ModelCache
 from ._outcomes import (
     INTERNAL_ERROR,
     OperationResult,
@@ -74,6 +75,7 @@ class Session(OperationRuns):
         self.id = session_id
         #: (agent, instance name) of the instance the session belongs to, for logs and the deadlock check.
         self.instance_key = ("", "")
+        self.models = ModelCache()  # the instance's, once it has one
         self.agent = agent
         self.model = model
         self._history: History | None = None  # None while dropped to keep within the budget
@@ -93,6 +95,7 @@ class Session(OperationRuns):
         self._client_tools: list[dict[str, Any]] = []  # schemas a browser declared, kept with the session
         self._unwritten = UnwrittenEnds(db, self.write_settlement)  # ends told to clients, not yet written
         self._closed = False
+        self._hook_tasks: set[asyncio.Task[None]] = set()  # on_turn_end calls still running
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -323,7 +326,7 @@ class Session(OperationRuns):
         if await self.db.read.operation(op_id) is not None:
             return Receipt(op_id, self.id, accepted=False)
         history = await self.history()
-        check_answer(history.messages, answer, self.agent.tool_map())
+        check_answer(history.messages, answer, await self.server_tools())
         history.release()  # only a check: the operation that applies it parses again
         if self._pending.answers_call(answer.tool_call_id):
             raise AnswerRefused("already_answered", f"tool call {answer.tool_call_id!r} already has an answer queued")
@@ -536,6 +539,12 @@ class Session(OperationRuns):
         for fut in self._waiters.pop(op_id, []):
             if not fut.done():
                 fut.set_result(result)
+        if self.agent.on_turn_end is not None:
+            # Beside the queue, not in it: the next turn does not wait for user code about the last one.
+            task = asyncio.get_running_loop().create_task(self.hooks(op_id).turn_ended(
+                outcome.status, outcome.outcome, outcome.reason, outcome.text, message_ids))
+            self._hook_tasks.add(task)
+            task.add_done_callback(self._hook_tasks.discard)
 
     # -- the in-memory transcript -------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import logging
 import time
 from collections.abc import Awaitable, Sequence
@@ -48,6 +49,7 @@ from ._chunklog import ChunkLog
 from ._clock import Clock
 from ._events import HarnessEvent, ModelCallFinished, ToolCallFinished
 from ._history import parse_text
+from ._hooks import HookError, ToolDecision
 from ._json import dumps, message_json
 from ._model import (
     Finish,
@@ -64,10 +66,12 @@ from ._model import (
     ToolCall,
     ToolInputDelta,
     ToolInputStart,
+    Usage,
 )
 from ._outcomes import INTERNAL_ERROR, storage_failure
 from ._recovery_policy import RecoveryPolicy
 from ._tools import Tool
+from ._turn_hooks import CONTEXT_OVERFLOW, TurnHooks
 
 __all__ = ["Outcome", "Turn", "TurnHost", "TurnPlan", "TurnState", "TurnSuspended", "Unsettled", "closing_chunks"]
 
@@ -101,6 +105,7 @@ class Outcome:
 class _StepResult:
     finish_reason: str = "stop"
     calls: list[tuple[str, str, Any]] = field(default_factory=list)  # (toolCallId, name, input)
+    usage: Usage | None = None
 
 
 class _Aborted(Exception):
@@ -163,8 +168,13 @@ class TurnHost(Protocol):
     db: Database
     clock: Clock
     agent: Agent
+    instance_key: tuple[str, str]  # (agent name, instance name)
 
     def publish(self, event: HarnessEvent) -> None: ...
+
+    def resolve_model(self, spec: str) -> Model: ...
+
+    async def server_tools(self, operation_id: str = "") -> dict[str, Tool]: ...
 
     async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome) -> None: ...
 
@@ -188,6 +198,11 @@ class Turn:
         self._tools = tools
         self._max_steps = max_steps
         self._recovery = recovery
+        agent_name, instance = session.instance_key
+        self._hooks = TurnHooks(session.agent, agent_name=agent_name, instance=instance, session=session.id,
+                                operation=plan.operation_id, resolve_model=session.resolve_model)
+        self._tap: list[Chunk] | None = [] if self._hooks.wants_chunks else None
+        self._hook_failure: HookError | None = None
         existing = plan.existing
         self._persisted = existing is not None
         self._assembler = MessageAssembler(
@@ -231,6 +246,8 @@ class Turn:
     def _emit(self, chunk: Chunk, *, hold: bool = False) -> None:
         self._assembler.apply(chunk)
         self._log.add(dump_chunk(chunk), hold=hold)
+        if self._tap is not None:
+            self._tap.append(chunk)
 
     async def _run_inner(self, coro: Awaitable[Any]) -> Any:
         """Run a cancellable piece of the turn; abort() cancels it, not the turn."""
@@ -277,6 +294,8 @@ class Turn:
             return await self._settle_partial("error", "completed", "interrupted", None)
         except ModelError as exc:
             return await self._settle_partial("error", "error", str(exc) or "The model call failed.", exc)
+        except HookError as exc:  # logged where it was raised, with the hook's traceback
+            return await self._settle_partial("error", "error", str(exc), exc)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a full disk, a bug, a tool framework failure: never leave the turn open
@@ -296,22 +315,37 @@ class Turn:
             if step == 0:
                 if self._plan.first_seq == 0:
                     self._emit(StartChunk() if self.continuation else StartChunk(messageId=self.message_id))
+                # Chosen per turn where the agent's model, system or tools are functions.
+                self._model, self._system, self._tools = await self._run_inner(
+                    self._hooks.choose(self._model, self._system, self._tools))
                 first = [*self._plan.rerun, *self._approved_calls()]
                 if first:
                     # Approved calls and calls cut short by a crash run first; the model sees their results.
                     self._goto(TurnState.TOOLS)
-                    await self._run_inner(self._run_tools(first))
+                    await self._run_inner(self._run_tools(first, step))
                     self._goto(TurnState.STREAMING)
             self._emit(StartStepChunk())
+            # Asked before every model call: after a restart the harness knows nothing of earlier calls.
+            request, model = await self._run_inner(
+                self._hooks.before_turn(step, self._request(), self._model, self.continuation or step > 0))
             started = time.perf_counter()
             try:
-                result: _StepResult = await self._run_inner(self._model_call())
+                result: _StepResult = await self._run_inner(self._model_call(request, model, step))
             except _Stalled:
                 self._model_finished(started, "stalled")
                 await self._interrupted_model_call()
                 continue
-            except (ModelError, _Aborted) as exc:
-                self._model_finished(started, "error" if isinstance(exc, ModelError) else "aborted")
+            except _Aborted:
+                self._model_finished(started, "aborted")
+                raise
+            except ModelError as exc:
+                self._model_finished(started, "error")
+                choice = await self._run_inner(self._hooks.model_failed(step, exc))
+                if choice == "retry":  # like a stall: what streamed is kept, the attempt counts
+                    await self._interrupted_model_call()
+                    continue
+                if choice == "context-overflow":
+                    raise ModelError(CONTEXT_OVERFLOW) from exc
                 raise
             self._model_finished(started, "completed")
             self._emit(FinishStepChunk())
@@ -319,15 +353,22 @@ class Turn:
             last_reason = result.finish_reason
             runnable = [c for c in result.calls if self._is_runnable(c)]
             if not runnable:
+                # Before the turn settles, so that a hook that fails still ends it with an error.
+                await self._step_finished(step, result)
                 return await self._finish(result)
             await self._commit(stream_status="completed", progress=True)
+            await self._step_finished(step, result)
             self._goto(TurnState.TOOLS)
-            await self._run_inner(self._run_tools(runnable))
+            await self._run_inner(self._run_tools(runnable, step))
             if awaiting_calls(self._assembler.message):
                 # A call of this step waits for the client or an approval: the model must not
                 # be called with a call that has no result.
                 return await self._finish(result)
         return await self._finish(_StepResult(finish_reason=last_reason))
+
+    async def _step_finished(self, step: int, result: _StepResult) -> None:
+        await self._run_inner(self._hooks.step_finished(step, self._assembler.message, result.finish_reason,
+                                                        result.calls, result.usage))
 
     def _model_finished(self, started: float, outcome: str) -> None:
         self._session.publish(ModelCallFinished(self.operation_id, time.perf_counter() - started, outcome))
@@ -384,9 +425,10 @@ class Turn:
         tools = [t.definition for t in self._tools.values()]
         return ModelRequest(messages=messages, system=self._system, tools=tools)
 
-    async def _model_call(self) -> _StepResult:
+    async def _model_call(self, request: ModelRequest, model: Model, step: int) -> _StepResult:
         result = _StepResult()
-        stream = self._model.stream(self._request())
+        stream = model.stream(request)
+        del request  # the stream has it; the turn does not keep the parsed transcript
         stall = self._recovery.stall_timeout_s
         loop = asyncio.get_running_loop()
         try:
@@ -394,6 +436,10 @@ class Turn:
             async with asyncio.timeout(loop.time() + stall if stall else None) as watchdog:
                 async for event in stream:
                     self._on_event(event, result)
+                    if self._tap:
+                        chunks, self._tap = self._tap, []
+                        for chunk in chunks:
+                            await self._hooks.chunk(step, json.loads(dump_chunk(chunk)))
                     await self._log.backpressure()
                     if stall:
                         watchdog.reschedule(loop.time() + stall)
@@ -430,8 +476,9 @@ class Turn:
                 self._emit(ToolInputDeltaChunk(toolCallId=c, inputTextDelta=d))
             case ToolCall(tool_call_id=c, tool_name=n, input=inp):
                 self._on_tool_call(c, n, inp, result)
-            case Finish(finish_reason=r):
+            case Finish(finish_reason=r, usage=u):
                 result.finish_reason = r
+                result.usage = u
 
     def _on_tool_call(self, call_id: str, name: str, tool_input: Any, result: _StepResult) -> None:
         self._emit(ToolInputAvailableChunk(toolCallId=call_id, toolName=name, input=tool_input))
@@ -442,7 +489,7 @@ class Turn:
         elif not tool.is_client and tool.approval_needed(tool_input):
             self._emit(ToolApprovalRequestChunk(approvalId=self._session.clock.new_id(), toolCallId=call_id))
 
-    async def _run_tools(self, calls: Sequence[tuple[str, str, Any]]) -> None:
+    async def _run_tools(self, calls: Sequence[tuple[str, str, Any]], step: int) -> None:
         # Every call is recorded as running before any of them runs: a crash
         # from here on finds which calls were cut short.
         now = self._session.clock.now_ms()
@@ -454,14 +501,25 @@ class Turn:
         async def one(call_id: str, name: str, tool_input: Any) -> None:
             started = time.perf_counter()
             self._running_calls[call_id] = name
+            decision = ToolDecision()
+            output: Any = None
             try:
-                output = await self._tools[name].run(tool_input)
+                # After any approval: the approval is the inner gate, the hook the outer one.
+                decision = await self._hooks.before_tool_call(step, call_id, name, tool_input)
+                if decision.action == "block":
+                    output = decision.blocked_output(name)
+                elif decision.action == "substitute":
+                    output = decision.output
+                else:
+                    output = await self._tools[name].run(decision.input if decision.has_input else tool_input)
                 text = dumps(output)  # the output must be JSON to reach the model and the client
                 chunk: Chunk = ToolOutputAvailableChunk(toolCallId=call_id, output=output)
                 record: tuple[str, str | None, str | None] = ("succeeded", text, None)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if isinstance(exc, HookError):  # the call fails with it, then the turn does
+                    self._hook_failure = self._hook_failure or exc
                 error = str(exc) or type(exc).__name__
                 chunk = ToolOutputErrorChunk(toolCallId=call_id, errorText=error)
                 record = ("failed", None, error)
@@ -478,9 +536,18 @@ class Turn:
                 self._emit(chunk, hold=True)
                 await self._commit(progress=True, tool_records=[self._unrecorded[call_id]])
                 self._unrecorded.pop(call_id, None)
+            if self._hook_failure is None:
+                await self._hooks.after_tool_call(step, call_id, name, tool_input, decision,
+                                                  output if record[0] == "succeeded" else None, record[2])
 
         results = asyncio.Lock()
-        await asyncio.gather(*(one(*c) for c in calls))
+        # Each call ends on its own (a failing hook included), so no result is left unrecorded.
+        outcomes = await asyncio.gather(*(one(*c) for c in calls), return_exceptions=True)
+        for failed in outcomes:
+            if isinstance(failed, BaseException):
+                raise failed
+        if self._hook_failure is not None:
+            raise self._hook_failure
 
     # -- persistence ----------------------------------------------------------
 

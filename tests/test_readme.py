@@ -70,3 +70,25 @@ async def test_the_webhook_example_starts_a_turn_once_per_delivery(tmp_path: Pat
         await asyncio.wait_for(task, 15)
         sys.modules.pop("hooks", None)
     assert list((tmp_path / "data" / "agents" / "assistant").glob("*.sqlite3"))
+
+
+def test_the_hooks_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "bank.py"
+    script.write_text(python_block("before_tool_call=before_tool_call"))
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out.splitlines()
+    # on_turn_end runs beside the queue: its lines interleave with the prints as they come.
+    assert [line for line in out if not line.startswith("[audit]")] == [
+        "You are the bank's assistant. Alice wants short answers.",
+        "Payments to mallory are frozen.",
+        "awaiting_approval",
+        "Done: sent 500 EUR to carol.",
+    ]
+    assert [line for line in out if line.startswith("[audit]")] == [
+        "[audit] alice: completed/done",
+        "[audit] alice: completed/done",
+        "[audit] alice: completed/unanswered awaiting_approval",
+        "[audit] alice: completed/done",
+    ]
