@@ -35,7 +35,7 @@ from storage import OperationRow
 from ._answers import INTERRUPTED_TOOL_ERROR
 from ._hooks import HookError
 from ._json import message_json
-from ._turn import Outcome, TurnHost, closing_chunks
+from ._turn_plan import Outcome, TurnHost, closing_chunks
 
 __all__ = ["Recovered", "recover_operation"]
 

@@ -2,7 +2,8 @@
 
 A part of :class:`~harness._session.Session` kept in a module of its own (the
 session is the class that mixes it in): the worker calls :meth:`_run` for the
-operation it takes from the queue, and the methods here build its turn.
+operation it takes from the queue, and the methods here build its turn and settle it
+(telling waiters, listeners and ``on_turn_end``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from protocol import UIMessage, message_text, parse_message
@@ -27,16 +29,19 @@ from ._answers import (
     run_call,
 )
 from ._clock import Clock
-from ._events import HarnessEvent, MessagePersisted, MessageUpdated, RunStarted
+from ._events import HarnessEvent, MessagePersisted, MessageUpdated, OperationSettled, RunStarted
 from ._history import History
 from ._hooks import HookError
 from ._json import dumps, message_json
 from ._model import Model
 from ._models import ModelCache
+from ._outcomes import INTERNAL_ERROR, OperationResult, describe_reason, result_of, storage_failure
 from ._recovery import Recovered
 from ._tools import Tool
-from ._turn import Outcome, Turn, TurnPlan
+from ._turn import Turn
 from ._turn_hooks import TurnHooks
+from ._turn_plan import Outcome, TurnPlan
+from ._unwritten import UnwrittenEnds
 
 __all__ = ["OperationRuns"]
 
@@ -60,6 +65,10 @@ class OperationRuns:
     _recovered: dict[str, Recovered]
     _abort_requested: set[str]
     _client_tools: list[dict[str, Any]]
+    _waiters: dict[str, list[asyncio.Future[OperationResult]]]
+    _hook_tasks: set[asyncio.Task[None]]
+    _unwritten: UnwrittenEnds
+    last_terminal: dict[str, Any] | None
 
     if TYPE_CHECKING:  # the session's, used here
         @property
@@ -68,11 +77,7 @@ class OperationRuns:
         def _messages(self) -> list[UIMessage]: ...
         async def history(self) -> History: ...
         def publish(self, event: HarnessEvent) -> None: ...
-        def _finish(self, op_id: str, outcome: Outcome, message_ids: tuple[str, ...] | list[str]) -> None: ...
-        async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome) -> None: ...
         def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None: ...
-        async def _settle_without_turn(self, op_id: str, message_ids: list[str],
-                                       outcome: Outcome | None = None) -> None: ...
 
     async def _run(self, op_id: str) -> None:
         row = await self.db.read.operation(op_id)
@@ -263,6 +268,58 @@ class OperationRuns:
         self._hist.replace(index, updated)
         self.publish(MessagePersisted(updated))
         self.publish(MessageUpdated(updated))
+
+    # -- ends -------------------------------------------------------------------------------
+
+    async def _settle_without_turn(self, op_id: str, message_ids: list[str], outcome: Outcome | None = None) -> None:
+        outcome = outcome or Outcome("completed", "done", None, "")
+        async with self.db.transaction() as tx:
+            await self.write_settlement(tx, op_id, outcome)
+        self._finish(op_id, outcome, tuple(message_ids))
+
+    async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome) -> None:
+        now = self.clock.now_ms()
+        await tx.settle_operation(operation_id, outcome.status, outcome.outcome, outcome.reason, outcome.text, now)
+        if outcome.status == "error":
+            terminal = {"operationId": operation_id, "body": describe_reason(outcome.reason)}
+            await tx.set_last_terminal(self.id, dumps(terminal), now)
+            self.last_terminal = terminal
+
+    async def _fail(self, op_id: str, exc: Exception) -> None:
+        """Settle an operation whose run broke outside the turn: no client may wait for it forever."""
+        outcome = Outcome("error", "unanswered", storage_failure(exc) or INTERNAL_ERROR)
+        try:
+            async with self.db.transaction() as tx:
+                await self.write_settlement(tx, op_id, outcome)
+        except Exception as again:
+            self._end_unsettled(op_id, outcome, again)
+            return
+        self._finish(op_id, outcome, ())
+
+    def _end_unsettled(self, op_id: str, outcome: Outcome, cause: BaseException | None,
+                       message_ids: Sequence[str] = ()) -> None:
+        """End an operation whose end could not be written: clients are told now, the file later."""
+        if outcome.reason == INTERNAL_ERROR and cause is not None:
+            outcome = Outcome(outcome.status, outcome.outcome, storage_failure(cause) or INTERNAL_ERROR, outcome.text)
+        log.warning("operation %s ended (%s) but its end could not be written: %s", op_id,
+                    outcome.reason or outcome.status, cause)
+        self._unwritten.add(op_id, outcome)
+        if outcome.status == "error":
+            self.last_terminal = {"operationId": op_id, "body": describe_reason(outcome.reason)}
+        self._finish(op_id, outcome, message_ids)
+
+    def _finish(self, op_id: str, outcome: Outcome, message_ids: Sequence[str]) -> None:
+        self.publish(OperationSettled(op_id, outcome.status, outcome.outcome, outcome.reason, tuple(message_ids)))
+        result = result_of(outcome.outcome, outcome.text, outcome.reason)
+        for fut in self._waiters.pop(op_id, []):
+            if not fut.done():
+                fut.set_result(result)
+        if self.agent.on_turn_end is not None:
+            # Beside the queue, not in it: the next turn does not wait for user code about the last one.
+            task = asyncio.get_running_loop().create_task(self.hooks(op_id).turn_ended(
+                outcome.status, outcome.outcome, outcome.reason, outcome.text, message_ids))
+            self._hook_tasks.add(task)
+            task.add_done_callback(self._hook_tasks.discard)
 
     def _tools(self) -> dict[str, Tool]:
         tools = {} if callable(self.agent.tools) else self.agent.tool_map()

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
 from protocol import UIMessage
-from storage import Database, OperationRow, Tx
+from storage import Database, OperationRow
 
 from ._agent import Agent
 from ._answers import (
@@ -30,7 +30,6 @@ from ._events import (
     HarnessEvent,
     Listener,
     MessagePersisted,
-    OperationSettled,
     SessionReset,
     TranscriptChanged,
 )
@@ -41,19 +40,18 @@ from ._logcontext import current_agent, current_instance, current_operation, cur
 from ._model import Model
 from ._models import ModelCache
 from ._outcomes import (
-    INTERNAL_ERROR,
     OperationResult,
     Receipt,
     SessionBusy,
     SubmitRefused,
-    describe_reason,
     result_of,
     storage_failure,
 )
 from ._pending import Pending
 from ._recovery import Recovered, recover_operation
 from ._runs import OperationRuns
-from ._turn import Outcome, Turn, TurnSuspended, Unsettled
+from ._turn import Turn
+from ._turn_plan import Outcome, TurnSuspended, Unsettled
 from ._unwritten import UnwrittenEnds
 from ._work import WorkNotices
 
@@ -489,62 +487,12 @@ class Session(OperationRuns):
                 except Exception:
                     log.exception("sweeping finished streams failed")
 
-    async def _settle_without_turn(self, op_id: str, message_ids: list[str], outcome: Outcome | None = None) -> None:
-        outcome = outcome or Outcome("completed", "done", None, "")
-        async with self.db.transaction() as tx:
-            await self.write_settlement(tx, op_id, outcome)
-        self._finish(op_id, outcome, tuple(message_ids))
-
-    async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome) -> None:
-        now = self.clock.now_ms()
-        await tx.settle_operation(operation_id, outcome.status, outcome.outcome, outcome.reason, outcome.text, now)
-        if outcome.status == "error":
-            terminal = {"operationId": operation_id, "body": describe_reason(outcome.reason)}
-            await tx.set_last_terminal(self.id, dumps(terminal), now)
-            self.last_terminal = terminal
-
-    async def _fail(self, op_id: str, exc: Exception) -> None:
-        """Settle an operation whose run broke outside the turn: no client may wait for it forever."""
-        outcome = Outcome("error", "unanswered", storage_failure(exc) or INTERNAL_ERROR)
-        try:
-            async with self.db.transaction() as tx:
-                await self.write_settlement(tx, op_id, outcome)
-        except Exception as again:
-            self._end_unsettled(op_id, outcome, again)
-            return
-        self._finish(op_id, outcome, ())
-
-    def _end_unsettled(self, op_id: str, outcome: Outcome, cause: BaseException | None,
-                       message_ids: Sequence[str] = ()) -> None:
-        """End an operation whose end could not be written: clients are told now, the file later."""
-        if outcome.reason == INTERNAL_ERROR and cause is not None:
-            outcome = Outcome(outcome.status, outcome.outcome, storage_failure(cause) or INTERNAL_ERROR, outcome.text)
-        log.warning("operation %s ended (%s) but its end could not be written: %s", op_id,
-                    outcome.reason or outcome.status, cause)
-        self._unwritten.add(op_id, outcome)
-        if outcome.status == "error":
-            self.last_terminal = {"operationId": op_id, "body": describe_reason(outcome.reason)}
-        self._finish(op_id, outcome, message_ids)
-
     async def sweep_streams(self) -> int:
         """Delete finished streams past their replay grace, chunks included."""
         now = self.clock.now_ms()
         self._last_sweep = now
         async with self.db.transaction() as tx:
             return await tx.delete_finished_streams(now - self.stream_grace_ms)
-
-    def _finish(self, op_id: str, outcome: Outcome, message_ids: Sequence[str]) -> None:
-        self.publish(OperationSettled(op_id, outcome.status, outcome.outcome, outcome.reason, tuple(message_ids)))
-        result = result_of(outcome.outcome, outcome.text, outcome.reason)
-        for fut in self._waiters.pop(op_id, []):
-            if not fut.done():
-                fut.set_result(result)
-        if self.agent.on_turn_end is not None:
-            # Beside the queue, not in it: the next turn does not wait for user code about the last one.
-            task = asyncio.get_running_loop().create_task(self.hooks(op_id).turn_ended(
-                outcome.status, outcome.outcome, outcome.reason, outcome.text, message_ids))
-            self._hook_tasks.add(task)
-            task.add_done_callback(self._hook_tasks.discard)
 
     # -- the in-memory transcript -------------------------------------------------
 

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from protocol import (
     Chunk,
@@ -37,17 +37,14 @@ from protocol import (
     ToolOutputAvailableChunk,
     ToolOutputErrorChunk,
     ToolPart,
-    UIMessage,
     dump_chunk,
     message_text,
 )
-from storage import Database, Tx
+from storage import Tx
 
-from ._agent import Agent
 from ._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from ._chunklog import ChunkLog
-from ._clock import Clock
-from ._events import HarnessEvent, ModelCallFinished, ToolCallFinished
+from ._events import ModelCallFinished, ToolCallFinished
 from ._history import parse_text
 from ._hooks import HookError, ToolDecision
 from ._json import dumps, message_json
@@ -72,8 +69,9 @@ from ._outcomes import INTERNAL_ERROR, storage_failure
 from ._recovery_policy import RecoveryPolicy
 from ._tools import Tool
 from ._turn_hooks import CONTEXT_OVERFLOW, TurnHooks
+from ._turn_plan import Outcome, TurnHost, TurnPlan, TurnSuspended, Unsettled, closing_chunks
 
-__all__ = ["Outcome", "Turn", "TurnHost", "TurnPlan", "TurnState", "TurnSuspended", "Unsettled", "closing_chunks"]
+__all__ = ["Turn", "TurnState"]
 
 log = logging.getLogger("think_server.turn")
 
@@ -93,14 +91,6 @@ _TRANSITIONS: dict[TurnState, frozenset[TurnState]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    status: str  # completed | error | aborted | skipped
-    outcome: str  # done | unanswered
-    reason: str | None = None
-    text: str = ""
-
-
 @dataclass(slots=True)
 class _StepResult:
     finish_reason: str = "stop"
@@ -112,73 +102,12 @@ class _Aborted(Exception):
     pass
 
 
-class TurnSuspended(Exception):
-    """The turn stopped for a shutdown; its operation stays running and the next start recovers it."""
-
-
-class Unsettled(Exception):
-    """The turn ended, but writing its end failed (a full disk, say): the operation is still open in
-    the file. ``outcome`` is the end to tell clients now and to write once writes work again."""
-
-    def __init__(self, outcome: Outcome, message_ids: tuple[str, ...] = ()) -> None:
-        super().__init__(outcome.reason or outcome.status)
-        self.outcome = outcome
-        self.message_ids = message_ids
-
-
 class _Stalled(Exception):
     """The model stream was silent for the stall timeout."""
 
 
 class _OutOfAttempts(Exception):
     """Interruptions without progress used up the recovery budget."""
-
-
-def closing_chunks(assembler: MessageAssembler) -> list[Chunk]:
-    """The chunks that close what an interrupted model call left open, so its stream stays well formed."""
-    out: list[Chunk] = [TextEndChunk(id=i) for i in assembler.open_text_ids]
-    out += [ReasoningEndChunk(id=i) for i in assembler.open_reasoning_ids]
-    out.append(FinishStepChunk())
-    return out
-
-
-@dataclass(frozen=True)
-class TurnPlan:
-    """What one run of an operation starts from."""
-
-    operation_id: str
-    message_id: str
-    parent_id: str | None
-    context: Sequence[str]  # the transcript before the assistant message, as JSON texts
-    message_ids: tuple[str, ...] = ()  # the user messages the operation carried
-    continuation: bool = False  # the wire stream continues an earlier answer
-    existing: UIMessage | None = None  # the assistant message as stored (continuations, recovery)
-    first_seq: int = 0  # chunks the operation's wire stream already holds
-    rerun: tuple[tuple[str, str, Any], ...] = ()  # calls cut short by a crash, to run again
-
-
-class TurnHost(Protocol):
-    """What a turn (and the recovery of one) needs of the session it runs in.
-
-    A protocol rather than the session class so that the engine's modules import one way:
-    the session drives turns, turns never import the session.
-    """
-
-    id: str
-    db: Database
-    clock: Clock
-    agent: Agent
-    instance_key: tuple[str, str]  # (agent name, instance name)
-
-    def publish(self, event: HarnessEvent) -> None: ...
-
-    def resolve_model(self, spec: str) -> Model: ...
-
-    async def server_tools(self, operation_id: str = "") -> dict[str, Tool]: ...
-
-    async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome) -> None: ...
-
-    def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None: ...
 
 
 class Turn:

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from storage import Database, Tx
 
-from ._turn import Outcome
+from ._turn_plan import Outcome
 
 __all__ = ["UnwrittenEnds"]
 
