@@ -22,7 +22,7 @@ provider must be cancellable.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
@@ -80,6 +80,9 @@ class ModelRequest:
     provider_options: dict[str, Any] | None = None
     #: Reasoning effort ("low", "medium", "high": OpenAI) or a thinking budget in tokens (Anthropic).
     reasoning: Any = None
+    #: Called by a provider for any bytes it receives (keep-alive comments and pings included): a
+    #: model that reasons silently for minutes is working, not stalled. Set by the harness.
+    progress: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,9 @@ class ToolCall:
 class Finish:
     finish_reason: FinishReason = "stop"
     usage: Usage | None = None
+    #: Why the call could not end as the model meant it to, for the user (e.g. a tool call whose
+    #: input the output token limit cut off, with ``finish_reason="length"``): the turn ends with it.
+    message: str | None = None
 
 
 ModelEvent: TypeAlias = (

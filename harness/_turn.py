@@ -9,11 +9,12 @@ message is persisted and that call's stream finalized in one transaction.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import json
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,7 @@ class _StepResult:
     finish_reason: str = "stop"
     calls: list[tuple[str, str, Any]] = field(default_factory=list)  # (toolCallId, name, input)
     usage: Usage | None = None
+    note: str | None = None  # the provider's word on a call that could not end as meant
 
 
 class _Aborted(Exception):
@@ -356,13 +358,20 @@ class Turn:
 
     async def _model_call(self, request: ModelRequest, model: Model, step: int) -> _StepResult:
         result = _StepResult()
-        stream = model.stream(request)
-        del request  # the stream has it; the turn does not keep the parsed transcript
         stall = self._recovery.stall_timeout_s
         loop = asyncio.get_running_loop()
+        stream: AsyncIterator[ModelEvent] | None = None
         try:
-            # One timer re-armed per event: a model silent for the stall timeout is interrupted.
-            async with asyncio.timeout(loop.time() + stall if stall else None) as watchdog:
+            # One timer re-armed per event, and per byte a provider reports: a model silent for the
+            # stall timeout is interrupted; one that sends keep-alives while it reasons is not.
+            async with asyncio.timeout_at(loop.time() + stall if stall else None) as watchdog:
+
+                def progressed() -> None:
+                    if stall:
+                        watchdog.reschedule(loop.time() + stall)
+
+                stream = model.stream(dataclasses.replace(request, progress=progressed))
+                del request  # the stream has it; the turn does not keep the parsed transcript
                 async for event in stream:
                     self._on_event(event, result)
                     if self._tap:
@@ -370,10 +379,9 @@ class Turn:
                         for chunk in chunks:
                             await self._hooks.chunk(step, json.loads(dump_chunk(chunk)))
                     await self._log.backpressure()
-                    if stall:
-                        watchdog.reschedule(loop.time() + stall)
+                    progressed()
         except TimeoutError:
-            log.warning("operation %s: the model sent nothing for %.0f s", self.operation_id, stall)
+            log.warning("operation %s: the model sent nothing for %g s", self.operation_id, stall)
             raise _Stalled from None
         finally:
             aclose = getattr(stream, "aclose", None)
@@ -405,9 +413,10 @@ class Turn:
                 self._emit(ToolInputDeltaChunk(toolCallId=c, inputTextDelta=d))
             case ToolCall(tool_call_id=c, tool_name=n, input=inp):
                 self._on_tool_call(c, n, inp, result)
-            case Finish(finish_reason=r, usage=u):
+            case Finish(finish_reason=r, usage=u, message=note):
                 result.finish_reason = r
                 result.usage = u
+                result.note = note
 
     def _on_tool_call(self, call_id: str, name: str, tool_input: Any, result: _StepResult) -> None:
         self._emit(ToolInputAvailableChunk(toolCallId=call_id, toolName=name, input=tool_input))
@@ -522,6 +531,8 @@ class Turn:
             outcome = Outcome("completed", "unanswered", "awaiting_approval")
         elif pending:
             outcome = Outcome("completed", "unanswered", "awaiting_client_tool")
+        elif result.note:  # e.g. a tool call the token limit cut off: not an answer, and the user is told why
+            outcome = Outcome("error", "unanswered", result.note, message_text(msg))
         else:
             outcome = Outcome("completed", "done", None, message_text(msg))
         self._emit(FinishChunk(finishReason=result.finish_reason), hold=True)

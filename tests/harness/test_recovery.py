@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from harness import Agent, Finish, Instance, MessagePersisted, RecoveryPolicy, TextDelta, TextEnd, TextStart, Tool
+from harness import (
+    Agent,
+    Finish,
+    Instance,
+    MessagePersisted,
+    Model,
+    ModelEvent,
+    ModelRequest,
+    RecoveryPolicy,
+    TextDelta,
+    TextEnd,
+    TextStart,
+    Tool,
+)
 from harness._answers import INTERRUPTED_TOOL_ERROR
 from protocol import ToolPart
 
@@ -247,3 +261,39 @@ async def test_an_operation_sealed_after_repeated_crashes_leaves_no_call_running
         assert peek._all("SELECT state FROM tool_calls") == [("interrupted",)]
     finally:
         await sealed.close()
+
+
+class _Thinking(Model):
+    """Reasons silently, reporting only that bytes arrive (a provider's keep-alives), then answers."""
+
+    def __init__(self, pings: int, every_s: float) -> None:
+        self.pings, self.every_s, self.calls = pings, every_s, 0
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        self.calls += 1
+        for _ in range(self.pings):
+            await asyncio.sleep(self.every_s)
+            assert request.progress is not None
+            request.progress()
+        for event in [*text("t", "Thought it through."), Finish("stop")]:
+            yield event
+
+
+async def test_bytes_from_the_provider_keep_the_stall_watchdog_off(open_instance: Any) -> None:
+    """Ten pings 50 ms apart: 500 ms of no events against a 150 ms watchdog, and no interruption."""
+    model = _Thinking(pings=10, every_s=0.05)
+    inst = await open_instance(model, Agent(recovery=RecoveryPolicy(stall_timeout_ms=150, backoff_ms=1)))
+    s = await inst.session()
+    r = await s.submit([user("u1", "think hard")])
+    assert (await settle(s, r.operation_id)).text == "Thought it through."
+    assert model.calls == 1, "never interrupted"
+
+
+async def test_without_bytes_the_same_silence_is_a_stall(open_instance: Any) -> None:
+    model = _Thinking(pings=1, every_s=0.5)
+    inst = await open_instance(model, Agent(recovery=RecoveryPolicy(stall_timeout_ms=150, backoff_ms=1,
+                                                                   max_attempts=1)))
+    s = await inst.session()
+    r = await s.submit([user("u1", "think hard")])
+    result = await settle(s, r.operation_id)
+    assert (result.status, result.reason) == ("unanswered", "interrupted") and model.calls == 2

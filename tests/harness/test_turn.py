@@ -655,3 +655,21 @@ async def test_text_of_a_done_result_is_the_text_parts_only(open_instance: Any) 
     assert (await settle(s, op)).text == "one two"
     parts = [p for p in s.messages()[-1].parts if isinstance(p, TextPart)]
     assert [p.text for p in parts] == ["one ", "two"]
+
+
+async def test_a_call_the_provider_says_was_cut_off_ends_the_turn_with_its_words(open_instance: Any) -> None:
+    """A tool call whose input the token limit cut off: the provider finishes with ``length`` and a
+    message; the turn stores what came, ends unanswered with that message, and streams finishReason."""
+    note = "The model reached its output token limit while writing the input of tool 'search'."
+    model = FakeModel([*text("t", "Let me look"), Finish("length", message=note)])
+    inst = await open_instance(model)
+    s = await inst.session()
+    r = await s.submit([user("u1", "go")])
+    result = await settle(s, r.operation_id)
+    assert (result.status, result.reason) == ("unanswered", note)
+    row = await inst.db.read.operation(r.operation_id)
+    assert row is not None and row.status == "error"
+    bodies = [json.loads(b) for row in await inst.db.read.streams_of_request(r.operation_id)
+              for b in await inst.db.read.chunk_bodies(row.id)]
+    assert {"type": "finish", "finishReason": "length"} in bodies
+    assert [m.role for m in s.messages()] == ["user", "assistant"], "what came is kept"
