@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import Agent
+from harness import Agent, DataDirInUse, check_data_dir_free
 
 from ._asgi import create_app
 from ._logging import configure_logging
@@ -95,6 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CliError, SettingsError, ValueError) as exc:
         print(f"think-server: {exc}", file=sys.stderr)
         return 2
+    try:
+        # Said before anything starts: the lifespan would refuse too, but inside a traceback.
+        check_data_dir_free(settings.data_dir)
+    except DataDirInUse as exc:
+        print(f"think-server: {exc}", file=sys.stderr)
+        return 1
     if not settings.auth_enabled and not is_loopback(settings.host):
         log.warning("auth is off and the server listens on %s, beyond this machine: anyone who can reach it can "
                     "use its agents and read their conversations. Set THINK_AUTH_TOKEN (or THINK_JWT_SECRET / "

@@ -18,7 +18,7 @@ from ._events import (
     TranscriptChanged,
 )
 from ._handles import InFlight, PromptResult, SessionHandle, Sessions, WouldDeadlock
-from ._harness import Harness
+from ._harness import DataDirInUse, Harness, check_data_dir_free
 from ._history import History, HistoryBudget
 from ._hooks import (
     ChunkContext,
@@ -77,6 +77,7 @@ __all__ = [
     "ChunkContext",
     "ChunksCommitted",
     "Clock",
+    "DataDirInUse",
     "ErrorContext",
     "Finish",
     "Harness",
@@ -152,6 +153,7 @@ __all__ = [
     "TurnEndContext",
     "Usage",
     "WouldDeadlock",
+    "check_data_dir_free",
     "client_tool",
     "current_agent",
     "current_instance",

@@ -13,6 +13,7 @@ in the same process reaches the same instances the chat sockets use.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -35,7 +36,7 @@ from ._sessions import validate_session_id
 from ._startup import StartupRecovery
 from .providers import resolve_model
 
-__all__ = ["Harness"]
+__all__ = ["DataDirInUse", "Harness", "check_data_dir_free"]
 
 
 class Harness:
@@ -74,6 +75,7 @@ class Harness:
         #: Runs the schedules of every instance (see :meth:`schedules`).
         self.scheduler = Scheduler(self.registry, self.clock, recovery_concurrency)
         self._started = False
+        self._lock: int | None = None
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -81,8 +83,9 @@ class Harness:
         """Open the work index, resume in the background what a crash or a stop left open, run schedules."""
         if self._started:
             return
-        self._started = True
         os.makedirs(self.data_dir, exist_ok=True)
+        self._lock = _lock_data_dir(self.data_dir)  # before any file of it is read or written
+        self._started = True
         self.recovery.start(await self.registry.open_index())
         await self.scheduler.start()
 
@@ -94,6 +97,9 @@ class Harness:
         await self.registry.close()
         for model in {id(m): m for m in self.models.values()}.values():
             await model.aclose()
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            os.close(lock)  # releases the data dir
 
     async def __aenter__(self) -> Harness:
         await self.start()
@@ -154,6 +160,43 @@ class Harness:
         get, cancel). They run while the harness is started."""
         key, name = self._address(agent, name)
         return Schedules(self, key, name)
+
+
+class DataDirInUse(RuntimeError):
+    """Another harness (another server, most likely) is using the data dir."""
+
+
+LOCK_FILE = ".lock"
+
+
+def _lock_data_dir(data_dir: Path) -> int:
+    """Hold an OS lock on ``data_dir`` for as long as the returned descriptor is open.
+
+    Two servers on one data dir would each run recovery on the other's live turns; the second
+    one stops here instead. The lock dies with the process, so a crash never leaves it behind.
+    """
+    path = data_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise DataDirInUse(f"the data dir {str(data_dir)!r} is in use by another think-server (pid {holder}); "
+                           "stop it first, or give this one its own data dir") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def check_data_dir_free(data_dir: str | os.PathLike[str]) -> None:
+    """Raise :class:`DataDirInUse` if a harness holds ``data_dir``; for a CLI to say so before it starts."""
+    path = Path(data_dir)
+    os.makedirs(path, exist_ok=True)
+    os.close(_lock_data_dir(path))
 
 
 def _resolve_models(agents: Mapping[str, Agent], default: Model | str | None) -> dict[str, Model]:
