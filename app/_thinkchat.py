@@ -129,7 +129,9 @@ class ThinkChat:
         self._now_ms = now_ms
         self.connections: dict[str, Connection] = {}
         self._awaiting_ack: set[str] = set()  # told `resuming`, excluded from live frames until they ACK
-        self._parked: set[str] = set()  # told `pending`, to be told `resuming` when the stream starts
+        # Told `pending` (by the probe id they asked with, if any): told `resuming` when the stream
+        # starts, or `none` when the work ends without one.
+        self._parked: dict[str, str | None] = {}
         self._active: _Stream | None = None
         self._requesters: dict[str, str] = {}  # operation id -> connection id that asked for it
         self._clearing: str | None = None
@@ -159,7 +161,7 @@ class ThinkChat:
         self.connections[conn.id] = conn
         self._acked.pop(conn.id, None)
         self._awaiting_ack.discard(conn.id)
-        self._parked.discard(conn.id)
+        self._parked.pop(conn.id, None)
         active = self._active
         if active is not None and active.bodies and active.settled is None:
             # A stream is live: the transcript would clobber the in-flight answer it replays.
@@ -177,7 +179,7 @@ class ThinkChat:
             del self.connections[conn.id]
             self._acked.pop(conn.id, None)
             self._awaiting_ack.discard(conn.id)
-            self._parked.discard(conn.id)
+            self._parked.pop(conn.id, None)
 
     # -- frames from clients --------------------------------------------------------
 
@@ -288,7 +290,7 @@ class ThinkChat:
         if auto_continue:
             # The continuation is offered to the tab that caused it (resuming, then its ACK), never
             # pushed to it live before that: the hook would render it twice.
-            self._parked.add(conn.id)
+            self._parked.setdefault(conn.id, None)
         try:
             await self.session.answer(answer, operation_id=op_id, source="client", auto_continue=auto_continue,
                                       client_tools=client_tools)
@@ -296,7 +298,7 @@ class ThinkChat:
             self._requesters.pop(op_id, None)
             self._answers.discard(op_id)
             if auto_continue:
-                self._parked.discard(conn.id)
+                self._parked.pop(conn.id, None)
             conn.send(_error_frame(f"{answer.kind} refused ({exc.reason}): {exc}"))
 
     def _on_resume_request(self, conn: Connection, probe_id: str | None) -> None:
@@ -317,7 +319,7 @@ class ThinkChat:
             return
         pending = self.session.pending()
         if pending:
-            self._parked.add(conn.id)
+            self._parked[conn.id] = probe_id
             conn.send(dump_frame(StreamPending(id=pending[-1], probeId=probe_id)))
             return
         terminal = self.session.last_terminal
@@ -493,15 +495,18 @@ class ThinkChat:
         if self._recovering == event.operation_id:
             self._recovering = None
             self._broadcast(dump_frame(ChatRecovering(recovering=False, id=event.operation_id)))
-        if not self.session.pending():
+        # The settled operation may still be listed as running while its end is told.
+        if not [op for op in self.session.pending() if op != event.operation_id]:
             self._release_parked()
 
     def _release_parked(self) -> None:
-        frame = dump_frame(StreamResumeNone())
-        for cid in self._parked:
+        """The work a parked tab was told to wait for ended without a stream: it is idle now."""
+        for cid, probe_id in self._parked.items():
             conn = self.connections.get(cid)
             if conn is not None:
-                conn.send(frame)
+                # With the probe id and "idle", the hook also ends the tool continuation it started.
+                frame = StreamResumeNone(reason="idle", probeId=probe_id) if probe_id else StreamResumeNone()
+                conn.send(dump_frame(frame))
         self._parked.clear()
 
     def _on_reset(self) -> None:

@@ -234,3 +234,32 @@ async def test_the_handshake_completes_only_once_the_connect_transcript_can_foll
     await client.wait_for(is_done(rid))
     assert [m["role"] for m in await get_messages(srv, "slow-open")] == ["user", "assistant"]
     await client.close()
+
+
+async def test_approving_an_old_card_ends_the_probe_that_waits_for_its_stream(serve) -> None:
+    """Issue 13, found in the browser: send money, ask the weather, reload, click Approve on the old
+    card. The tab's probe is told `pending`; the approved call runs in its own message and no stream
+    follows (the conversation moved on). The tab was never told so: the page stayed on "Waiting for
+    the answer…". The settled approval was still listed as running when the tab was to be released."""
+    srv = await serve()
+    a = await Client.open(url(srv, "old-card"))
+    await send_turn(a, "approve")
+    msgs = await get_messages(srv, "old-card")
+    (call_id,) = [p["toolCallId"] for p in tool_parts(msgs[-1]) if p["state"] == "approval-requested"]
+    rid, frame, _ = chat_request("fast weather", msgs)
+    await a.send(frame)
+    await a.wait_for(is_done(rid))
+    await a.close()
+
+    b = await Client.open(url(srv, "old-card"))  # the reload
+    await b.wait_for(is_type("cf_agent_chat_messages"))
+    mark = len(b.frames)
+    await b.send({"type": "cf_agent_tool_approval", "toolCallId": call_id, "approved": True, "autoContinue": True})
+    await b.send({"type": "cf_agent_stream_resume_request", "probeId": "probe-1"})
+    answer = await b.wait_for(lambda f: f.get("type") in ("cf_agent_stream_resume_none", "cf_agent_stream_resuming")
+                              and f.get("probeId", "probe-1") == "probe-1", start=mark)
+    assert answer["type"] == "cf_agent_stream_resume_none", "no stream follows an old card's approval"
+    stored = await get_messages(srv, "old-card")
+    (part,) = [p for m in stored for p in tool_parts(m) if p["toolCallId"] == call_id]
+    assert part["state"] == "output-available", "the approved call ran"
+    await b.close()

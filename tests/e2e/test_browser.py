@@ -491,6 +491,32 @@ def test_approval(context: BrowserContext, server: ThinkServer, request: pytest.
     assert not tab.errors, tab.report()
 
 
+def test_approving_an_old_card_after_the_conversation_moved_on(context: BrowserContext, server: ThinkServer,
+                                                               request: pytest.FixtureRequest) -> None:
+    """Send money, reload, ask the weather, reload, approve the old card: the call runs, and the page
+    is ready again (it stayed on "Waiting for the answer…" with Send disabled: issue 13)."""
+    name = conversation()
+    tab = open_tab(context, server, name)
+    tab.send("send money")
+    expect(tab.tool("sendMoney")).to_have_attribute("data-state", "approval-requested", timeout=SHORT)
+    tab.wait_ready()
+    for ask in ("weather", None):
+        tab.page.reload()
+        expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
+        tab.wait_ready()
+        if ask:
+            tab.send(ask)
+            tab.wait_answer(WEATHER_ANSWER)
+    card = tab.tool("sendMoney")
+    card.get_by_role("button", name="Approve").click()
+    expect(card).to_have_attribute("data-state", "output-available", timeout=SHORT)
+    tab.wait_ready()
+    shot(tab, request, "approved")
+    tab.send("hello")  # the page takes the next message
+    tab.wait_answer(GREETING)
+    assert not tab.errors, tab.report()
+
+
 def test_client_tool_answered_by_the_page(context: BrowserContext, server: ThinkServer,
                                           request: pytest.FixtureRequest) -> None:
     name = conversation()
