@@ -561,6 +561,28 @@ def test_two_tabs_on_one_conversation(context: BrowserContext, server: ThinkServ
     assert not first.errors and not second.errors, f"{first.report()}\n{second.report()}"
 
 
+def test_stop_in_the_tab_that_only_watches_the_stream(context: BrowserContext, server: ThinkServer,
+                                                     request: pytest.FixtureRequest) -> None:
+    """Stop in a second tab did nothing: the hook's stop() ends only its own requests (issue 13)."""
+    name = conversation()
+    first = open_tab(context, server, name)
+    second = open_tab(context, server, name)
+    first.send("story")
+    second.wait_words(4)
+    stop = second.page.get_by_role("button", name="Stop", exact=True)
+    expect(stop).to_be_enabled()
+    stop.click()
+    first.wait_ready()
+    second.wait_ready()
+    shot(second, request, "stopped")
+    assert second.frames("sent", "cf_agent_chat_request_cancel"), second.report()
+    ends = [f for f in first.frames("received", "cf_agent_use_chat_response") if f.get("done")]
+    assert [f.get("outcome") for f in ends] == ["aborted"], first.report()
+    stored = [text_of(m) for m in server_messages(server, name)]
+    assert stored[0] == "story" and STORY.startswith(stored[1]) and stored[1] != STORY, stored
+    assert not first.errors and not second.errors, f"{first.report()}\n{second.report()}"
+
+
 def test_clear(context: BrowserContext, server: ThinkServer, request: pytest.FixtureRequest) -> None:
     name = conversation()
     tab = open_tab(context, server, name)

@@ -84,6 +84,27 @@ export function Chat({ agent, name, session, onTitle, onSettled }) {
   );
 }
 
+/** The request id of the chat stream this socket is receiving, or null once it ended. */
+function useLiveStream(socket) {
+  const [live, setLive] = useState(null);
+  useEffect(() => {
+    const onMessage = (event) => {
+      if (typeof event.data !== "string" || !event.data.includes("cf_agent_use_chat_response")) return;
+      let frame;
+      try {
+        frame = JSON.parse(event.data);
+      } catch {
+        return;
+      }
+      if (frame?.type !== "cf_agent_use_chat_response" || typeof frame.id !== "string") return;
+      setLive((current) => (frame.done ? (current === frame.id ? null : current) : frame.id));
+    };
+    socket.addEventListener("message", onMessage);
+    return () => socket.removeEventListener("message", onMessage);
+  }, [socket]);
+  return live;
+}
+
 function statusText(chat, connection) {
   if (chat.connectionError) return `Disconnected: ${chat.connectionError.reason || chat.connectionError.code}`;
   if (connection !== "open") return connection === "closed" ? "Reconnecting…" : "Connecting…";
@@ -101,10 +122,18 @@ function Conversation({ socket, connection, stored, onTitle, onSettled }) {
   const busy = status === "submitted" || status === "streaming" || chat.isServerStreaming || chat.isRecovering;
   const input = useRef(null);
   const end = useRef(null);
+  const live = useLiveStream(socket);
 
   useEffect(() => {
     end.current?.scrollIntoView({ block: "end" });
   }, [messages]);
+
+  // The hook's stop() ends only a stream this tab asked for; one it only watches (another tab's)
+  // is cancelled by its request id, which any tab may do.
+  const stopAnswer = () => {
+    if (status === "submitted" || status === "streaming" || !live) stop();
+    else socket.send(JSON.stringify({ type: "cf_agent_chat_request_cancel", id: live }));
+  };
 
   // The list beside the chat names this conversation by its first words, and looks
   // at the server again once a turn is over (its order and counts changed).
@@ -166,7 +195,7 @@ function Conversation({ socket, connection, stored, onTitle, onSettled }) {
           <button type="submit" disabled={busy || !draft.trim()}>
             Send
           </button>
-          <button type="button" onClick={() => stop()} disabled={!busy}>
+          <button type="button" onClick={stopAnswer} disabled={!busy}>
             Stop
           </button>
           <button type="button" onClick={() => clearHistory()} disabled={busy || messages.length === 0}>
