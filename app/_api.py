@@ -215,8 +215,20 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
 
     async def session_item(request: Request) -> Response:
         agent, name = address(request, read=True)
+        sid = request.path_params["session_id"]
+        if request.method == "PATCH":
+            body = await body_of(request)
+            if "title" not in body:
+                raise _Refused(400, "title: required (a string, or null to clear it)", "title")
+            try:
+                renamed = await harness.sessions(agent, name).rename(sid, body["title"])
+            except SessionNotFound as exc:
+                raise _Refused(404, str(exc)) from None
+            except SessionError as exc:
+                raise _Refused(400, str(exc), "title") from None
+            return JSONResponse(renamed.to_json())
         try:
-            existed = await harness.sessions(agent, name).delete(request.path_params["session_id"])
+            existed = await harness.sessions(agent, name).delete(sid)
         except SessionError as exc:
             raise _Refused(400, str(exc), "session") from None
         if not existed:
@@ -308,7 +320,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         Route(f"{base}/operations", endpoint(operations), methods=["GET"]),
         Route(base + "/operations/{operation_id}", endpoint(operation), methods=["GET", "DELETE"]),
         Route(f"{base}/sessions", endpoint(sessions), methods=["GET", "POST"]),
-        Route(base + "/sessions/{session_id}", endpoint(session_item), methods=["DELETE"]),
+        Route(base + "/sessions/{session_id}", endpoint(session_item), methods=["DELETE", "PATCH"]),
         Route(f"{base}/messages", endpoint(messages), methods=["POST"]),
         Route(f"{base}/events", endpoint(events), methods=["GET"]),
         Route(f"{base}/schedules", endpoint(schedules), methods=["GET", "POST"]),

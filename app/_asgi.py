@@ -202,7 +202,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         middleware.append(Middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST", "DELETE", "HEAD", "OPTIONS"],
+            allow_methods=["GET", "POST", "PATCH", "DELETE", "HEAD", "OPTIONS"],
             allow_headers=["*"],
             allow_credentials="*" not in settings.cors_origins,
             max_age=86400,

@@ -13,6 +13,9 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF + name}
 
 
+_SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
@@ -56,7 +59,7 @@ _SCHEMAS: dict[str, Any] = {
         "run_count": {"type": "integer"}}},
     "Session": {"type": "object", "properties": {
         "id": {"type": "string"}, "created_at": {"type": "integer"}, "updated_at": {"type": "integer"},
-        "message_count": {"type": "integer"}}},
+        "message_count": {"type": "integer"}, "title": {"type": ["string", "null"]}}},
 }
 
 
@@ -106,10 +109,16 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
                          "id": {"type": "string"}, "fork_from": {"type": "string"},
                          "at_message": {"type": "string"}}}}}},
                      "responses": {"201": _json(_ref("Session"), "Created"), **_errors(400, 401, 404, 409)}}},
-        base + "/sessions/{session_id}": {"delete": {
-            "summary": "Delete a session and everything it holds", "parameters": [*params, {
-                "name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}}],
-            "responses": {"200": _json({"type": "object"}, "Deleted"), **_errors(400, 401, 404)}}},
+        base + "/sessions/{session_id}": {
+            "delete": {
+                "summary": "Delete a session and everything it holds", "parameters": [*params, _SESSION_ID],
+                "responses": {"200": _json({"type": "object"}, "Deleted"), **_errors(400, 401, 404)}},
+            "patch": {
+                "summary": "Rename a session (a null or blank title clears it)", "parameters": [*params, _SESSION_ID],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["title"], "properties": {
+                        "title": {"type": ["string", "null"], "maxLength": 200}}}}}},
+                "responses": {"200": _json(_ref("Session"), "Renamed"), **_errors(400, 401, 404)}}},
         f"{base}/messages": {"post": {
             "summary": "Write messages without a model call (user and assistant text, files, data)",
             "parameters": [*params, _SESSION_PARAM],

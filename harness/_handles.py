@@ -23,7 +23,7 @@ from ._inputs import InputError, parse_input, resolve_approval
 from ._logcontext import current_agent, current_instance, current_operation, current_session
 from ._outcomes import OperationInfo, OperationResult, Receipt
 from ._session import Session
-from ._sessions import SessionInfo, create_session, delete_session, fork_session, list_sessions
+from ._sessions import SessionInfo, create_session, delete_session, fork_session, list_sessions, rename_session
 
 __all__ = ["InFlight", "PromptResult", "SessionHandle", "Sessions", "WouldDeadlock"]
 
@@ -284,4 +284,9 @@ class Sessions:
     async def delete(self, id: str) -> bool:
         async with self._harness.hold(self.agent, self.name) as instance:
             return await delete_session(instance, id)
+
+    async def rename(self, id: str, title: str | None) -> SessionInfo:
+        """Give a session a title (``None`` clears it); listed with it from then on."""
+        async with self._harness.hold(self.agent, self.name) as instance:
+            return await rename_session(instance, id, title)
 

@@ -17,7 +17,7 @@ from storage import SessionInfoRow
 from ._instance import ROOT_SESSION, Instance
 
 __all__ = ["SessionError", "SessionExists", "SessionInfo", "SessionNotFound", "create_session", "delete_session",
-           "fork_session", "list_sessions", "validate_session_id"]
+           "fork_session", "list_sessions", "rename_session", "validate_session_id", "validate_title"]
 
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
@@ -40,10 +40,11 @@ class SessionInfo:
     created_at: int
     updated_at: int
     message_count: int
+    title: str | None = None  # a name a person gave it; None: none
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "created_at": self.created_at, "updated_at": self.updated_at,
-                "message_count": self.message_count}
+                "message_count": self.message_count, "title": self.title}
 
 
 def validate_session_id(session_id: object) -> str:
@@ -57,7 +58,24 @@ def validate_session_id(session_id: object) -> str:
 
 
 def _info(row: SessionInfoRow) -> SessionInfo:
-    return SessionInfo(row.id, row.created_at, row.updated_at, row.message_count)
+    return SessionInfo(row.id, row.created_at, row.updated_at, row.message_count, row.title)
+
+
+MAX_TITLE = 200
+
+
+def validate_title(title: object) -> str | None:
+    """A session's title as stored: trimmed, 1-200 characters, no control characters; None clears it."""
+    if title is None:
+        return None
+    if not isinstance(title, str):
+        raise SessionError(f"title: expected a string or null, got {type(title).__name__}")
+    title = " ".join(title.split())
+    if any(ord(c) < 32 or ord(c) == 127 for c in title):
+        raise SessionError("title: control characters are not allowed")
+    if len(title) > MAX_TITLE:
+        raise SessionError(f"title: at most {MAX_TITLE} characters, got {len(title)}")
+    return title or None
 
 
 async def list_sessions(instance: Instance) -> list[SessionInfo]:
@@ -102,6 +120,22 @@ async def fork_session(instance: Instance, from_id: str, at_message: str | None 
             await tx.insert_message(sid, row.id, parent, row.role, row.content, None, now)
             parent = row.id
     return SessionInfo(sid, now, now, len(path))
+
+
+async def rename_session(instance: Instance, session_id: str, title: object) -> SessionInfo:
+    """Give the session a title (None, or only spaces: clear it); the session as listed then."""
+    validate_session_id(session_id)
+    name = validate_title(title)
+    now = instance.clock.now_ms()
+    async with instance.db.transaction() as tx:
+        if session_id == ROOT_SESSION:
+            await tx.ensure_session(session_id, now)  # the root session exists before its first message
+        if not await tx.set_session_title(session_id, name, now):
+            raise SessionNotFound(f"no session {session_id!r}")
+    for info in await list_sessions(instance):
+        if info.id == session_id:
+            return info
+    raise SessionNotFound(f"no session {session_id!r}")
 
 
 async def delete_session(instance: Instance, session_id: str) -> bool:

@@ -144,5 +144,10 @@ CREATE TABLE schedules (
 CREATE INDEX schedules_next_run ON schedules (next_run_at);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+# A name a person gave the conversation (NULL: none; pages name it by its first words then).
+_V5 = """
+ALTER TABLE sessions ADD COLUMN title TEXT;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)

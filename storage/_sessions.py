@@ -25,6 +25,7 @@ class SessionInfoRow:
     created_at: int
     updated_at: int
     message_count: int
+    title: str | None = None
 
 
 class SessionReads(Access):
@@ -32,9 +33,10 @@ class SessionReads(Access):
         """Every session with a row, oldest first."""
         rows = await self._fetchall(
             "SELECT s.id, s.created_at, s.updated_at, "
-            "(SELECT count(*) FROM messages m WHERE m.session_id = s.id) FROM sessions s ORDER BY s.created_at, s.id"
+            "(SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.title "
+            "FROM sessions s ORDER BY s.created_at, s.id"
         )
-        return [SessionInfoRow(r[0], r[1], r[2], r[3]) for r in rows]
+        return [SessionInfoRow(r[0], r[1], r[2], r[3], r[4]) for r in rows]
 
     async def sessions_with_open_work(self) -> list[str]:
         """Sessions with an operation pending or running."""
@@ -74,6 +76,12 @@ class SessionWrites(Access):
         await self._execute("DELETE FROM operations WHERE session_id = ?", (session_id,))
         await self._execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
         return await self._execute("DELETE FROM sessions WHERE id = ?", (session_id,)) > 0
+
+    async def set_session_title(self, session_id: str, title: str | None, now: int) -> bool:
+        """Name the session (None: no name); False if there is no such session."""
+        changed = await self._execute("UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?",
+                                      (title, now, session_id))
+        return changed > 0
 
     async def set_client_tools(self, session_id: str, client_tools_json: str | None, now: int) -> None:
         await self._execute(

@@ -161,6 +161,24 @@ async def test_sessions_routes(serve) -> None:
         assert (await c.get(f"{A}/multi/get-messages", params={"session": fid})).json() == []
 
 
+async def test_a_session_can_be_renamed_and_keeps_its_title(serve) -> None:
+    srv = await serve()
+    async with await http(srv) as c:
+        assert (await c.post(f"{A}/titles/sessions", json={"id": "trip"})).status_code == 201
+        r = await c.patch(f"{A}/titles/sessions/trip", json={"title": "  Trip   to Lisbon "})
+        assert r.status_code == 200 and r.json()["title"] == "Trip to Lisbon"
+        root = await c.patch(f"{A}/titles/sessions/", json={"title": "Main"})
+        assert root.status_code in (404, 405), "the root session is addressed as an empty id elsewhere"
+        listed = {s["id"]: s["title"] for s in (await c.get(f"{A}/titles/sessions")).json()["sessions"]}
+        assert listed == {"": None, "trip": "Trip to Lisbon"}
+        assert (await c.patch(f"{A}/titles/sessions/trip", json={"title": None})).json()["title"] is None
+        bad = await c.patch(f"{A}/titles/sessions/trip", json={"title": "x" * 201})
+        assert bad.status_code == 400 and bad.json()["field"] == "title"
+        assert (await c.patch(f"{A}/titles/sessions/trip", json={"title": 7})).status_code == 400
+        assert (await c.patch(f"{A}/titles/sessions/trip", json={})).status_code == 400
+        assert (await c.patch(f"{A}/titles/sessions/nope", json={"title": "x"})).status_code == 404
+
+
 async def test_post_messages_imports_history_without_a_turn(serve) -> None:
     srv = await serve()
     msgs = [{"id": "h1", "role": "user", "parts": [{"type": "text", "text": "earlier"}]},

@@ -359,3 +359,18 @@ async def test_subscribe_hears_the_turns_of_its_session(tmp_path: Path) -> None:
         await s.prompt("hi")
         await asyncio.wait_for(listener, 5)
         assert heard[0] == "RunStarted" and "ChunksCommitted" in heard and "MessagePersisted" in heard
+
+
+async def test_sessions_have_titles_people_give_them(tmp_path: Path) -> None:
+    async with make(tmp_path) as h:
+        sessions = h.sessions("assistant", "titled")
+        await sessions.create("a")
+        assert (await sessions.rename("a", "Groceries")).title == "Groceries"
+        assert (await sessions.rename("", "The main one")).title == "The main one", "the root too"
+        with pytest.raises(SessionNotFound):
+            await sessions.rename("nope", "x")
+        with pytest.raises(SessionError):
+            await sessions.rename("a", "bad\x07title")
+    async with make(tmp_path) as h:
+        assert {s.id: s.title for s in await h.sessions("assistant", "titled").list()} == {
+            "": "The main one", "a": "Groceries"}
