@@ -224,6 +224,9 @@ class Turn:
         except _OutOfAttempts:
             return await self._settle_partial("error", "completed", "interrupted", None)
         except ModelError as exc:
+            # The provider's words only (keys are redacted there), never the conversation: an operator
+            # needs to see that turns fail, and why.
+            log.warning("operation %s: the model call failed: %.300s", self.operation_id, exc)
             return await self._settle_partial("error", "error", str(exc) or "The model call failed.", exc)
         except HookError as exc:  # logged where it was raised, with the hook's traceback
             return await self._settle_partial("error", "error", str(exc), exc)
@@ -507,13 +510,13 @@ class Turn:
                 await self._session.write_settlement(tx, self.operation_id, outcome)
 
         await self._log.commit(write)
-        if self._assembler.message.parts:
+        if self._persisted:
             self._session.on_message_persisted(self._assembler.message, self._parent_id)
 
     async def _write_message(self, tx: Tx) -> None:
         msg = self._assembler.message
-        if not msg.parts:
-            return
+        if not self._persisted and all(p.type == "step-start" for p in msg.parts):
+            return  # nothing to show yet (a model that failed before its first word leaves no empty answer)
         content = message_json(msg)
         now = self._session.clock.now_ms()
         if self._persisted:

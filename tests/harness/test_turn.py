@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -673,3 +674,17 @@ async def test_a_call_the_provider_says_was_cut_off_ends_the_turn_with_its_words
               for b in await inst.db.read.chunk_bodies(row.id)]
     assert {"type": "finish", "finishReason": "length"} in bodies
     assert [m.role for m in s.messages()] == ["user", "assistant"], "what came is kept"
+
+
+async def test_a_failed_model_call_is_logged_and_leaves_no_empty_answer(
+        open_instance: Any, caplog: pytest.LogCaptureFixture) -> None:
+    model = FakeModel([ModelError("upstream said 503")])
+    inst = await open_instance(model)
+    s = await inst.session()
+    with caplog.at_level(logging.WARNING, logger="think_server.turn"):
+        r = await s.submit([user("u1", "my secret plans")])
+        result = await settle(s, r.operation_id)
+    assert (result.status, result.reason) == ("unanswered", "upstream said 503")
+    (line,) = [rec.getMessage() for rec in caplog.records if "model call failed" in rec.getMessage()]
+    assert r.operation_id in line and "upstream said 503" in line and "secret plans" not in line
+    assert [m.role for m in s.messages()] == ["user"], "no assistant message without a word in it"
