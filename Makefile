@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 CLIENT := tests/e2e/client
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -10,16 +11,26 @@ DATA_DIR ?=
 
 .PHONY: install run test lint typecheck unit fuzz conformance conformance-server node-deps web browser-deps soak chaos clean
 
+# `make run` installs what running needs (the server, and Node to build the page); the test
+# tools come with `make test`.
+$(RUN_STAMP): pyproject.toml
+	@echo "installing the server into $(VENV) (first run: Python packages, then the page's npm packages)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet -e '.[web]'
+	@touch $@
+
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	@echo "installing the server and the test tools into $(VENV)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP) $(RUN_STAMP)
 
 install: $(STAMP)
 
-run: $(STAMP) web
-	$(VENV)/bin/think-server serve --host $(HOST) --port $(PORT) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(if $(MODEL),--model $(MODEL))
+run: $(RUN_STAMP) web
+	@$(VENV)/bin/think-server serve --host $(HOST) --port $(PORT) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(if $(MODEL),--model $(MODEL))
 
 # The real npm client, installed from the committed lock file with Node 24 from the venv.
 # npm's CLI run by the wheel's node (its bin/npm wrapper is broken); that node goes first
@@ -40,14 +51,16 @@ WEB := app/web
 WEB_SRC := $(WEB)/index.html $(WEB)/vite.config.js $(WEB)/package.json $(wildcard $(WEB)/src/*)
 
 # (The venv is order-only: it brings Node, but a reinstalled venv does not call for a new npm ci.)
-$(WEB)/node_modules/.installed: $(WEB)/package-lock.json | $(STAMP)
-	PATH="$(NODE_HOME)/bin:$$PATH" "$(NODE_HOME)/bin/node" "$(NODE_HOME)/lib/node_modules/npm/bin/npm-cli.js" \
+$(WEB)/node_modules/.installed: $(WEB)/package-lock.json | $(RUN_STAMP)
+	@echo "installing the chat page's npm packages (app/web/package-lock.json)"
+	@PATH="$(NODE_HOME)/bin:$$PATH" "$(NODE_HOME)/bin/node" "$(NODE_HOME)/lib/node_modules/npm/bin/npm-cli.js" \
 		ci --ignore-scripts --no-audit --no-fund --loglevel=error --prefix $(WEB)
-	touch $@
+	@touch $@
 
 $(WEB)/dist/index.html: $(WEB_SRC) $(WEB)/node_modules/.installed
-	cd $(WEB) && PATH="$(NODE_HOME)/bin:$$PATH" "$(NODE_HOME)/bin/node" node_modules/vite/bin/vite.js build --logLevel warn
-	touch $@
+	@echo "building the chat page (app/web -> app/web/dist)"
+	@cd $(WEB) && PATH="$(NODE_HOME)/bin:$$PATH" "$(NODE_HOME)/bin/node" node_modules/vite/bin/vite.js build --logLevel warn
+	@touch $@
 
 web: $(WEB)/dist/index.html
 

@@ -189,7 +189,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         os.makedirs(settings.data_dir, exist_ok=True)
-        (log.warning if budget.capped else log.info)("%s", budget.describe())
+        (log.warning if budget.capped else log.debug)("%s", budget.describe())
         # The port opens now; what the index lists is reopened in the background.
         await harness.start()
         try:

