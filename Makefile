@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(RUN_STAMP) web
-	@$(VENV)/bin/think-server serve --host $(HOST) --port $(PORT) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(if $(MODEL),--model $(MODEL))
+	@$(VENV)/bin/think-server serve --host $(HOST) --port $(PORT) $(if $(DATA_DIR),--data-dir $(DATA_DIR)) $(if $(MODEL),--model '$(MODEL)')
 
 # The real npm client, installed from the committed lock file with Node 24 from the venv.
 # npm's CLI run by the wheel's node (its bin/npm wrapper is broken); that node goes first

@@ -14,6 +14,15 @@ Thinking blocks are sent back only with the signature Anthropic requires, read
 from the reasoning part's provider metadata (``{"anthropic": {"signature": ...}}``,
 or ``{"anthropic": {"redactedData": ...}}`` for a redacted block); without it the
 block is left out.
+
+Per-call options: ``max_tokens`` (required by the API) is the request's
+``max_output_tokens``, else the model's default, never above what the model
+takes (4096 for claude-3-opus/sonnet/haiku); ``ModelRequest.reasoning`` turns on
+thinking (an effort maps to a budget, :data:`ANTHROPIC_BUDGETS`), unless
+``provider_options`` set ``thinking`` themselves; the fields of
+``provider_options["anthropic"]`` go into the body as they are. A tool input the
+``max_tokens`` limit cut off ends the call with ``length`` and a message, the
+call not made.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from .._model import (
     Usage,
 )
 from ._http import HttpModel, HttpSettings, ServerSentEvent, read_secret
+from ._options import RequestDefaults, cut_off_message, thinking_budget
 from ._transcript import (
     ModelContent,
     ModelFile,
@@ -75,6 +85,10 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 #: ``max_tokens`` is required by the API; this is sent unless the request sets its own.
 DEFAULT_MAX_TOKENS = 8192
+#: The most output the claude-3 models before 3.5 take.
+CLAUDE_3_MAX_TOKENS = 4096
+# claude-3-opus/sonnet/haiku-<date> (also as a Bedrock or Vertex id), not claude-3-5-* or claude-3-7-*.
+_CLAUDE_3 = re.compile(r"(^|[./@])claude-3-(opus|sonnet|haiku)\b")
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "end_turn": "stop",
@@ -114,6 +128,7 @@ class AnthropicModel(HttpModel):
         max_tokens: int = DEFAULT_MAX_TOKENS,
         settings: HttpSettings | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        defaults: RequestDefaults | None = None,
     ) -> None:
         super().__init__(
             base_url,
@@ -121,14 +136,17 @@ class AnthropicModel(HttpModel):
             secret=api_key,
             settings=settings,
             transport=transport,
+            defaults=defaults,
         )
         self.model = model
-        self.max_tokens = max_tokens
+        #: The most ``max_tokens`` the API takes for this model (``None``: no cap we know of).
+        self.max_tokens_cap = CLAUDE_3_MAX_TOKENS if _CLAUDE_3.search(model) else None
+        self.max_tokens = min(max_tokens, self.max_tokens_cap or max_tokens)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         body = self.request_body(request)
         reader = _StreamReader(self)
-        events = self.sse("/v1/messages", body)
+        events = self.sse("/v1/messages", body, progress=request.progress)
         try:
             async for sse in events:
                 for event in reader.read(sse):
@@ -147,17 +165,22 @@ class AnthropicModel(HttpModel):
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body of ``POST /v1/messages`` for ``request``."""
+        request = self.with_defaults(request)
         turns = to_model_turns(request.messages, request.system)
         system = "\n\n".join(
             c.text for t in turns if t.role == "system" for c in t.content if isinstance(c, ModelText) and c.text
         )
         options = _anthropic_options(request.provider_options)
         thinking = _thinking(options.get("thinking"))
+        if thinking is None and (budget_tokens := thinking_budget(request.reasoning)) is not None:
+            thinking = {"type": "enabled", "budget_tokens": budget_tokens}
         max_tokens = request.max_output_tokens or self.max_tokens
         budget = thinking.get("budget_tokens") if thinking else None
         if isinstance(budget, int) and max_tokens <= budget:
             # max_tokens counts the thinking too, and must exceed its budget.
             max_tokens += budget
+        if self.max_tokens_cap is not None:
+            max_tokens = min(max_tokens, self.max_tokens_cap)
 
         body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens}
         if system:
@@ -174,6 +197,10 @@ class AnthropicModel(HttpModel):
         if request.temperature is not None and not thinking_on:
             # Anthropic rejects a temperature set together with thinking.
             body["temperature"] = request.temperature
+        extra = (request.provider_options or {}).get("anthropic")
+        if isinstance(extra, Mapping):
+            # Only options addressed to Anthropic: flat ones may be meant for another provider.
+            body.update({k: v for k, v in extra.items() if k != "thinking"})
         body["stream"] = True
         return body
 
@@ -315,6 +342,8 @@ class _Block:
     json: list[str] = field(default_factory=list)
     signature: str = ""  # a thinking block's, from signature_delta
     redacted: str | None = None  # a redacted_thinking block's data
+    stopped: bool = False
+    invalid: bool = False  # a tool block whose input is not JSON: the token limit's doing, or an error
 
 
 class _StreamReader:
@@ -352,7 +381,7 @@ class _StreamReader:
             self._usage(data.get("usage"))
         elif kind == "message_stop":
             self.done = True
-            return [Finish(self._finish_reason(), Usage(self._input_tokens, self._output_tokens))]
+            return [self._finish()]
         elif kind == "error":
             error = data.get("error")
             error = error if isinstance(error, dict) else {}
@@ -375,6 +404,19 @@ class _StreamReader:
             )
         if isinstance(usage.get("output_tokens"), int):
             self._output_tokens = usage["output_tokens"]
+
+    def _finish(self) -> Finish:
+        usage = Usage(self._input_tokens, self._output_tokens)
+        reason = self._finish_reason()
+        tools = [b for b in self._blocks.values() if b.kind == "tool"]
+        if reason == "length":
+            cut = [b.tool_name for b in tools if b.invalid or not b.stopped]
+            if cut:
+                return Finish("length", usage, cut_off_message(cut))
+        for block in tools:
+            if block.invalid:
+                raise self._model._fail(f"the input of the call to tool {block.tool_name!r} is not valid JSON")
+        return Finish(reason, usage)
 
     def _finish_reason(self) -> FinishReason:
         if self._stop_reason is None:
@@ -456,14 +498,16 @@ class _StreamReader:
                 return [ReasoningEnd(part.part_id, {"anthropic": {"signature": part.signature}})]
             return [ReasoningEnd(part.part_id)]
         if part.kind == "tool":
-            return [ToolCall(part.part_id, part.tool_name, self._tool_input(part))]
+            part.stopped = True
+            text = "".join(part.json)
+            if not text.strip():
+                return [ToolCall(part.part_id, part.tool_name,
+                                 part.first_input if isinstance(part.first_input, dict) else {})]
+            try:
+                tool_input = json.loads(text)
+            except ValueError:
+                # The block ends before the stop reason comes: max_tokens makes it a cut-off call.
+                part.invalid = True
+                return []
+            return [ToolCall(part.part_id, part.tool_name, tool_input)]
         return []
-
-    def _tool_input(self, part: _Block) -> Any:
-        text = "".join(part.json)
-        if not text.strip():
-            return part.first_input if isinstance(part.first_input, dict) else {}
-        try:
-            return json.loads(text)
-        except ValueError:
-            raise self._model._fail(f"the input of the call to tool {part.tool_name!r} is not valid JSON") from None

@@ -8,30 +8,46 @@ with :meth:`HttpModel.sse` (a POST whose response is server-sent events)::
             async for event in self.sse("/chat", {"messages": ...}):
                 yield TextDelta("t", event.data)
 
-Retries happen only before the first event arrives (429, 5xx, connection
-errors), with backoff that honours ``Retry-After``; after the first event an
-error is the turn's. A provider's error text reaches the user as a
-:class:`ModelError`; the API key never does.
+Retries happen only before the first event arrives (408, 409, 429, 5xx, 529,
+connection, write and pool errors), with backoff that honours ``retry-after-ms``
+and ``Retry-After`` (seconds or an HTTP date); a response's ``x-should-retry``
+header overrules the status (``true``: retry, ``false``: do not). After the
+first event an error is the turn's. A provider's error text reaches the user as
+a :class:`ModelError`; the API key never does.
+
+Every piece of the response body a provider receives is reported through the
+request's ``progress`` callback, events or not: keep-alive comments (``: ping``,
+which the SSE parser drops) and ping events are how a model that reasons
+silently for minutes shows it is working, and the harness's stall watchdog
+must see them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
-from .._model import Model, ModelError
+from .._model import Model, ModelError, ModelRequest
+from ._options import RequestDefaults, with_defaults
 
 __all__ = ["HttpModel", "HttpSettings", "ServerSentEvent", "read_secret"]
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+# Failures before any response byte: the request never reached the model, so sending it again is safe.
+RETRY_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
+                httpx.ReadTimeout, httpx.WriteError, httpx.WriteTimeout, httpx.PoolTimeout)
 
 
 @dataclass(frozen=True)
@@ -98,6 +114,7 @@ class HttpModel(Model):
         secret: str | None = None,
         settings: HttpSettings | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        defaults: RequestDefaults | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._headers = dict(headers or {})
@@ -105,6 +122,12 @@ class HttpModel(Model):
         self.settings = settings or HttpSettings()
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
+        #: Filled in where a request leaves a field unset (a model setting's ``?temperature=...``).
+        self.defaults = defaults or RequestDefaults()
+
+    def with_defaults(self, request: ModelRequest) -> ModelRequest:
+        """``request`` with this model's defaults where it leaves a field unset."""
+        return with_defaults(request, self.defaults)
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -124,17 +147,17 @@ class HttpModel(Model):
 
     def _delay(self, attempt: int, response: httpx.Response | None) -> float:
         s = self.settings
-        if response is not None:
-            retry_after = response.headers.get("retry-after")
-            if retry_after:
-                try:
-                    return min(float(retry_after), s.max_backoff_s)
-                except ValueError:
-                    pass
-        return float(min(s.backoff_s * 2**attempt, s.max_backoff_s))
+        wait = _retry_after(response.headers) if response is not None else None
+        if wait is None:
+            wait = s.backoff_s * 2**attempt
+        return float(min(max(wait, 0.0), s.max_backoff_s))
 
-    async def sse(self, path: str, payload: dict[str, Any]) -> AsyncIterator[ServerSentEvent]:
-        """POST ``payload`` and yield the response's events, retrying what failed before the first."""
+    async def sse(self, path: str, payload: dict[str, Any], *,
+                  progress: Callable[[], None] | None = None) -> AsyncIterator[ServerSentEvent]:
+        """POST ``payload`` and yield the response's events, retrying what failed before the first.
+
+        ``progress`` (the request's) is called for every piece of the body that arrives.
+        """
         client = self._http()
         attempt = 0
         while True:
@@ -143,9 +166,13 @@ class HttpModel(Model):
                 request = client.build_request("POST", path, json=payload,
                                                 headers={"Accept": "text/event-stream"})
                 response = await client.send(request, stream=True)
+                if progress is not None:
+                    progress()
+                    if isinstance(response.stream, httpx.AsyncByteStream):
+                        response.stream = _Reporting(response.stream, progress)
                 if response.status_code >= 400:
                     body = await response.aread()
-                    if response.status_code in RETRY_STATUSES and attempt < self.settings.max_retries:
+                    if _should_retry(response) and attempt < self.settings.max_retries:
                         raise _Retry
                     raise self._fail(f"{_error_text(body, response.status_code)} (HTTP {response.status_code})")
                 try:
@@ -160,8 +187,7 @@ class HttpModel(Model):
                     raise self._fail(f"expected an event stream, got {kind}") from None
             except _Retry:
                 pass
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
-                    httpx.ReadTimeout) as exc:
+            except RETRY_ERRORS as exc:
                 if attempt >= self.settings.max_retries:
                     raise self._fail(f"cannot reach the model: {type(exc).__name__}") from None
             else:
@@ -187,3 +213,55 @@ class HttpModel(Model):
 
 class _Retry(Exception):
     pass
+
+
+class _Reporting(httpx.AsyncByteStream):
+    """A response body that reports each piece as it arrives: bytes are progress, events or not."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, progress: Callable[[], None]) -> None:
+        self._inner = inner
+        self._progress = progress
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for piece in self._inner:
+            self._progress()
+            yield piece
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _should_retry(response: httpx.Response) -> bool:
+    """The server's own word (Anthropic's ``x-should-retry``) first, else the status."""
+    verdict: str = response.headers.get("x-should-retry", "").strip().lower()
+    if verdict in ("true", "false"):
+        return verdict == "true"
+    return response.status_code in RETRY_STATUSES
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds to wait as the server asks: ``retry-after-ms``, else ``Retry-After`` in seconds or as a date."""
+    millis = _seconds(headers.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000
+    value: str | None = headers.get("retry-after")
+    if not value:
+        return None
+    seconds = _seconds(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000": a date in UTC whose sender does not vouch for the zone
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp() - time.time()
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        number = float(value) if value else None
+    except ValueError:
+        return None
+    return number if number is not None and math.isfinite(number) else None

@@ -29,14 +29,26 @@ Choices worth knowing:
 * Text and reasoning arrive as one part per contiguous run (``t-0``, ``r-0``,
   ``t-1``...): a run ends when the other kind, or a tool call, starts.
 * Chat Completions reasoning is read from ``delta.reasoning_content`` (DeepSeek,
-  vLLM, llama.cpp) and ``delta.reasoning`` (Ollama, vLLM, OpenRouter). Reasoning
-  is never sent back to the model.
+  vLLM, llama.cpp) and ``delta.reasoning`` (Ollama, vLLM, OpenRouter), and
+  ``delta.content`` may be a list of parts (Mistral: text, thinking). Reasoning
+  goes back only with a step's tool calls, and not to OpenAI: as
+  ``reasoning_content`` (DeepSeek and Kimi refuse a tool-calling message without
+  it), ``reasoning`` for Workers AI. The Responses API gets its reasoning items
+  back (encrypted, ``_openai_responses``).
 * A tool call's input is announced (``ToolInputStart``) at its first streamed
   piece and completed (``ToolCall``) when the model finishes (Chat Completions:
   the choice's ``finish_reason``; Responses: the call's ``arguments.done`` or
   ``output_item.done``). Arguments that are not valid JSON fail the model call
   with a :class:`ModelError`: a tool never runs on input the model did not
-  give. Empty arguments are ``{}``.
+  give, unless the output token limit cut them off: then that tool call is
+  dropped and the model call finishes with ``length`` and a message. Empty
+  arguments are ``{}``. A piece with no index, id, name or arguments (Workers
+  AI's last one) is skipped.
+* ``ModelRequest.reasoning`` is sent as ``reasoning_effort`` (Chat) or
+  ``reasoning.effort`` (Responses); OpenAI's reasoning models (o1, o3, o4-mini,
+  gpt-5...) get no ``temperature``, which they refuse. Workers AI gets 4096
+  output tokens when a request sets none (older models stop at 256), Ollama no
+  remote image URL (it cannot fetch them: the call fails before it is made).
 * A Chat Completions stream must end with ``data: [DONE]`` or a ``finish_reason``;
   a Responses stream with ``response.completed`` / ``response.incomplete``.
   A stream that ends otherwise is a :class:`ModelError` (the partial answer is
@@ -49,7 +61,8 @@ Choices worth knowing:
   "auto"}``, which only reasoning models accept: pass it in ``options``.
 * ``options`` (constructor) and ``ModelRequest.provider_options`` are extra
   top-level request body fields (e.g. ``{"reasoning_effort": "low"}``), merged
-  over what the provider builds.
+  over what the provider builds: an object merges into the one built
+  (``reasoning``, ``stream_options``), ``include`` lists add up.
 """
 
 from __future__ import annotations
@@ -59,13 +72,12 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
 from .._model import (
     Finish,
     FinishReason,
-    Model,
     ModelEvent,
     ModelRequest,
     ToolCall,
@@ -94,8 +106,10 @@ from ._openai_common import (
     _tool_choice,
 )
 from ._openai_responses import OpenAIResponsesModel
+from ._options import cut_off_message, effort_of
 from ._transcript import (
     ModelFile,
+    ModelReasoning,
     ModelText,
     ModelToolCall,
     ModelToolResult,
@@ -123,14 +137,22 @@ class _ChatCall:
     sent: int = 0  # pieces already sent as ToolInputDelta
 
 
-def chat_messages(turns: Sequence[ModelTurn]) -> list[dict[str, Any]]:
-    """Provider-neutral turns as Chat Completions ``messages``."""
+def chat_messages(turns: Sequence[ModelTurn], *, reasoning_field: str | None = None,
+                  remote_images: bool = True) -> list[dict[str, Any]]:
+    """Provider-neutral turns as Chat Completions ``messages``.
+
+    ``reasoning_field`` names the field that carries a tool-calling step's reasoning
+    back (``reasoning_content``): servers with thinking (DeepSeek, Kimi) refuse an
+    assistant message with ``tool_calls`` that comes back without it. Without
+    ``remote_images``, an image at an http(s) URL is a ``ValueError`` (Ollama
+    cannot fetch one).
+    """
     messages: list[dict[str, Any]] = []
     for turn in turns:
         if turn.role == "system":
             messages.append({"role": "system", "content": _texts(turn.content)})
         elif turn.role == "user":
-            messages.append({"role": "user", "content": _chat_user_content(turn.content)})
+            messages.append({"role": "user", "content": _chat_user_content(turn.content, remote_images)})
         elif turn.role == "assistant":
             calls = [
                 {"id": c.id, "type": "function",
@@ -141,9 +163,14 @@ def chat_messages(turns: Sequence[ModelTurn]) -> list[dict[str, Any]]:
             text = _texts(turn.content)
             if not text and not calls:
                 continue  # reasoning only: reasoning is not sent back
-            message: dict[str, Any] = {"role": "assistant", "content": text}
+            # null, not "": some compatible servers refuse an empty text next to tool calls.
+            message: dict[str, Any] = {"role": "assistant", "content": text or None}
             if calls:
                 message["tool_calls"] = calls
+                if reasoning_field:
+                    # Empty when the step had none: the field's absence is what those servers refuse.
+                    message[reasoning_field] = "".join(c.text for c in turn.content
+                                                       if isinstance(c, ModelReasoning))
             messages.append(message)
         else:
             messages.extend(
@@ -153,7 +180,7 @@ def chat_messages(turns: Sequence[ModelTurn]) -> list[dict[str, Any]]:
     return messages
 
 
-def _chat_user_content(content: Sequence[Any]) -> str | list[dict[str, Any]]:
+def _chat_user_content(content: Sequence[Any], remote_images: bool) -> str | list[dict[str, Any]]:
     if all(isinstance(c, ModelText) for c in content):
         return _texts(content)
     parts: list[dict[str, Any]] = []
@@ -162,7 +189,12 @@ def _chat_user_content(content: Sequence[Any]) -> str | list[dict[str, Any]]:
             if c.text:
                 parts.append({"type": "text", "text": c.text})
         elif isinstance(c, ModelFile):
-            if c.media_type.startswith("image/") and c.url.startswith(("data:", "http://", "https://")):
+            remote = c.url.startswith(("http://", "https://"))
+            if c.media_type.startswith("image/") and remote and not remote_images:
+                # We do not fetch URLs on the model's behalf: the user is told how to send the image.
+                raise ValueError(f"this model cannot fetch the image at {c.url[:200]}; attach the image "
+                                 "file itself (it is then sent as a data: URL)")
+            if c.media_type.startswith("image/") and (remote or c.url.startswith("data:")):
                 parts.append({"type": "image_url", "image_url": {"url": c.url}})
             else:
                 parts.append({"type": "text", "text": _file_text(c) or _file_note(c)})
@@ -182,18 +214,36 @@ class OpenAIChatModel(_OpenAIBase):
 
     ``max_tokens_field`` names the body field of ``ModelRequest.max_output_tokens``:
     ``max_completion_tokens`` for OpenAI, ``max_tokens`` for servers that only
-    know the older name.
+    know the older name; ``default_max_output_tokens`` is sent when a request sets
+    none (Workers AI's own default is 256 on older models). ``reasoning_field``
+    (``"auto"``: none for OpenAI, ``reasoning`` for Workers AI, else
+    ``reasoning_content``) carries a tool-calling step's reasoning back.
+    ``remote_images`` (default: all but Ollama) says whether an image may be sent
+    as an http(s) URL.
     """
 
-    def __init__(self, model: str, *, max_tokens_field: str = "max_completion_tokens", **kwargs: Any) -> None:
+    def __init__(self, model: str, *, max_tokens_field: str = "max_completion_tokens",
+                 default_max_output_tokens: int | None = None, reasoning_field: str | None = "auto",
+                 remote_images: bool | None = None, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
         self.max_tokens_field = max_tokens_field
+        self.default_max_output_tokens = default_max_output_tokens
+        if reasoning_field == "auto":
+            reasoning_field = _REASONING_FIELDS.get(self.provider, "reasoning_content")
+        self.reasoning_field = reasoning_field
+        self.remote_images = self.provider != "ollama" if remote_images is None else remote_images
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         """The request body for ``request``."""
+        request = self.with_defaults(request)
+        try:
+            messages = chat_messages(to_model_turns(request.messages, request.system),
+                                     reasoning_field=self.reasoning_field, remote_images=self.remote_images)
+        except ValueError as exc:
+            raise self._fail(str(exc)) from None
         payload: dict[str, Any] = {
             "model": self.model,
-            "messages": chat_messages(to_model_turns(request.messages, request.system)),
+            "messages": messages,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -201,20 +251,25 @@ class OpenAIChatModel(_OpenAIBase):
             payload["tools"] = chat_tools(request.tools)
             if request.tool_choice is not None:
                 payload["tool_choice"] = _tool_choice(request.tool_choice, responses=False)
-        if request.max_output_tokens is not None:
-            payload[self.max_tokens_field] = request.max_output_tokens
-        if request.temperature is not None:
+        max_tokens = request.max_output_tokens or self.default_max_output_tokens
+        if max_tokens is not None:
+            payload[self.max_tokens_field] = max_tokens
+        if request.temperature is not None and self._sends_temperature():
             payload["temperature"] = request.temperature
+        effort = effort_of(request.reasoning)
+        if effort is not None:
+            payload["reasoning_effort"] = effort
         return self._finish_payload(payload, request)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         parts = _Parts()
         calls: dict[Hashable, _ChatCall] = {}
         order: list[_ChatCall] = []
+        cut: list[str] = []  # tools whose input the token limit cut off
         finish: str | None = None
         usage: Usage | None = None
         flushed = False
-        async with self._events("/chat/completions", self.payload(request)) as events:
+        async with self._events("/chat/completions", self.payload(request), request) as events:
             async for sse in events:
                 data = sse.data.strip()
                 if not data:
@@ -243,18 +298,18 @@ class OpenAIChatModel(_OpenAIBase):
                 if isinstance(reason, str) and reason:
                     finish = reason
                     flushed = True
-                    for event in [*parts.close(), *self._flush(order)]:
+                    for event in [*parts.close(), *self._flush(order, cut if reason == "length" else None)]:
                         yield event
             else:
                 if finish is None:
                     raise self._fail("the response ended before the model finished (no finish_reason, no [DONE])")
         if not flushed:
-            for event in [*parts.close(), *self._flush(order)]:
+            for event in [*parts.close(), *self._flush(order, None)]:
                 yield event
         reason_out: FinishReason = _CHAT_FINISH.get(finish, "other") if finish else "stop"
         if calls and reason_out == "stop":
             reason_out = "tool-calls"
-        yield Finish(reason_out, usage)
+        yield Finish(reason_out, usage, cut_off_message(cut) if cut else None)
 
     def _on_delta(self, delta: dict[str, Any], parts: _Parts, calls: dict[Hashable, _ChatCall],
                   order: list[_ChatCall]) -> list[ModelEvent]:
@@ -267,13 +322,17 @@ class OpenAIChatModel(_OpenAIBase):
         content = delta.get("content")
         if isinstance(content, str) and content:
             events += parts.delta("t", content)
+        elif isinstance(content, list):
+            # Mistral sends content as parts: text, and thinking (itself a list of text parts).
+            for kind, text in _content_parts(content):
+                events += parts.delta(kind, text)
         refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
             events += parts.delta("t", refusal)
         tool_calls = delta.get("tool_calls")
         if isinstance(tool_calls, list):
             for position, piece in enumerate(tool_calls):
-                if isinstance(piece, dict):
+                if isinstance(piece, dict) and not _empty_piece(piece):
                     events += self._on_tool_piece(piece, position, parts, calls, order)
         return events
 
@@ -305,18 +364,59 @@ class OpenAIChatModel(_OpenAIBase):
             call.sent = len(call.pieces)
         return events
 
-    def _flush(self, order: list[_ChatCall]) -> list[ModelEvent]:
+    def _flush(self, order: list[_ChatCall], cut: list[str] | None) -> list[ModelEvent]:
+        """The calls' ToolCall events; with ``cut`` (the token limit ended the answer) a call whose
+        input is not whole is dropped, its tool named in ``cut``, instead of failing the call."""
         events: list[ModelEvent] = []
         for call in order:
             if not call.name:
+                if cut is not None:
+                    cut.append("")  # cut off before its name came
+                    continue
                 raise self._fail("the model sent a tool call without a tool name")
             try:
                 tool_input = _parse_input("".join(call.pieces))
             except ValueError as exc:
+                if cut is not None:
+                    cut.append(call.name)
+                    continue
                 raise self._fail(f"the model sent invalid JSON as the input of tool {call.name!r}: {exc}") from None
             events.append(ToolCall(call.id, call.name, tool_input))
         order.clear()
         return events
+
+
+_REASONING_FIELDS: dict[str, str | None] = {"openai": None, "workers-ai": "reasoning"}
+
+
+def _empty_piece(piece: dict[str, Any]) -> bool:
+    """Workers AI ends a streamed call with a piece that says nothing: no index, id, name or arguments."""
+    if isinstance(piece.get("index"), int) or piece.get("id"):
+        return False
+    function = piece.get("function")
+    if not isinstance(function, dict):
+        return True
+    return not function.get("name") and not _arguments_text(function.get("arguments"))
+
+
+def _content_parts(content: list[Any]) -> list[tuple[Literal["t", "r"], str]]:
+    found: list[tuple[Literal["t", "r"], str]] = []
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "text" and isinstance(part.get("text"), str) and part["text"]:
+            found.append(("t", part["text"]))
+        elif part.get("type") == "thinking":
+            thinking = part.get("thinking")
+            pieces = thinking if isinstance(thinking, list) else [{"type": "text", "text": thinking}]
+            text = "".join(p["text"] for p in pieces if isinstance(p, dict) and isinstance(p.get("text"), str))
+            if text:
+                found.append(("r", text))
+    return found
+
+
+#: Sent to Workers AI when a request sets no limit: its older models stop at 256 tokens otherwise.
+WORKERS_AI_MAX_OUTPUT_TOKENS = 4096
 
 
 def _first_choice(choices: Any) -> dict[str, Any] | None:
@@ -356,7 +456,7 @@ def _check_url(url: str, what: str) -> str:
     return url.rstrip("/")
 
 
-def openai_from_spec(arg: str) -> Model:
+def openai_from_spec(arg: str) -> _OpenAIBase:
     """``gpt-4.1-mini`` (Chat Completions), ``chat/gpt-4.1-mini``, ``responses/gpt-4.1-mini`` (Responses API)."""
     api, sep, rest = arg.partition("/")
     if not (sep and api in ("chat", "responses")):
@@ -368,7 +468,7 @@ def openai_from_spec(arg: str) -> Model:
     return cls(model, base_url=base_url, api_key=key, provider="openai")
 
 
-def openai_compatible_from_spec(arg: str) -> Model:
+def openai_compatible_from_spec(arg: str) -> OpenAIChatModel:
     """``http://host:port/v1#model``: any Chat Completions server; key from ``OPENAI_COMPATIBLE_API_KEY`` if set."""
     url, sep, model = arg.partition("#")
     if not sep:
@@ -380,17 +480,17 @@ def openai_compatible_from_spec(arg: str) -> Model:
                            provider="openai-compatible", max_tokens_field="max_tokens")
 
 
-def workers_ai_from_spec(arg: str) -> Model:
+def workers_ai_from_spec(arg: str) -> OpenAIChatModel:
     """``@cf/moonshotai/kimi-k2.6``: Cloudflare Workers AI through its OpenAI-compatible endpoint."""
     model = _check_model(arg, "workers-ai:@cf/moonshotai/kimi-k2.6")
     account = _require("CLOUDFLARE_ACCOUNT_ID", "the workers-ai provider").strip()
     token = _require("CLOUDFLARE_API_TOKEN", "the workers-ai provider")
     base_url = WORKERS_AI_BASE_URL.format(account=quote(account, safe=""))
     return OpenAIChatModel(model, base_url=base_url, api_key=token, provider="workers-ai",
-                           max_tokens_field="max_tokens")
+                           max_tokens_field="max_tokens", default_max_output_tokens=WORKERS_AI_MAX_OUTPUT_TOKENS)
 
 
-def ollama_from_spec(arg: str) -> Model:
+def ollama_from_spec(arg: str) -> OpenAIChatModel:
     """``llama3.2``: a model of a local Ollama, through its OpenAI-compatible endpoint."""
     model = _check_model(arg, "ollama:llama3.2")
     base_url = _check_url(os.environ.get("OLLAMA_BASE_URL") or OLLAMA_BASE_URL, "OLLAMA_BASE_URL")

@@ -24,6 +24,7 @@ from .._model import (
     TextStart,
 )
 from ._http import HttpModel, HttpSettings, ServerSentEvent
+from ._options import RequestDefaults, is_openai_reasoning_model
 from ._transcript import (
     ModelFile,
     ModelText,
@@ -53,34 +54,53 @@ _TEXT_MEDIA = ("text/", "application/json", "application/xml", "application/x-ya
 
 
 class _Parts:
-    """Text and reasoning runs: one part per contiguous run of one kind (and one key)."""
+    """Text and reasoning runs: one part per contiguous run of one kind (and one key).
+
+    A reasoning part may carry provider metadata (``meta``), given when it starts and
+    repeated when it ends unless the end brings its own: the end's replaces the start's.
+    """
 
     def __init__(self) -> None:
         self._open: tuple[Literal["t", "r"], str, Hashable] | None = None
+        self._meta: dict[str, Any] | None = None
         self._count = {"t": 0, "r": 0}
 
-    def delta(self, kind: Literal["t", "r"], text: str, key: Hashable = None) -> list[ModelEvent]:
+    def delta(self, kind: Literal["t", "r"], text: str, key: Hashable = None,
+              meta: dict[str, Any] | None = None) -> list[ModelEvent]:
         events: list[ModelEvent] = []
         if self._open is None or self._open[0] != kind or self._open[2] != key:
             events += self.close()
-            part_id = f"{kind}-{self._count[kind]}"
-            self._count[kind] += 1
+            part_id = self._next_id(kind)
             self._open = (kind, part_id, key)
-            events.append(TextStart(part_id) if kind == "t" else ReasoningStart(part_id))
+            self._meta = meta
+            events.append(TextStart(part_id) if kind == "t" else ReasoningStart(part_id, meta))
         part_id = self._open[1]
         events.append(TextDelta(part_id, text) if kind == "t" else ReasoningDelta(part_id, text))
         return events
 
-    def close(self, key: Hashable = None, *, only_key: bool = False) -> list[ModelEvent]:
+    def close(self, key: Hashable = None, *, only_key: bool = False,
+              meta: dict[str, Any] | None = None) -> list[ModelEvent]:
         """End the open part (with ``only_key``: only if it is the part of ``key``)."""
         if self._open is None or (only_key and self._open[2] != key):
             return []
         kind, part_id, _ = self._open
         self._open = None
-        return [TextEnd(part_id) if kind == "t" else ReasoningEnd(part_id)]
+        end_meta = meta if meta is not None else self._meta
+        return [TextEnd(part_id) if kind == "t" else ReasoningEnd(part_id, end_meta)]
+
+    def empty_reasoning(self, meta: dict[str, Any]) -> list[ModelEvent]:
+        """A reasoning part without text, for what must be kept with the answer (encrypted reasoning)."""
+        events = self.close()
+        part_id = self._next_id("r")
+        return [*events, ReasoningStart(part_id, meta), ReasoningEnd(part_id, meta)]
 
     def open_key(self) -> Hashable:
         return None if self._open is None else self._open[2]
+
+    def _next_id(self, kind: Literal["t", "r"]) -> str:
+        part_id = f"{kind}-{self._count[kind]}"
+        self._count[kind] += 1
+        return part_id
 
 
 def _parse_input(arguments: str) -> Any:
@@ -202,12 +222,13 @@ class _OpenAIBase(HttpModel):
         options: Mapping[str, Any] | None = None,
         settings: HttpSettings | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        defaults: RequestDefaults | None = None,
     ) -> None:
         all_headers = dict(headers or {})
         if api_key:
             all_headers["Authorization"] = f"Bearer {api_key}"
         super().__init__(base_url, headers=all_headers, secret=api_key or None, settings=settings,
-                         transport=transport)
+                         transport=transport, defaults=defaults)
         self.model = model
         self.provider = provider
         self.options = dict(options or {})
@@ -215,13 +236,31 @@ class _OpenAIBase(HttpModel):
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r}, provider={self.provider!r})"
 
-    def _events(self, path: str, payload: dict[str, Any]) -> aclosing[AsyncGenerator[ServerSentEvent, None]]:
+    def _events(self, path: str, payload: dict[str, Any],
+                request: ModelRequest) -> aclosing[AsyncGenerator[ServerSentEvent, None]]:
         """The response's events; closing them (``async with``) closes the response."""
-        return aclosing(cast(AsyncGenerator[ServerSentEvent, None], self.sse(path, payload)))
+        events = self.sse(path, payload, progress=request.progress)
+        return aclosing(cast(AsyncGenerator[ServerSentEvent, None], events))
+
+    def _sends_temperature(self) -> bool:
+        # OpenAI's reasoning models answer 400 to any temperature, even the default one.
+        return not is_openai_reasoning_model(self.model)
 
     def _finish_payload(self, payload: dict[str, Any], request: ModelRequest) -> dict[str, Any]:
-        payload.update(self.options)
-        payload.update(request.provider_options or {})
+        """``options``, then the request's ``provider_options``, over what the provider built.
+
+        An object merges into the one built (``reasoning: {"summary": "auto"}`` keeps the
+        effort); ``include`` lists add up; anything else replaces.
+        """
+        for extra in (self.options, request.provider_options or {}):
+            for key, value in extra.items():
+                built = payload.get(key)
+                if isinstance(built, dict) and isinstance(value, Mapping):
+                    payload[key] = {**built, **value}
+                elif key == "include" and isinstance(built, list) and isinstance(value, list):
+                    payload[key] = [*built, *(v for v in value if v not in built)]
+                else:
+                    payload[key] = value
         payload["stream"] = True
         return payload
 

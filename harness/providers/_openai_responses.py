@@ -1,4 +1,13 @@
-"""OpenAI's Responses API, streaming (``openai:responses/<model>``)."""
+"""OpenAI's Responses API, streaming (``openai:responses/<model>``).
+
+The API is called stateless (``store: false``): this server keeps the transcript.
+A reasoning model's reasoning must then travel with it: each reasoning item is
+asked for encrypted (``include: ["reasoning.encrypted_content"]``), kept in the
+reasoning part's provider metadata (``{"openai": {"itemId": ..., "reasoningEncryptedContent":
+...}}``, the names the AI SDK uses) and sent back as a ``reasoning`` input item
+where it stood, before the step's function calls. An item without a summary
+still becomes a (textless) reasoning part, so that nothing of it is lost.
+"""
 
 from __future__ import annotations
 
@@ -32,8 +41,11 @@ from ._openai_common import (
     _texts,
     _tool_choice,
 )
+from ._options import cut_off_message, effort_of, is_openai_reasoning_model
 from ._transcript import (
+    ModelContent,
     ModelFile,
+    ModelReasoning,
     ModelText,
     ModelToolCall,
     ModelToolResult,
@@ -42,6 +54,8 @@ from ._transcript import (
 )
 
 __all__ = ["OpenAIResponsesModel", "responses_input", "responses_tools"]
+
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
 
 
 def responses_input(turns: Sequence[ModelTurn]) -> list[dict[str, Any]]:
@@ -53,24 +67,51 @@ def responses_input(turns: Sequence[ModelTurn]) -> list[dict[str, Any]]:
         elif turn.role == "user":
             items.append({"role": "user", "content": _responses_user_content(turn.content)})
         elif turn.role == "assistant":
-            texts: list[dict[str, Any]] = []
-            for c in turn.content:
-                if isinstance(c, ModelText) and c.text:
-                    texts.append({"type": "output_text", "text": c.text})
-                elif isinstance(c, ModelToolCall):
-                    if texts:
-                        items.append({"role": "assistant", "content": texts})
-                        texts = []
-                    items.append({"type": "function_call", "call_id": c.id, "name": c.name,
-                                  "arguments": json.dumps(c.input, separators=(",", ":"), ensure_ascii=False)})
-            if texts:
-                items.append({"role": "assistant", "content": texts})
+            items += _assistant_items(turn.content)
         else:
             items.extend(
                 {"type": "function_call_output", "call_id": r.id, "output": r.text}
                 for r in turn.content if isinstance(r, ModelToolResult)
             )
     return items
+
+
+def _assistant_items(content: Sequence[ModelContent]) -> list[dict[str, Any]]:
+    """One step's items in order: reasoning items, messages (runs of text), function calls."""
+    items: list[dict[str, Any]] = []
+    texts: list[dict[str, Any]] = []
+    reasoning: dict[str, dict[str, Any]] = {}  # by item id: parts of one item merge into it
+    for c in content:
+        if isinstance(c, ModelText) and c.text:
+            texts.append({"type": "output_text", "text": c.text})
+            continue
+        if texts and isinstance(c, ModelReasoning | ModelToolCall):
+            items.append({"role": "assistant", "content": texts})
+            texts = []
+        if isinstance(c, ModelToolCall):
+            items.append({"type": "function_call", "call_id": c.id, "name": c.name,
+                          "arguments": json.dumps(c.input, separators=(",", ":"), ensure_ascii=False)})
+        elif isinstance(c, ModelReasoning):
+            meta = (c.provider_metadata or {}).get("openai")
+            item_id = meta.get("itemId") if isinstance(meta, dict) else None
+            if not isinstance(meta, dict) or not isinstance(item_id, str) or not item_id:
+                continue  # another provider's reasoning: nothing the API could take
+            item = reasoning.get(item_id)
+            if item is None:
+                item = reasoning[item_id] = {"type": "reasoning", "id": item_id, "summary": []}
+                items.append(item)
+            if c.text:
+                item["summary"].append({"type": "summary_text", "text": c.text})
+            encrypted = meta.get("reasoningEncryptedContent")
+            if isinstance(encrypted, str) and encrypted:
+                item["encrypted_content"] = encrypted
+    if texts:
+        items.append({"role": "assistant", "content": texts})
+    # Stateless, the API knows an item only by its encrypted content; and it refuses a reasoning
+    # item that nothing follows (a partial answer being continued).
+    while items and items[-1].get("type") == "reasoning":
+        items.pop()
+    return [i for i in items if i.get("type") != "reasoning" or "encrypted_content" in i]
 
 
 def _responses_user_content(content: Sequence[Any]) -> list[dict[str, Any]]:
@@ -106,6 +147,7 @@ class _ResponsesCall:
     name: str
     arguments: list[str] = field(default_factory=list)
     done: bool = False
+    invalid: str | None = None  # why its input is not JSON; an error unless the token limit cut it
 
 
 _INCOMPLETE: dict[str, FinishReason] = {"max_output_tokens": "length", "content_filter": "content-filter"}
@@ -116,6 +158,7 @@ class OpenAIResponsesModel(_OpenAIBase):
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         """The request body for ``request``."""
+        request = self.with_defaults(request)
         payload: dict[str, Any] = {
             "model": self.model,
             "input": responses_input(to_model_turns(request.messages)),
@@ -130,15 +173,25 @@ class OpenAIResponsesModel(_OpenAIBase):
                 payload["tool_choice"] = _tool_choice(request.tool_choice, responses=True)
         if request.max_output_tokens is not None:
             payload["max_output_tokens"] = request.max_output_tokens
-        if request.temperature is not None:
+        if request.temperature is not None and self._sends_temperature():
             payload["temperature"] = request.temperature
-        return self._finish_payload(payload, request)
+        effort = effort_of(request.reasoning)
+        if effort is not None:
+            payload["reasoning"] = {"effort": effort}
+        payload = self._finish_payload(payload, request)
+        if is_openai_reasoning_model(self.model) or "reasoning" in payload:
+            include = payload.get("include")
+            include = list(include) if isinstance(include, list) else []
+            if ENCRYPTED_REASONING not in include:
+                include.append(ENCRYPTED_REASONING)
+            payload["include"] = include
+        return payload
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         parts = _Parts()
         calls: dict[str, _ResponsesCall] = {}  # by output item id
         made = 0
-        async with self._events("/responses", self.payload(request)) as events:
+        async with self._events("/responses", self.payload(request), request) as events:
             async for sse in events:
                 data = sse.data.strip()
                 if not data or data == "[DONE]":
@@ -151,14 +204,13 @@ class OpenAIResponsesModel(_OpenAIBase):
                 if kind in ("response.output_text.delta", "response.refusal.delta"):
                     out = parts.delta("t", _str(event.get("delta")), (event.get("item_id"), "text"))
                 elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+                    item_id = _str(event.get("item_id"))
                     index = event.get("summary_index", event.get("content_index"))
-                    out = parts.delta("r", _str(event.get("delta")), (event.get("item_id"), kind, index))
+                    out = parts.delta("r", _str(event.get("delta")), (item_id, kind, index),
+                                      {"openai": {"itemId": item_id}})
                 elif kind in ("response.output_text.done", "response.refusal.done"):
                     out = parts.close((event.get("item_id"), "text"), only_key=True)
-                elif kind in ("response.reasoning_summary_text.done", "response.reasoning_text.done"):
-                    index = event.get("summary_index", event.get("content_index"))
-                    key = (event.get("item_id"), kind.replace(".done", ".delta"), index)
-                    out = parts.close(key, only_key=True)
+                # A reasoning part stays open past its .done: the item's end brings its encrypted content.
                 elif kind == "response.output_item.added":
                     out = self._on_item(event.get("item"), parts, calls, done=False)
                 elif kind == "response.function_call_arguments.delta":
@@ -181,10 +233,14 @@ class OpenAIResponsesModel(_OpenAIBase):
                     if not incomplete:
                         for call in calls.values():
                             out += self._complete(call, None)
+                        self._check_inputs(calls)
                     made += sum(isinstance(e, ToolCall) for e in out)
                     for item in out:
                         yield item
-                    yield Finish(self._finish_reason(response, incomplete, made), _responses_usage(response))
+                    reason = self._finish_reason(response, incomplete, made)
+                    cut = [c.name for c in calls.values() if not c.done or c.invalid is not None]
+                    message = cut_off_message(cut) if cut and reason == "length" else None
+                    yield Finish(reason, _responses_usage(response), message)
                     return
                 elif kind == "response.failed":
                     response = event.get("response")
@@ -203,6 +259,8 @@ class OpenAIResponsesModel(_OpenAIBase):
         if not isinstance(item, dict):
             return []
         item_id = _str(item.get("id"))
+        if item.get("type") == "reasoning":
+            return _reasoning_done(item, item_id, parts) if done else []
         if item.get("type") != "function_call":
             key = parts.open_key()
             if done and isinstance(key, tuple) and key[0] == item_id:
@@ -220,12 +278,16 @@ class OpenAIResponsesModel(_OpenAIBase):
             if arguments:
                 call.arguments.append(arguments)
                 events.append(ToolInputDelta(call.call_id, arguments))
-        if done:
+        if done and item.get("status") != "incomplete":
             events += self._complete(call, item.get("arguments"))
         return events
 
     def _complete(self, call: _ResponsesCall, arguments: Any) -> list[ModelEvent]:
-        """The call's ToolCall, once: ``arguments`` (the full text, when the event has it) wins."""
+        """The call's ToolCall, once: ``arguments`` (the full text, when the event has it) wins.
+
+        Input that is not JSON is held (:attr:`_ResponsesCall.invalid`) until the response
+        ends: cut off by the token limit it is dropped, else it fails the call.
+        """
         if call.done:
             return []
         call.done = True
@@ -233,8 +295,14 @@ class OpenAIResponsesModel(_OpenAIBase):
         try:
             tool_input = _parse_input(text)
         except ValueError as exc:
-            raise self._fail(f"the model sent invalid JSON as the input of tool {call.name!r}: {exc}") from None
+            call.invalid = str(exc)
+            return []
         return [ToolCall(call.call_id, call.name, tool_input)]
+
+    def _check_inputs(self, calls: dict[str, _ResponsesCall]) -> None:
+        for call in calls.values():
+            if call.invalid is not None:
+                raise self._fail(f"the model sent invalid JSON as the input of tool {call.name!r}: {call.invalid}")
 
     @staticmethod
     def _finish_reason(response: dict[str, Any], incomplete: bool, made: int) -> FinishReason:
@@ -243,6 +311,21 @@ class OpenAIResponsesModel(_OpenAIBase):
             reason = details.get("reason") if isinstance(details, dict) else None
             return _INCOMPLETE.get(reason, "other") if isinstance(reason, str) else "other"
         return "tool-calls" if made else "stop"
+
+
+def _reasoning_done(item: dict[str, Any], item_id: str, parts: _Parts) -> list[ModelEvent]:
+    """The end of a reasoning item: its part ends with the item's id and encrypted content."""
+    meta: dict[str, Any] = {"itemId": item_id}
+    encrypted = item.get("encrypted_content")
+    if isinstance(encrypted, str) and encrypted:
+        meta["reasoningEncryptedContent"] = encrypted
+    key = parts.open_key()
+    if isinstance(key, tuple) and key[0] == item_id:
+        return parts.close(meta={"openai": meta})
+    if "reasoningEncryptedContent" in meta:
+        # No summary (or none still open): a part without text keeps the item for the next call.
+        return parts.empty_reasoning({"openai": meta})
+    return []
 
 
 def _str(value: Any) -> str:

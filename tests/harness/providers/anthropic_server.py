@@ -86,6 +86,8 @@ class Reply:
     cut: bool = False
     #: Write the pieces, then wait (without ending the body) until the client goes away.
     hang: bool = False
+    #: Lockstep: after each piece, wait until the client sets this (a provider's progress callback).
+    reported: asyncio.Event | None = None
 
 
 def sse_bytes(events: list[Event]) -> bytes:
@@ -209,8 +211,12 @@ class AnthropicServer:
             await writer.drain()
             return
         for piece in reply.pieces:
+            if reply.reported is not None:
+                reply.reported.clear()  # before the write: a report of this piece must not be lost
             writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
             await writer.drain()
+            if reply.reported is not None:
+                await asyncio.wait_for(reply.reported.wait(), GUARD)
         if reply.hang:
             await reader.read()  # b"" once the client has closed its end
             self.client_went_away.set()

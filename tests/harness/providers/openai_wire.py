@@ -9,6 +9,10 @@ ends is chosen per reply:
 * ``cut``: the connection closes before the last chunk (an incomplete chunked body);
 * ``eof``: no transfer coding at all, the body ends when the server closes the
   connection, which is a clean end of the body as far as HTTP is concerned.
+
+With ``reported`` set, the server goes in lockstep with the client: after each
+piece it waits until the client sets the event (a provider's ``progress``
+callback does), so a piece the client does not report stalls the test.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from .._doubles import GUARD
 
 __all__ = ["Received", "Reply", "WireServer", "error_reply", "events_of"]
 
@@ -29,6 +35,7 @@ class Reply:
     content_type: str = "text/event-stream"
     headers: dict[str, str] = field(default_factory=dict)
     ending: Literal["complete", "cut", "eof"] = "complete"
+    reported: asyncio.Event | None = None
 
 
 def error_reply(status: int, body: Any, **headers: str) -> Reply:
@@ -128,8 +135,16 @@ class WireServer:
         for event in events_of(reply.body):
             data = event.encode()
             for piece in (data[: len(data) // 2], data[len(data) // 2 :]):
+                if reply.reported is not None:
+                    reply.reported.clear()  # before the write: a report of this piece must not be lost
                 writer.write(piece if reply.ending == "eof" else b"%x\r\n%s\r\n" % (len(piece), piece))
                 await writer.drain()
+                if reply.reported is not None:
+                    try:
+                        await asyncio.wait_for(reply.reported.wait(), GUARD)
+                    except TimeoutError:
+                        self.problems.append(f"the client never reported the piece {piece!r}")
+                        return
         if reply.ending == "complete":
             writer.write(b"0\r\n\r\n")
             await writer.drain()

@@ -18,7 +18,6 @@ import pytest
 from harness import (
     Agent,
     Finish,
-    ModelError,
     ModelEvent,
     ModelRequest,
     ReasoningDelta,
@@ -34,10 +33,8 @@ from harness import (
     ToolInputStart,
     Usage,
 )
-from harness.providers._anthropic import AnthropicModel, anthropic_from_spec
-from harness.providers._http import HttpSettings
+from harness.providers._anthropic import anthropic_from_spec
 from harness.providers._transcript import CONTINUE_PROMPT
-from protocol import UIMessage
 
 from .._doubles import GUARD, settle, user
 from .anthropic_server import (
@@ -50,82 +47,23 @@ from .anthropic_server import (
     message_delta,
     message_start,
     message_stop,
-    ping,
     stream_reply,
 )
-
-KEY = "sk-ant-api03-TEST-never-shown-9f8e7d6c5b4a"
-MODEL = "claude-sonnet-4-5"
-FAST = HttpSettings(backoff_s=0.0, max_retries=2)  # retries without waiting; no test asserts a duration
-SIGNATURE = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds4ZqxKUMnRQSV3dDpjZMBvhaRa2KuC"
-HELLO = ModelRequest(messages=[user("u1", "Hi")], system="Be brief.")
-WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-
-# ---------------------------------------------------------------- helpers
-
-
-def model_for(server: AnthropicServer, **kw: Any) -> AnthropicModel:
-    return AnthropicModel(MODEL, api_key=KEY, base_url=server.base_url, settings=kw.pop("settings", FAST), **kw)
-
-
-async def run(*replies: Reply, request: ModelRequest = HELLO) -> tuple[list[ModelEvent], AnthropicServer]:
-    """Stream ``request`` against a server giving ``replies``; (the events, the server)."""
-    async with AnthropicServer(*replies) as server:
-        model = model_for(server)
-        try:
-            events = await asyncio.wait_for(_collect(model, request), GUARD)
-        finally:
-            await model.aclose()
-    return events, server
-
-
-async def fail(*replies: Reply, request: ModelRequest = HELLO,
-               settings: HttpSettings = FAST) -> tuple[ModelError, list[ModelEvent], AnthropicServer]:
-    """Like :func:`run` for a call that fails; (the error, the events before it, the server)."""
-    events: list[ModelEvent] = []
-
-    async def consume(model: AnthropicModel) -> None:
-        async for event in model.stream(request):
-            events.append(event)
-
-    async with AnthropicServer(*replies) as server:
-        model = model_for(server, settings=settings)
-        try:
-            with pytest.raises(ModelError) as info:
-                await asyncio.wait_for(consume(model), GUARD)
-        finally:
-            await model.aclose()
-    assert KEY not in str(info.value)
-    return info.value, events, server
-
-
-async def _collect(model: AnthropicModel, request: ModelRequest) -> list[ModelEvent]:
-    return [event async for event in model.stream(request)]
-
-
-def text_events(*deltas: str, stop_reason: str = "end_turn") -> list[tuple[str, dict[str, Any]]]:
-    return [
-        message_start(25),
-        block_start(0, {"type": "text", "text": ""}),
-        ping(),
-        *(block_delta(0, {"type": "text_delta", "text": d}) for d in deltas),
-        block_stop(0),
-        message_delta(stop_reason, 15),
-        message_stop(),
-    ]
-
-
-def text_stream(*deltas: str, stop_reason: str = "end_turn") -> Reply:
-    return stream_reply(*text_events(*deltas, stop_reason=stop_reason))
-
-
-def json_deltas(index: int, *pieces: str) -> list[tuple[str, dict[str, Any]]]:
-    return [block_delta(index, {"type": "input_json_delta", "partial_json": p}) for p in pieces]
-
-
-def ui(data: dict[str, Any]) -> UIMessage:
-    return UIMessage.model_validate(data)
-
+from .anthropic_support import (
+    HELLO,
+    KEY,
+    MODEL,
+    SIGNATURE,
+    WEATHER_SCHEMA,
+    collect_all,
+    fail,
+    json_deltas,
+    model_for,
+    run,
+    text_events,
+    text_stream,
+    ui,
+)
 
 # ---------------------------------------------------------------- streams
 
@@ -349,12 +287,13 @@ async def test_an_error_event_in_the_stream_is_a_model_error_with_its_message() 
 
 
 async def test_tool_input_that_is_not_json_is_an_error() -> None:
+    # Not cut off by max_tokens (that is a "length" finish, test_cutoff.py): the model's own mistake.
     error, events, _ = await fail(stream_reply(
         message_start(),
         block_start(0, {"type": "tool_use", "id": "toolu_01A", "name": "get_weather", "input": {}}),
         *json_deltas(0, '{"city": "Par'),
         block_stop(0),
-        message_delta("max_tokens", 4096),
+        message_delta("tool_use", 12),
         message_stop(),
     ))
     assert str(error) == "anthropic: the input of the call to tool 'get_weather' is not valid JSON"
@@ -372,7 +311,7 @@ async def test_the_call_ends_at_message_stop_even_if_the_connection_stays_open()
     async with AnthropicServer(stream_reply(*text_events("Hi"), hang=True)) as server:
         model = model_for(server)
         try:
-            events = await asyncio.wait_for(_collect(model, HELLO), GUARD)
+            events = await asyncio.wait_for(collect_all(model, HELLO), GUARD)
             await asyncio.wait_for(server.client_went_away.wait(), GUARD)
         finally:
             await model.aclose()
@@ -583,7 +522,7 @@ async def test_the_spec_reads_the_key_and_base_url_and_calls_the_api(no_secrets:
         no_secrets.setenv("ANTHROPIC_BASE_URL", server.base_url)
         model = anthropic_from_spec("claude-haiku-4-5")
         try:
-            events = await asyncio.wait_for(_collect(model, HELLO), GUARD)
+            events = await asyncio.wait_for(collect_all(model, HELLO), GUARD)
         finally:
             await model.aclose()
     assert events[-1] == Finish("stop", Usage(25, 15))

@@ -7,12 +7,10 @@ wire format (openai_bodies.sse) and records what the provider sent.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +20,17 @@ from harness import Agent, ModelSpecError, Tool
 from harness._model import (
     Finish,
     Model,
-    ModelError,
-    ModelEvent,
     ModelRequest,
     ReasoningDelta,
     ReasoningEnd,
     ReasoningStart,
     TextDelta,
-    TextEnd,
     TextStart,
     ToolCall,
-    ToolDefinition,
     ToolInputDelta,
     ToolInputStart,
     Usage,
 )
-from harness.providers._http import HttpSettings
 from harness.providers._openai import (
     OpenAIChatModel,
     OpenAIResponsesModel,
@@ -46,98 +39,13 @@ from harness.providers._openai import (
     openai_from_spec,
     workers_ai_from_spec,
 )
+from harness.providers._options import cut_off_message
 from harness.providers._transcript import CONTINUE_PROMPT
 from protocol import UIMessage
 
-from .._doubles import GUARD, settle, user
+from .._doubles import settle, user
+from .openai_support import FAST, KEY, RETRIES, WEATHER_TOOL, collect, hi, sse, text_events
 from .openai_wire import Reply, WireServer, error_reply
-
-KEY = "sk-test-0123456789abcdefSECRET"
-RETRIES = 2
-FAST = HttpSettings(max_retries=RETRIES, backoff_s=0.0, max_backoff_s=0.0)
-
-
-def _load_bodies() -> dict[str, str]:
-    text = Path(__file__).with_name("openai_bodies.sse").read_text(encoding="utf-8")
-    sections = re.split(r"^### (.+)\n", text, flags=re.MULTILINE)
-    return {name.strip(): body for name, body in zip(sections[1::2], sections[2::2], strict=True)}
-
-
-BODIES = _load_bodies()
-
-
-def sse(name: str, **kw: Any) -> Reply:
-    return Reply(body=BODIES[name], **kw)
-
-
-@pytest.fixture
-async def models() -> AsyncIterator[list[Model]]:
-    """Models made by a test, closed at teardown."""
-    made: list[Model] = []
-    yield made
-    for model in made:
-        await model.aclose()
-
-
-@pytest.fixture
-def chat(models: list[Model]) -> Callable[..., OpenAIChatModel]:
-    def make(server: WireServer, **kw: Any) -> OpenAIChatModel:
-        kw.setdefault("api_key", KEY)
-        kw.setdefault("settings", FAST)
-        model = OpenAIChatModel("gpt-4.1-mini", base_url=server.base_url, **kw)
-        models.append(model)
-        return model
-
-    return make
-
-
-@pytest.fixture
-def responses(models: list[Model]) -> Callable[..., OpenAIResponsesModel]:
-    def make(server: WireServer, **kw: Any) -> OpenAIResponsesModel:
-        kw.setdefault("api_key", KEY)
-        kw.setdefault("settings", FAST)
-        model = OpenAIResponsesModel("gpt-4.1", base_url=server.base_url, **kw)
-        models.append(model)
-        return model
-
-    return make
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_COMPATIBLE_API_KEY", "CLOUDFLARE_ACCOUNT_ID",
-                 "CLOUDFLARE_API_TOKEN", "OLLAMA_BASE_URL", "THINK_SECRETS_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    return monkeypatch
-
-
-async def collect(model: Model, request: ModelRequest) -> tuple[list[ModelEvent], ModelError | None]:
-    """Every event of one call, and the ModelError that ended it (if one did)."""
-    events: list[ModelEvent] = []
-
-    async def run() -> None:
-        async for event in model.stream(request):
-            events.append(event)
-
-    try:
-        await asyncio.wait_for(run(), GUARD)
-    except ModelError as exc:
-        return events, exc
-    return events, None
-
-
-def hi(**kw: Any) -> ModelRequest:
-    return ModelRequest(messages=[user("u1", "Hello")], **kw)
-
-
-def text_events(part_id: str, *deltas: str) -> list[ModelEvent]:
-    return [TextStart(part_id), *(TextDelta(part_id, d) for d in deltas), TextEnd(part_id)]
-
-
-WEATHER_TOOL = ToolDefinition(
-    "getWeather", "The weather of a city",
-    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-)
 
 
 def history() -> list[UIMessage]:
@@ -438,9 +346,10 @@ async def test_responses_reasoning_summary_and_parallel_function_calls(responses
     async with WireServer(sse("responses-tools")) as server:
         events, error = await collect(responses(server), hi(tools=[WEATHER_TOOL]))
     assert error is None
+    item = {"openai": {"itemId": "rs_1"}}  # no encrypted content: none was asked for
     assert events == [
-        ReasoningStart("r-0"), ReasoningDelta("r-0", "**Checking"), ReasoningDelta("r-0", " the weather**"),
-        ReasoningEnd("r-0"),
+        ReasoningStart("r-0", item), ReasoningDelta("r-0", "**Checking"), ReasoningDelta("r-0", " the weather**"),
+        ReasoningEnd("r-0", item),
         ToolInputStart("call_1", "getWeather"),
         ToolInputDelta("call_1", '{"city":'),
         ToolInputDelta("call_1", '"Paris"}'),
@@ -516,7 +425,7 @@ async def test_responses_a_call_cut_by_max_output_tokens_is_not_made(responses: 
         events, error = await collect(responses(server), hi(tools=[WEATHER_TOOL], max_output_tokens=8))
     assert error is None
     assert events == [ToolInputStart("call_7", "getWeather"), ToolInputDelta("call_7", '{"city":"Par'),
-                      Finish("length", Usage(10, 8))]
+                      Finish("length", Usage(10, 8), cut_off_message(["getWeather"]))]
 
 
 async def test_responses_failed_is_a_model_error_with_its_message(responses: Any) -> None:
@@ -718,7 +627,7 @@ async def test_an_instance_runs_a_server_tool_between_two_streamed_model_calls(o
     assert second["messages"] == [
         {"role": "system", "content": "You tell the weather."},
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "", "tool_calls": [
+        {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_w1", "type": "function", "function": {"name": "getWeather", "arguments": '{"city":"Paris"}'}},
         ]},
         {"role": "tool", "tool_call_id": "call_w1", "content": '{"condition":"sunny","city":"Paris"}'},

@@ -1,0 +1,56 @@
+"""Fixtures of the provider tests: models made against a loopback server, closed at teardown."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from harness._model import Model
+from harness.providers._openai import OpenAIChatModel, OpenAIResponsesModel
+
+from .openai_support import FAST, KEY
+from .openai_wire import WireServer
+
+
+@pytest.fixture
+async def models() -> AsyncIterator[list[Model]]:
+    """Models made by a test, closed at teardown."""
+    made: list[Model] = []
+    yield made
+    for model in made:
+        await model.aclose()
+
+
+@pytest.fixture
+def chat(models: list[Model]) -> Callable[..., OpenAIChatModel]:
+    def make(server: WireServer, model: str = "gpt-4.1-mini", **kw: Any) -> OpenAIChatModel:
+        kw.setdefault("api_key", KEY)
+        kw.setdefault("settings", FAST)
+        made = OpenAIChatModel(model, base_url=server.base_url, **kw)
+        models.append(made)
+        return made
+
+    return make
+
+
+@pytest.fixture
+def responses(models: list[Model]) -> Callable[..., OpenAIResponsesModel]:
+    def make(server: WireServer, model: str = "gpt-4.1", **kw: Any) -> OpenAIResponsesModel:
+        kw.setdefault("api_key", KEY)
+        kw.setdefault("settings", FAST)
+        made = OpenAIResponsesModel(model, base_url=server.base_url, **kw)
+        models.append(made)
+        return made
+
+    return make
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_COMPATIBLE_API_KEY", "CLOUDFLARE_ACCOUNT_ID",
+                 "CLOUDFLARE_API_TOKEN", "OLLAMA_BASE_URL", "THINK_SECRETS_FILE", "ANTHROPIC_API_KEY",
+                 "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
