@@ -13,18 +13,18 @@ DATA_DIR ?=
 
 # `make run` installs what running needs (the server, and Node to build the page); the test
 # tools come with `make test`.
-$(RUN_STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml constraints.txt
 	@echo "installing the server into $(VENV) (first run: Python packages, then the page's npm packages)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[web]'
+	@$(PY) -m pip install --quiet -c constraints.txt -e '.[web]'
 	@touch $@
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@echo "installing the server and the test tools into $(VENV)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[test]'
+	@$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	@touch $(STAMP) $(RUN_STAMP)
 
 install: $(STAMP)

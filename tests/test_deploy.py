@@ -4,11 +4,15 @@ Where the docker client has the compose plugin, `docker compose config` validate
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -19,16 +23,42 @@ def dockerfile() -> str:
     return (ROOT / "Dockerfile").read_text()
 
 
-def test_the_image_is_multi_stage_slim_non_root_with_data_volume_and_health_check() -> None:
+def test_the_image_is_multi_stage_pinned_slim_non_root_with_data_volume_and_health_check() -> None:
     text = dockerfile()
-    stages = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", text, re.M)
-    assert [s[0].split(":")[0] for s in stages] == ["node", "python"], "build the page, then a Python image"
-    assert stages[1][0].endswith("-slim")
-    assert re.search(r"^USER\s+(?!root)\w+", text, re.M), "runs as a non-root user"
-    assert re.search(r'^VOLUME\s+\["/data"\]', text, re.M) and "THINK_DATA_DIR=/data" in text
-    assert re.search(r"^HEALTHCHECK .*\n?.*/healthz", text, re.M)
+    images = dict(re.findall(r"^ARG (\w+_IMAGE)=(\S+)$", text, re.M))
+    assert set(images) == {"NODE_IMAGE", "PYTHON_IMAGE"}
+    for image in images.values():
+        assert re.fullmatch(r"[\w.-]+:[\w.-]+@sha256:[0-9a-f]{64}", image), f"{image} is not pinned by digest"
+    assert images["PYTHON_IMAGE"].split("@")[0].endswith("-slim")
+    stages = re.findall(r"^FROM\s+(\S+)\s+AS\s+(\S+)", text, re.M)
+    assert stages == [("${NODE_IMAGE}", "web"), ("${PYTHON_IMAGE}", "build"), ("${PYTHON_IMAGE}", "server")]
+    final = text.split("AS server", 1)[1]
+    assert "COPY --from=build /opt/think /opt/think" in final and "COPY app/" not in final, \
+        "the final image holds the installed virtualenv only, not the source tree"
+    assert re.search(r"^USER 10001:10001$", final, re.M), "runs as a numeric non-root user"
+    assert re.search(r'^VOLUME\s+\["/data"\]', final, re.M) and "THINK_DATA_DIR=/data" in final
+    assert re.search(r"^HEALTHCHECK .*\n?.*/readyz", final, re.M)
+    assert re.search(r'^CMD \["think-server", "serve"\]', final, re.M)
+    assert "RUN npm ci --ignore-scripts" in text, "npm installs as the Makefile does"
     assert "COPY --from=web /web/dist/ app/web/dist/" in text, "the page is built in the image, not committed"
-    assert re.search(r'^CMD \["think-server", "serve"\]', text, re.M)
+
+
+def test_dependencies_are_a_layer_of_their_own_at_the_locked_versions() -> None:
+    build = dockerfile().split("AS build", 1)[1].split("AS server", 1)[0].replace("\\\n", " ")
+    lines = [line for line in build.splitlines() if line.startswith(("COPY", "RUN"))]
+    deps = next(i for i, line in enumerate(lines) if "pip install -c constraints.txt" in line)
+    first_code = next(i for i, line in enumerate(lines) if line.startswith("COPY protocol/"))
+    assert lines[deps - 1] == "COPY pyproject.toml constraints.txt ./" and deps < first_code
+    assert "-c constraints.txt" in (ROOT / "Makefile").read_text(), "CI installs the same versions"
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    locked = {norm(line.split("==")[0]) for line in (ROOT / "constraints.txt").read_text().splitlines()
+              if "==" in line}
+    wanted = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for requirement in wanted:
+        name = norm(re.split(r"[<>=\[ ]", requirement, maxsplit=1)[0])
+        assert name in locked, f"{name} has no locked version"
 
 
 def test_every_path_the_dockerfile_copies_exists() -> None:
@@ -38,29 +68,46 @@ def test_every_path_the_dockerfile_copies_exists() -> None:
                 assert (ROOT / src).exists(), f"Dockerfile copies {src}, which is not in the repository"
 
 
-def test_compose_serves_the_page_on_8000_with_a_named_volume_and_an_ollama_profile() -> None:
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    think = compose["services"]["think"]
-    assert think["build"] == "."
-    assert any(str(p).endswith(":8000") for p in think["ports"])
-    assert "think-data:/data" in think["volumes"] and "think-data" in compose["volumes"]
-    assert "THINK_MODEL" in think["environment"], "the model comes from the environment"
-    ollama = compose["services"]["ollama"]
-    assert ollama["profiles"] == ["ollama"] and "profiles" not in think
-    assert think["environment"]["OLLAMA_BASE_URL"].endswith("http://ollama:11434/v1}")
-
-
-def test_docker_compose_config_accepts_the_file_where_the_plugin_exists() -> None:
-    docker = shutil.which("docker")
-    has_plugin = docker is not None and subprocess.run(
-        [docker, "compose", "version"], capture_output=True).returncode == 0
-    if not has_plugin:
-        # No compose plugin on this machine: the structural checks above are what can run.
-        assert yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
-        return
-    out = subprocess.run([str(docker), "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "--quiet"],
-                         capture_output=True, text=True, cwd=ROOT)
+def compose_config(*args: str) -> dict[str, Any]:
+    """The file as Docker Compose v2 reads it (``docker-compose config``, no engine needed)."""
+    binary = shutil.which("docker-compose") or str(Path(sys.executable).parent / "docker-compose")
+    out = subprocess.run([binary, "-f", str(ROOT / "docker-compose.yml"), *args, "config", "--format", "json"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60,
+                         env={k: v for k, v in os.environ.items() if not k.startswith(("THINK_", "OLLAMA_"))})
     assert out.returncode == 0, out.stderr
+    config: dict[str, Any] = json.loads(out.stdout)
+    return config
+
+
+def test_compose_serves_on_loopback_by_default_with_a_fixed_name_and_a_built_image() -> None:
+    config = compose_config()
+    assert config["name"] == "think-server", "the volume's name must not depend on the checkout's folder"
+    think = config["services"]["think"]
+    assert think["pull_policy"] == "build"
+    (port,) = think["ports"]
+    assert (port["host_ip"], port["published"], port["target"]) == ("127.0.0.1", "8000", 8000)
+    assert any(v["source"] == "think-data" and v["target"] == "/data" for v in think["volumes"])
+    assert think["environment"]["THINK_SECRETS_FILE"] == "/run/secrets/think"
+    assert think["secrets"] == [{"source": "think", "target": "think"}]
+    assert "ollama" not in config["services"], "Ollama only with its profile"
+
+
+def test_compose_with_the_ollama_profile_pulls_the_model_before_the_server_starts() -> None:
+    config = compose_config("--profile", "ollama")
+    services = config["services"]
+    assert services["ollama"]["healthcheck"]["test"] == ["CMD", "ollama", "list"]
+    pull = services["ollama-pull"]
+    assert pull["entrypoint"] == ["ollama", "pull", "llama3.2"]
+    assert pull["depends_on"]["ollama"]["condition"] == "service_healthy"
+    assert services["think"]["depends_on"]["ollama-pull"]["condition"] == "service_completed_successfully"
+    assert services["think"]["environment"]["OLLAMA_BASE_URL"] == "http://ollama:11434/v1"
+
+
+def test_compose_takes_an_env_file_and_exposure_is_a_setting(tmp_path: Path) -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    compose = yaml.safe_load(text)
+    assert compose["services"]["think"]["env_file"] == [{"path": "./think.env", "required": False}]
+    assert "${THINK_PUBLISH_ADDR:-127.0.0.1}" in compose["services"]["think"]["ports"][0]
 
 
 def test_make_run_installs_what_running_needs_and_echoes_no_internal_commands(tmp_path: Path) -> None:
