@@ -339,7 +339,8 @@ def cli_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None) ->
 
 
 async def test_tokens_never_reach_the_logs(tmp_path: Path) -> None:
-    with cli_server(tmp_path, "--log-level", "info", env={"THINK_AUTH_TOKEN": SECRET}) as (port, log):
+    # Debug: WebSocket lines (uvicorn's) show only then, and the token in their query must not.
+    with cli_server(tmp_path, "--log-level", "debug", env={"THINK_AUTH_TOKEN": SECRET}) as (port, log):
         base = f"127.0.0.1:{port}"
         c = await identified(f"ws://{base}/agents/my-agent/logs?_pk={uuid.uuid4()}&token={SECRET}")
         await c.close()
