@@ -462,7 +462,9 @@ async def test_commit_survives_sigkill_and_open_transaction_does_not(db_path: Pa
             proc.kill()
         _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert line == b"ready\n", err.decode()
-    assert proc.returncode == -signal.SIGKILL
+    # 255: asyncio's word for "reaped by someone else" (seen once under a loaded suite); the kill
+    # was ours either way, and what follows checks what it left.
+    assert proc.returncode in (-signal.SIGKILL, 255), proc.returncode
     # The commit was in the WAL, not yet checkpointed into the main file, when the process died.
     assert wal_size > 0
 
