@@ -238,6 +238,11 @@ class ThinkChat:
             conn.send(dump_chat_response(rid, f"Invalid chat request: {exc}", done=True, error=True,
                                          outcome="error"))
             return
+        # The hook keeps the empty answer of a stream that failed before its first word (the server
+        # stores none) and sends it back with the next request. It carries nothing: it is dropped,
+        # not refused, or that conversation could never go on.
+        body.messages[:] = [m for m in body.messages
+                            if not (m.role == "assistant" and all(p.type == "step-start" for p in m.parts))]
         regenerate_from = None
         if body.trigger == "regenerate-message":
             regenerate_from = body.message_ids[-1] if body.message_ids else None

@@ -69,7 +69,13 @@ async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Running
                      **settings: Any) -> RunningServer:
         from tests.conformance_app import agents as conformance_agents
 
-        srv = await start_server(agents or conformance_agents, data_dir or tmp_path / "data", **settings)
+        if data_dir is None:
+            # A server holds its data dir (one server per data dir): a second one started while the
+            # first runs gets its own; one started after the first stopped reuses it.
+            running = {s.data_dir for s in started if not s.task.done()}
+            data_dir = next(d for d in (tmp_path / f"data{'' if n == 0 else f'-{n}'}" for n in range(100))
+                            if d not in running)
+        srv = await start_server(agents or conformance_agents, data_dir, **settings)
         started.append(srv)
         return srv
 

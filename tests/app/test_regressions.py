@@ -25,6 +25,7 @@ from tests.app.test_thinkchat import (
     get_messages,
     is_type,
     probe,
+    request_frame,
     send_turn,
     text_of,
     tool_parts,
@@ -263,3 +264,26 @@ async def test_approving_an_old_card_ends_the_probe_that_waits_for_its_stream(se
     (part,) = [p for m in stored for p in tool_parts(m) if p["toolCallId"] == call_id]
     assert part["state"] == "output-available", "the approved call ran"
     await b.close()
+
+
+async def test_the_empty_answer_a_failed_stream_leaves_in_the_hook_does_not_block_the_next_request(serve) -> None:
+    """A model that fails before its first word leaves no assistant message on the server, but the
+    hook keeps one (its parts: a step marker) and sends it back next time: it must not be refused
+    as an unknown assistant message, or the conversation cannot go on."""
+    script = {"rules": [{"match": "boom", "steps": [[{"error": "exploded"}]]},
+                        {"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]}
+    srv = await serve(agents_with(script))
+    c = await Client.open(url(srv, "after-failure"))
+    rid, done, user = await send_turn(c, "boom")
+    assert done.get("error") or any(f.get("error") for f in frames_of(c, rid))
+    start = next(ch for ch in body_chunks(frames_of(c, rid)) if ch["type"] == "start")
+    assert [m["role"] for m in await get_messages(srv, "after-failure")] == ["user"]
+    empty_answer = {"id": start["messageId"], "role": "assistant", "parts": [{"type": "step-start"}]}
+    again = {"id": "u-2", "role": "user", "parts": [{"type": "text", "text": "still there?"}]}
+    rid2, frame = request_frame([user, empty_answer, again])
+    await c.send(frame)
+    done2 = await c.wait_for(is_done(rid2))
+    assert not done2.get("error"), frames_of(c, rid2)
+    assert [text_of(m) for m in await get_messages(srv, "after-failure")] == [
+        "boom", "still there?", "You said: still there?"]
+    await c.close()
