@@ -22,8 +22,12 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,9 +36,9 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import BrowserContext, Page, Playwright, WebSocket, expect, sync_playwright
+from playwright.sync_api import BrowserContext, Page, Playwright, ViewportSize, WebSocket, expect, sync_playwright
 
-from .conftest import REPO, NodeToolchain, ThinkServer, find_node, run_think_server
+from .conftest import REPO, NodeToolchain, ThinkServer, find_node, free_port, run_think_server
 
 WEB_DIR = REPO / "app" / "web"
 DIST_INDEX = WEB_DIR / "dist" / "index.html"
@@ -75,9 +79,33 @@ REASONED_ANSWER = "The answer is 42."
 WEATHER_ANSWER = "It is sunny and 22°C in Paris (demo data)."
 APPROVED_ANSWER = "Done: 50 euros sent to Alice (demo: no money moved)."
 DENIED_ANSWER = "Okay, no money was sent."
+#: The demo's topics, offered as suggestions in an empty conversation.
+SUGGESTIONS = ["weather", "think", "time", "send money", "story"]
+#: A phone's viewport.
+PHONE = ViewportSize(width=390, height=844)
+
+#: The pieces of a markdown answer, streamed one after the other (the "markdown" rule below).
+MARKDOWN_DELTAS = [
+    "## Steps\n\n", "1. **Install** ", "the package\n", "2. Run `make web`\n\n",
+    "| name | value |\n", "| --- | --- |\n", "| a | 1 |\n\n",
+    "```python\n", "def greet(name):\n", "    return f\"Hello, {name}!\"\n", "```\n",
+]
+CODE = 'def greet(name):\n    return f"Hello, {name}!"\n'
+#: Flows the demo script has no prompt for: a script of this file's own (scripted-model format).
+PAGE_SCRIPT = {"rules": [
+    # One sentence in two text parts (as a reply continued after a restart, or over model steps, comes).
+    {"match": "split", "steps": [[{"text": ["First half of a sentence, "]}, {"text": ["and its second half."]}]]},
+    # A turn that fails before its first word, and one that fails after a few.
+    {"match": "explode", "steps": [[{"error": "The model is out of order"}]]},
+    {"match": "fail", "steps": [[{"text": ["Partial ", "answer"], "end": False}, {"wait_ms": 50},
+                                 {"error": "Mock model exploded mid-stream"}]]},
+    {"match": "markdown", "steps": [[{"text": MARKDOWN_DELTAS, "interval_ms": 60}]]},
+    {"match": "*", "steps": [[{"text": ["You said: {user}"]}]]},
+]}
 
 #: Installed in every page before its own scripts: a record of each text the last
-#: assistant message showed, in order, taken at every DOM change (each React commit).
+#: assistant message showed, in order, taken at every DOM change (each React commit);
+#: and when each WebSocket was made.
 RECORDER = """
 window.__shown = [];
 new MutationObserver(() => {
@@ -88,6 +116,14 @@ new MutationObserver(() => {
   const prev = window.__shown[window.__shown.length - 1];
   if (!prev || prev.id !== last.dataset.id || prev.text !== text) window.__shown.push({ id: last.dataset.id, text });
 }).observe(document, { subtree: true, childList: true, characterData: true });
+// When (Date.now()) the page made each WebSocket, those that never opened too.
+window.__sockets = [];
+window.WebSocket = class extends window.WebSocket {
+  constructor(...args) {
+    super(...args);
+    window.__sockets.push(Date.now());
+  }
+};
 """
 
 
@@ -145,6 +181,63 @@ def server(web_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield srv
 
 
+@pytest.fixture(scope="module")
+def script_server(web_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThinkServer]:
+    """The demo agent on this file's own script (PAGE_SCRIPT): splits, failures, markdown."""
+    where = tmp_path_factory.mktemp("browser-script-server")
+    script = where / "page-script.json"
+    script.write_text(json.dumps(PAGE_SCRIPT))
+    with run_think_server(where, model=f"scripted:{script}") as srv:
+        yield srv
+
+
+class RestartableServer:
+    """``python -m app serve`` with the demo script that a test kills (SIGKILL) and starts again,
+    on the same port and data dir: what a page sees of a crash or a deploy."""
+
+    def __init__(self, where: Path) -> None:
+        self.port = free_port()
+        self.data_dir = where / "data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = where / "server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> float:
+        """Starts a life; returns when (time.time()) it accepted a connection."""
+        cmd = [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+               "--data-dir", str(self.data_dir), "--model", f"scripted:{DEMO_SCRIPT}"]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log_path.read_text(errors="replace")[-4000:]
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return time.time()
+            except OSError:
+                time.sleep(0.05)
+        pytest.fail(f"the server did not listen: {self.log_path.read_text(errors='replace')[-4000:]}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def restartable(web_dist: Path, tmp_path: Path) -> Iterator[RestartableServer]:
+    srv = RestartableServer(tmp_path)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.kill()
+
+
 @pytest.fixture
 def playwright() -> Iterator[Playwright]:
     # Per test: the sync API keeps an event loop of its own running while it is open,
@@ -165,7 +258,7 @@ def context(playwright: Playwright, tmp_path: Path) -> Iterator[BrowserContext]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def launch(playwright: Playwright, profile: Path) -> BrowserContext:
+def launch(playwright: Playwright, profile: Path, viewport: ViewportSize | None = None) -> BrowserContext:
     """Chromium on a profile of its own (a fresh one is a browser that never saw the page)."""
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: `make browser-deps` installs Debian's chromium (apt-get, as root)")
@@ -176,7 +269,7 @@ def launch(playwright: Playwright, profile: Path) -> BrowserContext:
         args=CHROMIUM_ARGS,
         timezone_id=BROWSER_TZ,
         locale="en-US",
-        viewport={"width": 1100, "height": 900},
+        viewport=viewport or ViewportSize(width=1100, height=900),
     )
     ctx.add_init_script(RECORDER)
     return ctx
@@ -240,10 +333,11 @@ class Tab:
         )
         self.wait_ready(timeout)
 
-    def wait_ready(self, timeout: int = SHORT) -> None:
+    def wait_ready(self, timeout: int = SHORT, status: str = "Ready") -> None:
+        """Until no answer runs and the status line says ``status`` (an approval waiting says so)."""
         expect(self.chat()).to_have_attribute("data-busy", "false", timeout=timeout)
         expect(self.chat()).to_have_attribute("data-status", "ready", timeout=timeout)
-        expect(self.page.get_by_role("status")).to_have_text("Ready", timeout=timeout)
+        expect(self.page.get_by_role("status")).to_have_text(status, timeout=timeout)
 
     def wait_words(self, n: int, timeout: int = LONG) -> None:
         """Until the last assistant message shows at least ``n`` words."""
@@ -255,6 +349,10 @@ class Tab:
             arg=n,
             timeout=timeout,
         )
+
+    def socket_times(self) -> list[float]:
+        """When (time.time()) the page made each WebSocket, those that never opened too."""
+        return [t / 1000 for t in self.page.evaluate("window.__sockets")]
 
     def frames(self, direction: str, type_: str) -> list[dict[str, Any]]:
         source = self.sent if direction == "sent" else self.received
@@ -281,7 +379,8 @@ def conversation() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
 
 
-def open_tab(context: BrowserContext, server: ThinkServer, name: str, agent: str = "assistant") -> Tab:
+def open_tab(context: BrowserContext, server: ThinkServer | RestartableServer, name: str,
+             agent: str = "assistant") -> Tab:
     tab = Tab(context.new_page())
     tab.page.goto(f"{server.base}/#/{agent}/{name}")
     expect(tab.page.get_by_test_id("instance")).to_have_text(name)
@@ -348,7 +447,8 @@ def test_page_and_agent_list_are_served(server: ThinkServer) -> None:
 def test_send_and_stream(context: BrowserContext, server: ThinkServer, request: pytest.FixtureRequest) -> None:
     name = conversation()
     tab = open_tab(context, server, name)
-    expect(tab.page.get_by_role("combobox", name="Agent")).to_have_value("assistant")
+    # One agent: no agent picker.
+    expect(tab.page.get_by_role("combobox", name="Agent")).to_have_count(0)
     expect(tab.page.get_by_role("link", name="New chat")).to_have_attribute("aria-current", "page")
     tab.send("hello")
     tab.wait_words(3)
@@ -372,8 +472,12 @@ def test_reasoning_and_server_tool(context: BrowserContext, server: ThinkServer,
     tab.wait_answer(REASONED_ANSWER)
     reasoning = tab.page.locator("details.reasoning")
     expect(reasoning).to_have_count(1)
-    expect(reasoning.locator("summary")).to_have_text("Reasoning")
+    # Once done, the reasoning folds into one line that says how long it took.
+    expect(reasoning.locator("summary")).to_have_text(re.compile(r"^Thought for \d+ s$"))
+    expect(reasoning).not_to_have_attribute("open", re.compile(".*"))
     expect(reasoning.locator(".reasoning-text")).to_have_text(REASONING)
+    reasoning.locator("summary").click()
+    expect(reasoning.locator(".reasoning-text")).to_be_visible()
 
     tab.send("weather")
     tab.wait_answer(WEATHER_ANSWER)
@@ -424,20 +528,26 @@ def test_stop_keeps_the_partial_answer(context: BrowserContext, server: ThinkSer
     name = conversation()
     tab = open_tab(context, server, name)
     stop = tab.page.get_by_role("button", name="Stop", exact=True)
-    expect(stop).to_be_disabled()
+    send = tab.page.get_by_role("button", name="Send", exact=True)
+    # One button: Send while nothing runs, Stop while an answer comes.
+    expect(stop).to_have_count(0)
     tab.send("story")
     tab.wait_words(4)
     expect(stop).to_be_enabled()
+    expect(send).to_have_count(0)
     stop.click()
     tab.wait_ready()
     shot(tab, request, "1-stopped")
+    expect(tab.page.locator('li.message[data-role="assistant"] .stopped-mark')).to_have_text("Stopped")
+    expect(tab.page.get_by_role("textbox", name="Message")).to_be_focused()
 
     assert tab.frames("sent", "cf_agent_chat_request_cancel"), tab.report()
     ends = [f for f in tab.frames("received", "cf_agent_use_chat_response") if f.get("done")]
     assert [f.get("outcome") for f in ends] == ["aborted"], tab.report()
     partial = tab.messages()[-1][1]
     assert partial and STORY.startswith(partial) and partial != STORY, tab.report()
-    expect(stop).to_be_disabled()
+    expect(stop).to_have_count(0)
+    expect(send).to_be_visible()
 
     # Nothing more arrives: the next answer comes while the stopped one stays as it was.
     tab.send("ping")
@@ -449,7 +559,9 @@ def test_stop_keeps_the_partial_answer(context: BrowserContext, server: ThinkSer
     tab.wait_answer("You said: ping")
     assert tab.messages() == [("user", "story"), ("assistant", partial), ("user", "ping"),
                               ("assistant", "You said: ping")], tab.report()
-    assert [text_of(m) for m in server_messages(server, name)] == ["story", partial, "ping", "You said: ping"]
+    # (The page renders markdown, which drops the space the stopped text ended with.)
+    assert [text_of(m).rstrip() for m in server_messages(server, name)] == ["story", partial, "ping",
+                                                                            "You said: ping"]
     shot(tab, request, "2-after-reload")
     assert not tab.errors, tab.report()
 
@@ -464,7 +576,10 @@ def test_approval(context: BrowserContext, server: ThinkServer, request: pytest.
     expect(card).to_have_attribute("data-state", "approval-requested", timeout=SHORT)
     expect(card.locator(".tool-state")).to_have_text("needs your approval")
     assert json.loads(card.locator(".tool-input pre").text_content() or "null") == {"amount": 50, "to": "Alice"}
-    tab.wait_ready()  # the asking turn is over: the page waits for the person
+    expect(card.locator(".tool-input pre")).to_be_visible()  # what is asked is in sight
+    # The asking turn is over: the page waits for the person, says so, and hands them the decision.
+    tab.wait_ready(status="Waiting for your approval")
+    expect(card.get_by_role("button", name="Approve")).to_be_focused()
     shot(tab, request, "1-asked")
 
     card.get_by_role("button", name="Approve" if approve else "Deny").click()
@@ -479,6 +594,8 @@ def test_approval(context: BrowserContext, server: ThinkServer, request: pytest.
         expect(card.locator(".tool-denied")).to_have_text("You denied this call.")
         expect(card.locator(".tool-output")).to_have_count(0)
     expect(card.get_by_role("button")).to_have_count(0)
+    expect(card.locator(".badge")).to_have_text("Approved" if approve else "Denied")
+    expect(card.locator("details")).not_to_have_attribute("open", re.compile(".*"))  # one line again
     shot(tab, request, "2-answered")
 
     answer = APPROVED_ANSWER if approve else DENIED_ANSWER
@@ -499,11 +616,11 @@ def test_approving_an_old_card_after_the_conversation_moved_on(context: BrowserC
     tab = open_tab(context, server, name)
     tab.send("send money")
     expect(tab.tool("sendMoney")).to_have_attribute("data-state", "approval-requested", timeout=SHORT)
-    tab.wait_ready()
+    tab.wait_ready(status="Waiting for your approval")
     for ask in ("weather", None):
         tab.page.reload()
         expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
-        tab.wait_ready()
+        tab.wait_ready(status="Waiting for your approval" if ask else "Ready")
         if ask:
             tab.send(ask)
             tab.wait_answer(WEATHER_ANSWER)
@@ -743,3 +860,313 @@ async def test_web_routes_without_a_build(tmp_path: Path) -> None:
         agents = await client.get("/api/agents")
         assert agents.status_code == 200
         assert agents.json() == ["assistant", "my-agent"]
+
+
+# ── flows that went wrong, and what people expect of the page ────────────
+
+
+def _assistant(tab: Tab) -> Any:
+    return tab.page.locator('li.message[data-role="assistant"]')
+
+
+def test_text_parts_of_one_reply_read_as_one(context: BrowserContext, script_server: ThinkServer,
+                                             request: pytest.FixtureRequest) -> None:
+    """A sentence the model sent in two text parts (a reply continued after a restart, or over two
+    model steps) was drawn as two blocks: a line break mid-sentence."""
+    name = conversation()
+    tab = open_tab(context, script_server, name)
+    tab.send("split")
+    answer = "First half of a sentence, and its second half."
+    tab.wait_answer(answer)
+    shot(tab, request, "joined")
+    stored = server_messages(script_server, name)
+    assert [p["type"] for p in stored[-1]["parts"] if p["type"] == "text"] == ["text", "text"], stored
+    reply = _assistant(tab)
+    expect(reply.locator(".text")).to_have_count(1)
+    shown = reply.locator(".text").inner_text()
+    assert "\n" not in shown.strip() and shown.strip() == answer, repr(shown)
+    assert not tab.errors, tab.report()
+
+
+def test_a_failed_turn_shows_its_error_in_the_reply(context: BrowserContext, script_server: ThinkServer,
+                                                    request: pytest.FixtureRequest) -> None:
+    """A failed turn left an empty assistant bubble and a loose red line above the input: the error
+    now shows inside the reply that failed, with Retry (regenerate)."""
+    name = conversation()
+    tab = open_tab(context, script_server, name)
+    box = tab.page.get_by_role("textbox", name="Message")
+
+    tab.send("explode")
+    failed = _assistant(tab)
+    expect(failed).to_have_count(1, timeout=SHORT)
+    expect(failed).to_have_attribute("data-failed", "true")
+    alert = failed.get_by_role("alert")
+    expect(alert).to_contain_text("The model is out of order")
+    expect(tab.chat()).to_have_attribute("data-busy", "false")
+    expect(tab.page.get_by_role("status")).to_have_text("The last answer failed")
+    shot(tab, request, "1-failed")
+    # No message without words, no error outside the messages.
+    expect(tab.page.locator("main.chat > .notice, main.chat > p[role=alert]")).to_have_count(0)
+    assert tab.messages() == [("user", "explode"), ("assistant", "")], tab.report()
+    assert [m["role"] for m in server_messages(script_server, name)] == ["user"]
+
+    # Retry asks again (a regenerate request), in place: still one reply, failed again.
+    tab.sent.clear()
+    alert.get_by_role("button", name="Retry").click()
+    expect(box).to_be_focused()
+    tab.page.wait_for_function("() => document.querySelectorAll('li.message[data-failed]').length === 1"
+                               " && document.querySelector('li.message[data-failed] [role=alert]')",
+                               timeout=SHORT)
+    expect(failed.get_by_role("alert")).to_contain_text("The model is out of order", timeout=SHORT)
+    requests = tab.frames("sent", "cf_agent_use_chat_request")
+    assert len(requests) == 1, tab.report()
+    assert json.loads(requests[0]["init"]["body"])["trigger"] == "regenerate-message", requests
+    expect(_assistant(tab)).to_have_count(1)
+
+    # A turn that fails after some words: its words stay, the error shows under them.
+    tab.send("fail")
+    partial = _assistant(tab).nth(1)
+    expect(partial.get_by_role("alert")).to_contain_text("Mock model exploded mid-stream", timeout=SHORT)
+    expect(partial.locator(".text")).to_have_text("Partial answer")
+    # Only the last failure offers Retry.
+    expect(tab.page.get_by_role("button", name="Retry")).to_have_count(1)
+    expect(partial.get_by_role("button", name="Retry")).to_be_visible()
+    shot(tab, request, "2-failed-after-words")
+    # The next turn goes as usual.
+    tab.send("after the failure")
+    tab.wait_answer("You said: after the failure")
+    expect(tab.page.get_by_role("button", name="Retry")).to_have_count(0)
+    assert not tab.errors, tab.report()
+
+
+def test_reconnecting_after_the_server_restarts(context: BrowserContext, restartable: RestartableServer,
+                                                request: pytest.FixtureRequest) -> None:
+    """While the server was away the page showed a raw "WebSocket closed mid-stream" and came back
+    about 11 s after the server did. Now: a banner (offline, retrying, Retry now), no raw error, a
+    message typed meanwhile marked as not sent yet, and tries at least every few seconds."""
+    name = conversation()
+    tab = open_tab(context, restartable, name)
+    banner = tab.page.get_by_test_id("connection-banner")
+    box = tab.page.get_by_role("textbox", name="Message")
+
+    # The server dies mid-answer and comes back: the reply goes on where it was, as one text.
+    tab.send("story")
+    tab.wait_words(6)
+    restartable.kill()
+    expect(banner).to_be_visible(timeout=SHORT)
+    expect(banner).to_contain_text("Reconnecting")
+    expect(banner.get_by_role("button", name="Retry now")).to_be_visible()
+    expect(tab.page.get_by_role("status")).to_have_text("Offline: reconnecting…")
+    shot(tab, request, "1-offline")
+    restartable.start()
+    expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
+    expect(banner).to_have_count(0)
+    tab.wait_answer(STORY, timeout=LONG)
+    expect(_assistant(tab).locator(".text")).to_have_count(1)
+    assert "\n" not in _assistant(tab).locator(".text").inner_text().strip(), tab.report()
+    assert tab.messages() == [("user", "story"), ("assistant", STORY)], tab.report()
+    expect(tab.page.get_by_text("WebSocket closed mid-stream")).to_have_count(0)
+    expect(tab.page.get_by_role("alert")).to_have_count(0)
+    shot(tab, request, "2-continued")
+
+    # Away for a while: a message typed meanwhile waits, marked, and goes once the page is back.
+    restartable.kill()
+    expect(banner).to_be_visible(timeout=SHORT)
+    down = time.time()
+    box.fill("echo while offline")
+    box.press("Enter")
+    pending = tab.page.locator('li.message[data-role="user"][data-pending="true"]')
+    expect(pending).to_have_count(1)
+    expect(pending).to_contain_text("echo while offline")
+    expect(pending.locator(".pending-mark")).to_be_visible()
+    shot(tab, request, "3-pending")
+    time.sleep(max(0.0, 9 - (time.time() - down)))
+    tries = [t for t in tab.socket_times() if t >= down]
+    back = restartable.start()
+    expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
+    reopened = time.time()
+    # It kept trying, never waiting long between tries (PartySocket's own delays grow to 10 s) ...
+    gaps = [b - a for a, b in zip([down, *tries], tries, strict=False)]
+    assert len(tries) >= 3 and max(gaps) < 3.2, f"tries every {[round(g, 1) for g in gaps]} s"
+    assert reopened - back < 4, f"back {reopened - back:.1f} s after the server"
+    # ... and the message went, and was answered.
+    tab.wait_answer("You said: echo while offline")
+    expect(pending).to_have_count(0)
+    expect(banner).to_have_count(0)
+    expect(tab.page.get_by_text("WebSocket closed mid-stream")).to_have_count(0)
+    assert tab.messages()[-2:] == [("user", "echo while offline"), ("assistant", "You said: echo while offline")], \
+        tab.report()
+
+    # "Retry now" does not wait for the next try.
+    restartable.kill()
+    expect(banner).to_be_visible(timeout=SHORT)
+    time.sleep(4)
+    restartable.start()
+    before = len(tab.socket_times())
+    banner.get_by_role("button", name="Retry now").click()
+    expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=2_000)
+    assert len(tab.socket_times()) > before
+    tab.wait_ready()
+    assert not tab.errors, tab.report()
+
+
+def test_phone_width(playwright: Playwright, server: ThinkServer, tmp_path: Path,
+                     request: pytest.FixtureRequest) -> None:
+    """At 390x844 the message box ended up below the screen (the chat column grew to the whole
+    conversation's height) and the list took a third of the screen: now the list is a drawer and
+    the message box stays at the bottom."""
+    ctx = launch(playwright, tmp_path / "phone-profile", viewport=PHONE)
+    try:
+        name = conversation()
+        tab = open_tab(ctx, server, name)
+        nav = tab.page.get_by_role("navigation", name="Conversations")
+        expect(nav).to_be_hidden()
+        box = tab.page.get_by_role("textbox", name="Message")
+        for i in range(8):
+            tab.send(f"message number {i} with a few more words to fill the screen")
+            tab.wait_answer(f"You said: message number {i} with a few more words to fill the screen")
+        shot(tab, request, "1-chat")
+        rect = box.bounding_box()
+        assert rect and rect["y"] >= 0 and rect["y"] + rect["height"] <= PHONE["height"], rect
+        assert tab.page.evaluate("document.scrollingElement.scrollHeight") <= PHONE["height"]
+        # The newest message is in sight, above the box.
+        last = tab.page.locator("li.message").last.bounding_box()
+        assert last and last["y"] + last["height"] <= rect["y"] + 1, (last, rect)
+
+        menu = tab.page.get_by_role("button", name="Conversations")
+        expect(menu).to_have_attribute("aria-expanded", "false")
+        menu.click()
+        expect(nav).to_be_visible()
+        expect(menu).to_have_attribute("aria-expanded", "true")
+        expect(nav.get_by_role("button", name="New chat")).to_be_focused()
+        tab.page.wait_for_function("() => document.getElementById('sidebar').getBoundingClientRect().left >= 0")
+        width = nav.bounding_box()
+        assert width and width["width"] <= PHONE["width"] * 0.9, width
+        shot(tab, request, "2-drawer")
+        tab.page.keyboard.press("Escape")
+        expect(nav).to_be_hidden()
+        expect(menu).to_be_focused()
+        # A new chat from the drawer closes it and opens the chat.
+        menu.click()
+        session = _new_chat(tab, name, None)
+        expect(nav).to_be_hidden()
+        assert session
+        shot(tab, request, "3-new-chat")
+        assert not tab.errors, tab.report()
+    finally:
+        ctx.close()
+
+
+def test_markdown_and_code(context: BrowserContext, script_server: ThinkServer,
+                           request: pytest.FixtureRequest) -> None:
+    """Markdown renders as it streams (never a raw fence or asterisks), code is highlighted and copied."""
+    context.grant_permissions(["clipboard-read", "clipboard-write"])
+    tab = open_tab(context, script_server, conversation())
+    tab.send("markdown")
+    reply = _assistant(tab)
+    expect(reply.locator(".text[data-caret=true]")).to_have_count(1, timeout=SHORT)  # the streaming caret
+    shot(tab, request, "1-streaming")
+    tab.wait_ready()
+    expect(reply.locator(".text[data-caret]")).to_have_count(0)
+    text = reply.locator(".text")
+    expect(text.get_by_role("heading", name="Steps")).to_be_visible()
+    expect(text.locator("ol > li")).to_have_text(["Install the package", "Run make web"])
+    expect(text.locator("strong")).to_have_text("Install")
+    expect(text.locator("table td")).to_have_text(["a", "1"])
+    code = text.locator("pre code")
+    expect(code).to_have_text(CODE)
+    expect(code.locator(".hljs-keyword").first).to_have_text("def")
+    expect(code.locator(".hljs-string")).to_have_count(1)
+    shot(tab, request, "2-done")
+    # What streamed never showed markdown's marks.
+    texts = [s["text"] for s in tab.shown()]
+    assert len(texts) > 3 and not [t for t in texts if "```" in t or "**" in t or "|---" in t], texts
+
+    copy = text.get_by_role("button", name="Copy code")
+    copy.click()
+    expect(text.get_by_role("button", name="Copied")).to_be_visible()
+    assert tab.page.evaluate("navigator.clipboard.readText()") == CODE
+    assert not tab.errors, tab.report()
+
+
+def test_keyboard_only(context: BrowserContext, server: ThinkServer, request: pytest.FixtureRequest) -> None:
+    """Enter sends, Esc stops, the focus stays in the message box, the box grows with its text,
+    and no live region wraps the whole list (a screen reader hears the status line)."""
+    name = conversation()
+    tab = open_tab(context, server, name)
+    box = tab.page.get_by_role("textbox", name="Message")
+    expect(box).to_be_focused()
+    expect(tab.page.locator("[aria-live]")).to_have_count(0)
+    expect(tab.page.locator(".messages[role=log]")).to_have_count(0)
+
+    one_line = box.bounding_box()
+    box.press_sequentially("first line")
+    for n in range(4):
+        box.press("Shift+Enter")
+        box.press_sequentially(f"line {n}")
+    grown = box.bounding_box()
+    assert one_line and grown and grown["height"] > one_line["height"] * 2, (one_line, grown)
+    box.fill("")
+    box.press_sequentially("story")
+    box.press("Enter")
+    tab.wait_words(3)
+    expect(box).to_be_focused()
+    tab.page.keyboard.press("Escape")
+    tab.wait_ready()
+    expect(_assistant(tab).locator(".stopped-mark")).to_have_text("Stopped")
+    expect(box).to_be_focused()
+    assert tab.frames("sent", "cf_agent_chat_request_cancel"), tab.report()
+    shot(tab, request, "stopped-by-esc")
+    assert not tab.errors, tab.report()
+
+
+def test_suggestions_rename_and_the_list(context: BrowserContext, server: ThinkServer,
+                                        request: pytest.FixtureRequest) -> None:
+    """An empty conversation offers the demo's topics; the list names a conversation by the title a
+    person gave it (PATCH), else its first message, shows when it changed, and keeps its order."""
+    name = conversation()
+    tab = open_tab(context, server, name)
+    nav = tab.page.get_by_role("navigation", name="Conversations")
+    suggestions = tab.page.get_by_role("list", name="Suggestions").get_by_role("button")
+    expect(suggestions).to_have_text([re.compile(rf"^{s}\b") for s in SUGGESTIONS])
+    shot(tab, request, "1-empty")
+
+    first = _new_chat(tab, name, None)
+    tab.page.get_by_role("list", name="Suggestions").get_by_role("button", name="weather").click()
+    tab.wait_answer(WEATHER_ANSWER)
+    expect(tab.page.get_by_role("textbox", name="Message")).to_be_focused()
+    second = _new_chat(tab, name, first)
+    tab.send("second chat")
+    tab.wait_answer("You said: second chat")
+    rows = nav.locator("li.session a")
+    expect(rows).to_have_text(["second chat", "weather"])
+    expect(nav.locator("li.session time").first).to_have_text("now")
+
+    # Rename: the server keeps the title, the list and the page's title show it.
+    nav.get_by_role("button", name="Rename conversation: weather").click()
+    field = nav.get_by_role("textbox", name="New title for weather")
+    expect(field).to_be_focused()
+    field.fill("Paris weather")
+    shot(tab, request, "2-renaming")
+    field.press("Enter")
+    expect(rows).to_have_text(["second chat", "Paris weather"])
+    assert server_sessions(server, name)[first]["title"] == "Paris weather"
+    expect(nav.get_by_role("button", name="Rename conversation: Paris weather")).to_be_focused()
+    # Esc leaves a rename without saving.
+    nav.get_by_role("button", name="Rename conversation: second chat").click()
+    nav.get_by_role("textbox", name="New title for second chat").fill("not this")
+    tab.page.keyboard.press("Escape")
+    expect(rows).to_have_text(["second chat", "Paris weather"])
+    assert server_sessions(server, name)[second]["title"] is None
+    rows.filter(has_text="Paris weather").click()
+    expect(tab.page.get_by_test_id("conversation")).to_have_text("Paris weather")
+    tab.wait_answer(WEATHER_ANSWER)
+    expect(tab.page).to_have_title("Paris weather · assistant · think-server")
+    # The order stays: newest first, not moved by a rename or a new message, the same after a reload.
+    tab.send("one more")
+    tab.wait_answer("You said: one more")
+    expect(rows).to_have_text(["second chat", "Paris weather"])
+    tab.page.reload()
+    expect(rows).to_have_text(["second chat", "Paris weather"])
+    shot(tab, request, "3-renamed")
+    assert not tab.errors, tab.report()

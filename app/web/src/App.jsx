@@ -1,5 +1,5 @@
 import { useCallback, useEffect, useRef, useState } from "react";
-import { createSession, deleteSession, getMessages, listSessions, titleOf } from "./api.js";
+import { createSession, deleteSession, getMessages, listSessions, renameSession, titleOf } from "./api.js";
 import { Chat } from "./Chat.jsx";
 import {
   DEFAULT_NAME,
@@ -105,7 +105,7 @@ function useSessions(agent, name, openSession) {
       for (const s of state.sessions) {
         const key = titleKey(agent, name, s.id);
         if (s.message_count === 0) TITLES.delete(key);
-        if (!live || s.id === openSession || s.message_count === 0 || TITLES.has(key)) continue;
+        if (!live || s.id === openSession || s.message_count === 0 || s.title || TITLES.has(key)) continue;
         try {
           TITLES.set(key, titleOf(await getMessages(agent, name, s.id)));
         } catch {
@@ -132,55 +132,167 @@ function useSessions(agent, name, openSession) {
   return { ...state, refresh, setTitle, titleOf: titleOfSession };
 }
 
-/** What the list shows: newest first, the open one always, the root only once it was used. */
+/** When a row the server does not list yet was first shown: its place in the list stays put. */
+const FIRST_SEEN = new Map();
+
+/** What the list shows: the newest first, the open one always, the root only once it was used. */
 function listed(sessions, openSession, titleOfSession) {
   let rows = sessions.filter((s) => s.id !== "" || s.message_count > 0 || s.id === openSession);
   if (!rows.some((s) => s.id === openSession)) {
-    rows = [{ id: openSession, created_at: Date.now(), updated_at: Date.now(), message_count: 0 }, ...rows];
+    if (!FIRST_SEEN.has(openSession)) FIRST_SEEN.set(openSession, Date.now());
+    const seen = FIRST_SEEN.get(openSession);
+    rows = [{ id: openSession, created_at: seen, updated_at: seen, message_count: 0, title: null }, ...rows];
   }
+  // Newest first by when each was started: a conversation keeps its place when it gets a message
+  // or a title (the server's updated_at moves for both), so the list never jumps under the pointer.
   return rows
-    .map((s) => ({ ...s, title: titleOfSession(s.id) }))
-    .sort((a, b) => b.updated_at - a.updated_at || b.created_at - a.created_at);
+    .map((s) => ({ ...s, title: s.title || titleOfSession(s.id) }))
+    .sort((a, b) => b.created_at - a.created_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 
-function SessionRow({ session, current, onDelete }) {
-  const [confirming, setConfirming] = useState(false);
+const RELATIVE = new Intl.RelativeTimeFormat(undefined, { numeric: "auto", style: "short" });
+
+/** "now", "5 min. ago", "yesterday", or the date: when a conversation last changed. */
+function when(ms, now = Date.now()) {
+  if (!ms) return "";
+  const seconds = Math.round((ms - now) / 1000);
+  if (Math.abs(seconds) < 60) return "now";
+  const minutes = Math.round(seconds / 60);
+  if (Math.abs(minutes) < 60) return RELATIVE.format(minutes, "minute");
+  const hours = Math.round(minutes / 60);
+  if (Math.abs(hours) < 24) return RELATIVE.format(hours, "hour");
+  const days = Math.round(hours / 24);
+  if (Math.abs(days) < 7) return RELATIVE.format(days, "day");
+  return new Date(ms).toLocaleDateString(undefined, { month: "short", day: "numeric" });
+}
+
+/** Re-renders every minute, so "5 min. ago" keeps true. */
+function useMinute() {
+  const [, setTick] = useState(0);
+  useEffect(() => {
+    const timer = setInterval(() => setTick((n) => n + 1), 60_000);
+    return () => clearInterval(timer);
+  }, []);
+}
+
+const MAX_TITLE = 200;
+
+function RenameForm({ session, onRename, onDone }) {
+  const [value, setValue] = useState(session.title === UNTITLED ? "" : session.title);
+  const [saving, setSaving] = useState(false);
+  const [problem, setProblem] = useState(null);
+  const save = async (e) => {
+    e.preventDefault();
+    setSaving(true);
+    setProblem(null);
+    try {
+      await onRename(session.id, value.trim() || null);
+      onDone();
+    } catch (err) {
+      setProblem(String(err.message ?? err));
+      setSaving(false);
+    }
+  };
+  return (
+    <form
+      className="rename"
+      onSubmit={save}
+      onKeyDown={(e) => {
+        if (e.key === "Escape") {
+          e.preventDefault();
+          onDone();
+        }
+      }}
+    >
+      <label>
+        <span className="visually-hidden">New title for {session.title}</span>
+        <input
+          value={value}
+          maxLength={MAX_TITLE}
+          onChange={(e) => setValue(e.target.value)}
+          autoFocus
+          onFocus={(e) => e.target.select()}
+          placeholder="A title (empty: its first words)"
+        />
+      </label>
+      <button type="submit" disabled={saving}>
+        Save
+      </button>
+      <button type="button" onClick={onDone} disabled={saving}>
+        Cancel
+      </button>
+      {problem && (
+        <p className="sidebar-error" role="alert">
+          {problem}
+        </p>
+      )}
+    </form>
+  );
+}
+
+function SessionRow({ session, current, onDelete, onRename, onOpen }) {
+  const [mode, setMode] = useState(null); // null, "confirm" or "rename"
   const [deleting, setDeleting] = useState(false);
   const here = session.id === current.session;
+  const menu = useRef(null);
+  const done = () => {
+    setMode(null);
+    // Back where the person was: the row's own buttons.
+    setTimeout(() => menu.current?.focus(), 0);
+  };
   const remove = async () => {
     setDeleting(true);
     try {
       await onDelete(session.id);
     } finally {
       setDeleting(false);
-      setConfirming(false);
+      setMode(null);
     }
   };
   return (
-    <li className="session" data-session={session.id}>
-      <div className="session-row">
-        <a href={hashOf({ ...current, session: session.id })} aria-current={here ? "page" : undefined}>
-          {session.title}
-        </a>
-        {session.id !== "" && !confirming && (
-          <button
-            type="button"
-            className="delete"
-            aria-label={`Delete conversation: ${session.title}`}
-            title="Delete this conversation"
-            onClick={() => setConfirming(true)}
-          >
-            ×
-          </button>
-        )}
-      </div>
-      {confirming && (
+    <li className="session" data-session={session.id} data-current={here ? "true" : undefined}>
+      {mode === "rename" ? (
+        <RenameForm session={session} onRename={onRename} onDone={done} />
+      ) : (
+        <div className="session-row">
+          <a href={hashOf({ ...current, session: session.id })} aria-current={here ? "page" : undefined} onClick={onOpen}>
+            {session.title}
+          </a>
+          <time className="session-time" dateTime={new Date(session.updated_at || Date.now()).toISOString()}>
+            {when(session.updated_at)}
+          </time>
+          {session.id !== "" && mode === null && (
+            <span className="session-actions">
+              <button
+                type="button"
+                className="icon rename-button"
+                ref={menu}
+                aria-label={`Rename conversation: ${session.title}`}
+                title="Rename this conversation"
+                onClick={() => setMode("rename")}
+              >
+                ✎
+              </button>
+              <button
+                type="button"
+                className="icon delete"
+                aria-label={`Delete conversation: ${session.title}`}
+                title="Delete this conversation"
+                onClick={() => setMode("confirm")}
+              >
+                ×
+              </button>
+            </span>
+          )}
+        </div>
+      )}
+      {mode === "confirm" && (
         <div className="confirm" role="group" aria-label={`Delete conversation: ${session.title}?`}>
           <span>Delete it for good?</span>
           <button type="button" className="danger" onClick={remove} disabled={deleting}>
             Delete
           </button>
-          <button type="button" onClick={() => setConfirming(false)} disabled={deleting} autoFocus>
+          <button type="button" onClick={done} disabled={deleting} autoFocus>
             Cancel
           </button>
         </div>
@@ -189,16 +301,18 @@ function SessionRow({ session, current, onDelete }) {
   );
 }
 
-function Sidebar({ agents, current, list }) {
+function Sidebar({ agents, current, list, open: drawerOpen, onClose }) {
   const [busy, setBusy] = useState(false);
   const [problem, setProblem] = useState(null);
   const { agent, name } = current;
+  useMinute();
   const onNew = async () => {
     setBusy(true);
     setProblem(null);
     try {
       const made = await createSession(agent, name);
       open({ agent, name, session: made.id });
+      onClose();
       await list.refresh();
     } catch (e) {
       setProblem(`Cannot start a new chat: ${e.message ?? e}`);
@@ -216,23 +330,40 @@ function Sidebar({ agents, current, list }) {
     }
     await list.refresh();
   };
+  const onRename = async (session, title) => {
+    await renameSession(agent, name, session, title);
+    await list.refresh();
+  };
   const error = problem ?? (list.error && `Cannot list the conversations: ${list.error}`);
   const earlier = earlierNames(agent).filter((n) => n !== name);
   return (
-    <nav className="sidebar" aria-label="Conversations">
-      <label className="field">
-        <span>Agent</span>
-        <select value={agent} onChange={(e) => open({ agent: e.target.value, name })}>
-          {agents.map((a) => (
-            <option key={a} value={a}>
-              {a}
-            </option>
-          ))}
-        </select>
-      </label>
+    <nav
+      id="sidebar"
+      className="sidebar"
+      aria-label="Conversations"
+      data-open={drawerOpen ? "true" : "false"}
+      onKeyDown={(e) => {
+        if (e.key === "Escape" && drawerOpen && !e.defaultPrevented) {
+          e.preventDefault();
+          onClose({ focusToggle: true });
+        }
+      }}
+    >
       <button type="button" className="new-chat" onClick={onNew} disabled={busy}>
         New chat
       </button>
+      {agents.length > 1 && (
+        <label className="field">
+          <span>Agent</span>
+          <select value={agent} onChange={(e) => open({ agent: e.target.value, name })}>
+            {agents.map((a) => (
+              <option key={a} value={a}>
+                {a}
+              </option>
+            ))}
+          </select>
+        </label>
+      )}
       <h2>Conversations</h2>
       {error && (
         <p className="sidebar-error" role="alert">
@@ -244,7 +375,14 @@ function Sidebar({ agents, current, list }) {
       ) : (
         <ul className="sessions">
           {listed(list.sessions, current.session, list.titleOf).map((s) => (
-            <SessionRow key={s.id} session={s} current={current} onDelete={onDelete} />
+            <SessionRow
+              key={s.id}
+              session={s}
+              current={current}
+              onDelete={onDelete}
+              onRename={onRename}
+              onOpen={() => onClose()}
+            />
           ))}
         </ul>
       )}
@@ -254,7 +392,9 @@ function Sidebar({ agents, current, list }) {
           <ul className="sessions">
             {earlier.map((n) => (
               <li key={n} className="session">
-                <a href={hashOf({ agent, name: n })}>{n}</a>
+                <a href={hashOf({ agent, name: n })} onClick={() => onClose()}>
+                  {n}
+                </a>
               </li>
             ))}
           </ul>
@@ -264,15 +404,35 @@ function Sidebar({ agents, current, list }) {
   );
 }
 
+/** The sidebar as a drawer on a narrow screen: open, closed, and the focus that goes with it. */
+function useDrawer() {
+  const [isOpen, setOpen] = useState(false);
+  const toggle = useRef(null);
+  const close = useCallback(({ focusToggle = false } = {}) => {
+    setOpen(false);
+    if (focusToggle) toggle.current?.focus();
+  }, []);
+  useEffect(() => {
+    if (!isOpen) return;
+    // Into the drawer: its first control.
+    const first = document.querySelector("#sidebar button, #sidebar a");
+    first?.focus();
+  }, [isOpen]);
+  return { isOpen, open: () => setOpen(true), close, toggle };
+}
+
 export function App() {
   const { agents, error } = useAgentNames();
   const current = useConversation(agents);
   const list = useSessions(current?.agent, current?.name, current?.session);
-  const title = current ? list.titleOf(current.session) : null;
+  const drawer = useDrawer();
+  const session = current?.session;
+  // A title a person gave the conversation first, else its first words.
+  const named = list.sessions?.find((s) => s.id === session)?.title;
+  const title = current ? named || list.titleOf(session) : null;
   useEffect(() => {
     document.title = current ? `${title} · ${current.agent} · think-server` : "think-server chat";
   }, [current, title]);
-  const session = current?.session;
   const onTitle = useCallback((t) => list.setTitle(session, t), [list.setTitle, session]);
   let body;
   if (error) {
@@ -289,8 +449,9 @@ export function App() {
     // Another conversation is a new socket and a new chat: remount rather than re-point the hooks.
     const key = JSON.stringify([current.agent, current.name, current.session]);
     body = (
-      <div className="layout">
-        <Sidebar agents={agents} current={current} list={list} />
+      <div className="layout" data-drawer={drawer.isOpen ? "open" : "closed"}>
+        <Sidebar agents={agents} current={current} list={list} open={drawer.isOpen} onClose={drawer.close} />
+        {drawer.isOpen && <div className="scrim" aria-hidden="true" onClick={() => drawer.close()} />}
         <Chat
           key={key}
           agent={current.agent}
@@ -305,6 +466,19 @@ export function App() {
   return (
     <>
       <header className="top">
+        {current && (
+          <button
+            type="button"
+            className="menu"
+            ref={drawer.toggle}
+            aria-controls="sidebar"
+            aria-expanded={drawer.isOpen}
+            onClick={() => (drawer.isOpen ? drawer.close() : drawer.open())}
+          >
+            <span aria-hidden="true">☰</span>
+            <span className="visually-hidden">Conversations</span>
+          </button>
+        )}
         <h1>think-server</h1>
         {current && (
           <p className="where">

@@ -1,4 +1,6 @@
 import { getToolName, isToolUIPart } from "ai";
+import { useEffect, useRef, useState } from "react";
+import { Markdown } from "./Markdown.jsx";
 
 const ROLE_LABELS = { user: "You", assistant: "Assistant", system: "System" };
 
@@ -20,6 +22,36 @@ function Block({ className, caption, value }) {
   );
 }
 
+/**
+ * What a message shows, in order: text and reasoning parts that follow each other
+ * (across model steps too: a reply continued after a restart is a new step) become
+ * one block, so a sentence split over two parts reads as one.
+ */
+export function groupParts(parts) {
+  const groups = [];
+  for (const [i, part] of (parts ?? []).entries()) {
+    if (part.type === "text" || part.type === "reasoning") {
+      if (!part.text && part.state !== "streaming") continue;
+      const last = groups[groups.length - 1];
+      if (last?.type === part.type) {
+        last.text += part.text ?? "";
+        last.streaming ||= part.state === "streaming";
+        continue;
+      }
+      groups.push({ type: part.type, key: `${part.type}-${i}`, text: part.text ?? "", streaming: part.state === "streaming" });
+    } else if (isToolUIPart(part)) {
+      groups.push({ type: "tool", key: part.toolCallId ?? `tool-${i}`, part });
+    }
+    // step-start, sources, files and data parts: nothing to show, and they do not break a text block
+  }
+  return groups;
+}
+
+/** Whether the message shows anything at all (an answer that failed before its first word shows nothing). */
+export function hasContent(message) {
+  return groupParts(message.parts).some((g) => g.type === "tool" || g.text.trim() || g.streaming);
+}
+
 const TOOL_STATES = {
   "input-streaming": "preparing the call…",
   "input-available": "running…",
@@ -30,21 +62,50 @@ const TOOL_STATES = {
   "output-denied": "denied"
 };
 
-function ToolPart({ part, onApproval }) {
+const RUNNING = new Set(["input-streaming", "input-available", "approval-responded"]);
+
+function decisionOf(part) {
+  if (part.state === "output-denied" || part.approval?.approved === false) return "denied";
+  if (part.approval?.approved === true) return "approved";
+  return null;
+}
+
+function ToolPart({ part, onApproval, live }) {
   const name = getToolName(part);
   const approvalId = part.approval?.id;
+  const asking = part.state === "approval-requested" && approvalId;
+  const approve = useRef(null);
+  const decision = decisionOf(part);
+  useEffect(() => {
+    // An approval that comes while the page is open takes the focus: it is what the turn waits for.
+    if (asking && live) approve.current?.focus();
+  }, [asking, live]);
+  const hasInput = part.input !== undefined && Object.keys(part.input ?? {}).length > 0;
   return (
     <section className="tool" data-tool={name} data-state={part.state} aria-label={`Tool ${name}`}>
-      <header>
-        <span className="tool-name">{name}</span>
-        <span className="tool-state">{TOOL_STATES[part.state] ?? part.state}</span>
-      </header>
-      {part.input !== undefined && Object.keys(part.input ?? {}).length > 0 && (
-        <Block className="tool-input" caption="Input" value={part.input} />
-      )}
-      {part.state === "approval-requested" && approvalId && (
+      <details open={asking ? true : undefined}>
+        <summary>
+          <span className="tool-name">{name}</span>
+          <span className="tool-state">{TOOL_STATES[part.state] ?? part.state}</span>
+          {RUNNING.has(part.state) && <span className="spinner" aria-hidden="true" />}
+          {decision && (
+            <span className={`badge ${decision}`} data-decision={decision}>
+              {decision === "approved" ? "Approved" : "Denied"}
+            </span>
+          )}
+        </summary>
+        <div className="tool-body">
+          {hasInput && <Block className="tool-input" caption="Input" value={part.input} />}
+          {!hasInput && <p className="caption">No input</p>}
+          {part.state === "output-available" && <Block className="tool-output" caption="Output" value={part.output} />}
+          {part.state === "output-error" && <p className="tool-error">{part.errorText}</p>}
+          {part.state === "output-denied" && <p className="tool-denied">You denied this call.</p>}
+        </div>
+      </details>
+      {asking && (
         <div className="approval" role="group" aria-label={`Approve ${name}?`}>
-          <button type="button" className="approve" onClick={() => onApproval(approvalId, true)}>
+          <span className="approval-question">Run {name} with the input above?</span>
+          <button type="button" className="approve" ref={approve} onClick={() => onApproval(approvalId, true)}>
             Approve
           </button>
           <button type="button" className="deny" onClick={() => onApproval(approvalId, false)}>
@@ -52,42 +113,99 @@ function ToolPart({ part, onApproval }) {
           </button>
         </div>
       )}
-      {part.state === "output-available" && (
-        <Block className="tool-output" caption="Output" value={part.output} />
-      )}
-      {part.state === "output-error" && <p className="tool-error">{part.errorText}</p>}
-      {part.state === "output-denied" && <p className="tool-denied">You denied this call.</p>}
     </section>
   );
 }
 
-function Part({ part, onApproval }) {
-  if (part.type === "text") {
+/** How long the model thought: measured while the page watched it stream; null when it did not. */
+function useThinkingTime(streaming) {
+  const started = useRef(streaming ? Date.now() : null);
+  const [seconds, setSeconds] = useState(null);
+  useEffect(() => {
+    if (streaming && started.current === null) started.current = Date.now();
+    if (!streaming && started.current !== null && seconds === null) {
+      setSeconds(Math.max(1, Math.round((Date.now() - started.current) / 1000)));
+    }
+  }, [streaming, seconds]);
+  return seconds;
+}
+
+function Reasoning({ text, streaming }) {
+  const seconds = useThinkingTime(streaming);
+  const label = streaming ? "Thinking…" : seconds !== null ? `Thought for ${seconds} s` : "Reasoning";
+  return (
+    <details className="reasoning" open={streaming ? true : undefined} data-state={streaming ? "streaming" : "done"}>
+      <summary>
+        {label}
+        {streaming && <span className="spinner" aria-hidden="true" />}
+      </summary>
+      <div className="reasoning-text">{text}</div>
+    </details>
+  );
+}
+
+function Group({ group, role, onApproval, live, caret }) {
+  if (group.type === "text") {
     return (
-      <div className="text" data-state={part.state ?? "done"}>
-        {part.text}
+      <div className="text" data-state={group.streaming ? "streaming" : "done"} data-caret={caret ? "true" : undefined}>
+        {role === "assistant" ? <Markdown text={group.text} /> : group.text}
       </div>
     );
   }
-  if (part.type === "reasoning") {
-    return (
-      <details className="reasoning" open data-state={part.state ?? "done"}>
-        <summary>{part.state === "streaming" ? "Thinking…" : "Reasoning"}</summary>
-        <div className="reasoning-text">{part.text}</div>
-      </details>
-    );
-  }
-  if (isToolUIPart(part)) return <ToolPart part={part} onApproval={onApproval} />;
-  return null; // step-start, sources, files and data parts: nothing to show here
+  if (group.type === "reasoning") return <Reasoning text={group.text} streaming={group.streaming} />;
+  return <ToolPart part={group.part} onApproval={onApproval} live={live} />;
 }
 
-export function Message({ message, onApproval }) {
+/** A failed turn's error, inside the reply it ended, with Retry for the last one. */
+export function TurnError({ text, onRetry }) {
   return (
-    <li className={`message ${message.role}`} data-role={message.role} data-id={message.id}>
+    <div className="turn-error" role="alert">
+      <p>
+        <strong>The answer failed:</strong> {text}
+      </p>
+      {onRetry && (
+        <button type="button" className="retry" onClick={onRetry}>
+          Retry
+        </button>
+      )}
+    </div>
+  );
+}
+
+/**
+ * One message. `streaming`: the answer is still coming (a caret follows its text);
+ * `stopped`: it was stopped; `error`: {text, onRetry} of the turn it failed;
+ * `pending`: typed while offline, not sent yet; `live`: it arrived while the page was open.
+ */
+export function Message({ message, onApproval, streaming, stopped, error, pending, live }) {
+  const groups = groupParts(message.parts);
+  const lastText = streaming ? groups.findLastIndex((g) => g.type === "text") : -1;
+  return (
+    <li
+      className={`message ${message.role}`}
+      data-role={message.role}
+      data-id={message.id}
+      data-pending={pending ? "true" : undefined}
+      data-stopped={stopped ? "true" : undefined}
+      data-failed={error ? "true" : undefined}
+    >
       <h2 className="role">{ROLE_LABELS[message.role] ?? message.role}</h2>
-      {message.parts.map((part, i) => (
-        <Part key={part.toolCallId ?? `${part.type}-${i}`} part={part} onApproval={onApproval} />
+      {groups.map((g, i) => (
+        <Group
+          key={g.key}
+          group={g}
+          role={message.role}
+          onApproval={onApproval}
+          live={live}
+          caret={i === lastText && i === groups.length - 1}
+        />
       ))}
+      {streaming && (groups.length === 0 || lastText !== groups.length - 1) && (
+        <span className="typing" aria-hidden="true" />
+      )}
+      {pending && <p className="pending-mark">Not sent yet: it goes when the connection is back.</p>}
+      {stopped && <p className="stopped-mark">Stopped</p>}
+      {error && <TurnError text={error.text} onRetry={error.onRetry} />}
     </li>
   );
 }

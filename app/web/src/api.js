@@ -34,9 +34,12 @@ async function call(path, init = {}) {
 }
 
 /** The root session as the server lists it before the instance has a file. */
-const EMPTY_ROOT = { id: "", created_at: 0, updated_at: 0, message_count: 0 };
+const EMPTY_ROOT = { id: "", created_at: 0, updated_at: 0, message_count: 0, title: null };
 
-/** The instance's sessions ({id, created_at, updated_at, message_count}); an unknown instance has only its root. */
+/**
+ * The instance's sessions ({id, created_at, updated_at, message_count, title}: title is what a
+ * person named it, or null); an unknown instance has only its root.
+ */
 export async function listSessions(agent, name) {
   try {
     const { sessions } = await call(`${base(agent, name)}/sessions`);
@@ -50,6 +53,14 @@ export async function listSessions(agent, name) {
 /** A new, empty session (the server names it); its {id, ...}. */
 export function createSession(agent, name) {
   return call(`${base(agent, name)}/sessions`, { method: "POST", body: "{}" });
+}
+
+/** Gives a session a title (null takes it away); the session as the server lists it. */
+export function renameSession(agent, name, session, title) {
+  return call(`${base(agent, name)}/sessions/${encodeURIComponent(session)}`, {
+    method: "PATCH",
+    body: JSON.stringify({ title })
+  });
 }
 
 export function deleteSession(agent, name, session) {
