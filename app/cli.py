@@ -19,6 +19,7 @@ from protocol import agent_name_to_kebab
 
 from ._asgi import create_app
 from ._logging import configure_logging
+from ._wsprotocol import ChatWebSocketProtocol
 from .demo import DEMO_AGENTS
 from .settings import Settings, SettingsError
 
@@ -136,9 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Past the file descriptor budget uvicorn answers plain HTTP with 503 itself; chat sockets are
     # refused by the app first, with a clear frame (uvicorn does not count WebSocket upgrades).
     # Logging is ours (configure_logging): uvicorn given a level would set its loggers again.
+    # ws: uvicorn's own sans-I/O WebSocket protocol, without the last frame it would keep per socket.
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=None,
-                            ws_max_size=settings.websocket_max_size, log_config=None, timeout_graceful_shutdown=10,
-                            limit_concurrency=app.state.fd_budget.max_connections)
+                            ws=ChatWebSocketProtocol, ws_max_size=settings.websocket_max_size, log_config=None,
+                            timeout_graceful_shutdown=10, limit_concurrency=app.state.fd_budget.max_connections)
     server = _Server(config, ready=_ready_line(settings, agents, target))
     server.run()
     return 0 if server.started else 3  # 3: uvicorn's "startup failed" (a port in use, say)

@@ -17,6 +17,7 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 
 from app import Settings, create_app
+from app._wsprotocol import ChatWebSocketProtocol
 from harness import Agent
 
 
@@ -46,7 +47,9 @@ class RunningServer:
 async def start_server(agents: Mapping[str, Agent], data_dir: Path, **settings: Any) -> RunningServer:
     app = create_app(agents, Settings(data_dir=data_dir, **settings))
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    # The WebSocket protocol the command line runs, so that the tests serve sockets as it does.
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                            ws=ChatWebSocketProtocol)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     for _ in range(200):
