@@ -36,6 +36,8 @@ from typing import Any
 
 import aiosqlite
 
+from ._lanes import lane_connect
+
 __all__ = ["ENV", "WriteFault", "arm", "armed", "connect", "set_fault"]
 
 ENV = "THINK_WRITE_FAULTS"
@@ -71,10 +73,11 @@ def set_fault(fault: WriteFault | None) -> None:
 
 
 def connect(path: Path) -> aiosqlite.Connection:
-    """An aiosqlite connection to ``path`` in autocommit mode (we issue BEGIN/COMMIT ourselves)."""
+    """An aiosqlite connection to ``path`` in autocommit mode (we issue BEGIN/COMMIT ourselves), run by
+    the process's shared SQLite threads (:mod:`storage._lanes`)."""
     if _armed:
-        return aiosqlite.connect(path, isolation_level=None, factory=_FaultyConnection)
-    return aiosqlite.connect(path, isolation_level=None)
+        return lane_connect(path, isolation_level=None, factory=_FaultyConnection)
+    return lane_connect(path, isolation_level=None)
 
 
 def _disk_full() -> sqlite3.OperationalError:

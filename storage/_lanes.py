@@ -1,0 +1,118 @@
+"""aiosqlite connections that share a few worker threads instead of owning one each.
+
+aiosqlite runs each connection's calls, in order, on a thread of its own. A server with a
+thousand open instances then has a thousand threads: each with its stack and, worse, its own
+cache of freed memory in malloc (a soak of 500 busy files grew by tens of MB in those caches
+alone). Here each connection keeps its order in a *lane*: a queue of calls that whichever
+thread of a small shared pool is free runs, one lane on one thread at a time, so a
+connection's calls still run one by one and in order, as aiosqlite promises.
+
+What stays aiosqlite's: every method, the cursors, the futures. What changes is only who
+runs the queue: :class:`LaneConnection` gives the connection a :class:`_Lane` where
+aiosqlite keeps its queue, and never starts the thread. Python's ``sqlite3`` connection is
+then used from more than one thread (never two at once): it is opened with
+``check_same_thread=False``, which is what that flag is for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+from collections import deque
+from collections.abc import Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+from aiosqlite.core import set_exception, set_result
+
+__all__ = ["WORKERS", "LaneConnection", "lane_connect", "worker_threads"]
+
+#: Threads that run SQLite calls for every open file of the process. SQLite releases the GIL
+#: while it works, so a few let reads and commits of several files overlap.
+WORKERS = int(os.environ.get("THINK_SQLITE_THREADS", "8"))
+#: Calls a lane runs before it lets the other lanes have the thread (fairness between files).
+BATCH = 32
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+_Item = tuple[asyncio.Future[Any] | None, Callable[[], Any]]
+
+
+def _shared_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=max(1, WORKERS), thread_name_prefix="think-sqlite")
+        return _pool
+
+
+def worker_threads() -> int:
+    """How many SQLite worker threads the process has started (at most :data:`WORKERS`)."""
+    pool = _pool
+    return 0 if pool is None else len(pool._threads)
+
+
+class _Lane:
+    """One connection's calls, in order; run by the shared pool, never by two threads at once."""
+
+    def __init__(self) -> None:
+        self._items: deque[_Item] = deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def put_nowait(self, item: _Item) -> None:  # aiosqlite's queue interface
+        with self._lock:
+            self._items.append(item)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        _shared_pool().submit(self._drain)
+
+    def _drain(self) -> None:
+        for _ in range(BATCH):
+            with self._lock:
+                if not self._items:
+                    self._scheduled = False
+                    return
+                future, function = self._items.popleft()
+            _run(future, function)
+        _shared_pool().submit(self._drain)  # more to do: behind the other lanes waiting
+
+
+def _run(future: asyncio.Future[Any] | None, function: Callable[[], Any]) -> None:
+    """One call, its outcome handed to the loop that waits for it (as aiosqlite's thread does)."""
+    try:
+        result = function()
+    except BaseException as exc:
+        if future is not None:
+            future.get_loop().call_soon_threadsafe(set_exception, future, exc)
+        return
+    if future is not None:
+        future.get_loop().call_soon_threadsafe(set_result, future, result)
+
+
+class LaneConnection(aiosqlite.Connection):
+    """An aiosqlite connection whose calls run on the shared pool rather than a thread of its own."""
+
+    def __init__(self, connector: Callable[[], sqlite3.Connection], iter_chunk_size: int = 64) -> None:
+        super().__init__(connector, iter_chunk_size)
+        self._tx = _Lane()  # type: ignore[assignment]
+
+    def __await__(self) -> Generator[Any, None, aiosqlite.Connection]:
+        return self._connect().__await__()  # as aiosqlite's, with no thread to start
+
+
+def lane_connect(path: Path, **kwargs: Any) -> LaneConnection:
+    """``aiosqlite.connect(path, **kwargs)``, on the shared pool."""
+    location = str(path)
+
+    def connector() -> sqlite3.Connection:
+        connection: sqlite3.Connection = sqlite3.connect(location, check_same_thread=False, **kwargs)
+        return connection
+
+    return LaneConnection(connector)

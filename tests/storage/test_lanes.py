@@ -1,0 +1,59 @@
+"""Connections on shared SQLite threads: no thread per open file, and each file's calls in order."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from storage import Database
+from storage._lanes import WORKERS, lane_connect, worker_threads
+
+
+async def test_many_open_files_use_a_bounded_number_of_threads(tmp_path: Path) -> None:
+    before = threading.active_count()
+    dbs = [await Database.open(tmp_path / f"db{i}.sqlite3") for i in range(60)]
+    try:
+        async def one(i: int, db: Database) -> None:
+            async with db.transaction() as tx:
+                await tx.ensure_session(f"s{i}", i)
+
+        await asyncio.gather(*(one(i, db) for i, db in enumerate(dbs)))
+        sqlite_threads = [t for t in threading.enumerate() if t.name.startswith("think-sqlite")]
+        assert 0 < len(sqlite_threads) == worker_threads() <= WORKERS
+        # 60 open files: no thread of their own (a few of asyncio's for mkdir, at most).
+        assert threading.active_count() - before < 20
+        for i, db in enumerate(dbs):
+            assert await db.read.session(f"s{i}") is not None
+    finally:
+        for db in dbs:
+            await db.close()
+
+
+async def test_a_connections_calls_run_in_the_order_they_were_made(tmp_path: Path) -> None:
+    conn = await lane_connect(tmp_path / "order.sqlite3", isolation_level=None)
+    try:
+        await conn.execute("CREATE TABLE t (n INTEGER)")
+        # Not awaited one by one: queued together, they must still run in order.
+        await asyncio.gather(*(conn.execute("INSERT INTO t VALUES (?)", (n,)) for n in range(500)))
+        rows = await conn.execute_fetchall("SELECT n FROM t ORDER BY rowid")
+        assert [r[0] for r in rows] == list(range(500))
+    finally:
+        await conn.close()
+
+
+async def test_a_closed_connection_refuses_calls_and_errors_reach_the_caller(tmp_path: Path) -> None:
+    conn = await lane_connect(tmp_path / "closed.sqlite3", isolation_level=None)
+    try:
+        await conn.execute("SELECT nonsense FROM nowhere")
+    except Exception as exc:
+        assert "no such table" in str(exc)
+    else:
+        raise AssertionError("the error did not reach the caller")
+    await conn.close()
+    try:
+        await conn.execute("SELECT 1")
+    except ValueError as exc:
+        assert "closed" in str(exc).lower() or "no active connection" in str(exc)
+    else:
+        raise AssertionError("a closed connection ran a call")
