@@ -134,6 +134,7 @@ class Turn:
                                 operation=plan.operation_id, resolve_model=session.resolve_model)
         self._tap: list[Chunk] | None = [] if self._hooks.wants_chunks else None
         self._hook_failure: HookError | None = None
+        self._offered: set[str] = set(tools)  # the tools the model call running was told of
         existing = plan.existing
         self._persisted = existing is not None
         self._assembler = MessageAssembler(
@@ -262,6 +263,8 @@ class Turn:
             # Asked before every model call: after a restart the harness knows nothing of earlier calls.
             request, model = await self._run_inner(
                 self._hooks.before_turn(step, self._request(), self._model, self.continuation or step > 0))
+            # A tool this call was not offered (before_turn narrowed them) is not there for the model.
+            self._offered = {t.name for t in request.tools}
             started = time.perf_counter()
             try:
                 result: _StepResult = await self._run_inner(self._model_call(request, model, step))
@@ -424,7 +427,7 @@ class Turn:
     def _on_tool_call(self, call_id: str, name: str, tool_input: Any, result: _StepResult) -> None:
         self._emit(ToolInputAvailableChunk(toolCallId=call_id, toolName=name, input=tool_input))
         result.calls.append((call_id, name, tool_input))
-        tool = self._tools.get(name)
+        tool = self._tools.get(name) if name in self._offered else None
         if tool is None:
             self._emit(ToolOutputErrorChunk(toolCallId=call_id, errorText=f"Tool {name!r} is not available."))
         elif not tool.is_client and tool.approval_needed(tool_input):

@@ -114,10 +114,10 @@ async def test_before_turn_runs_before_every_model_call_and_narrows_the_tools(tm
 
     async def before_turn(ctx: TurnContext) -> TurnConfig:  # async, answering a typed config
         steps.append((ctx.step, ctx.continuation))
-        return TurnConfig(active_tools=["sendEmail"])
+        return TurnConfig(active_tools=["getWeather"])
 
     async with harness_with(tmp_path, before_turn=before_turn) as h:
-        assert (await ask(h, "show tools")).text == "Tools: sendEmail"
+        assert (await ask(h, "show tools")).text == "Tools: getWeather"
         steps.clear()
         assert (await ask(h, "weather")).text.startswith("Result: ")
     assert steps == [(0, False), (1, True)], "once per model call, the second continuing the answer"
@@ -404,3 +404,13 @@ async def _crash(inst: Instance) -> None:
             s._worker.cancel()
             await asyncio.gather(s._worker, return_exceptions=True)
     await inst.db.close()
+
+
+async def test_a_tool_before_turn_took_away_cannot_be_called(tmp_path: Path) -> None:
+    async with harness_with(tmp_path, before_turn=lambda ctx: {"active_tools": ["sendEmail"]}) as h:
+        result = await ask(h, "weather")  # the script calls getWeather anyway
+        s = await h.session("assistant", "hooks")
+        (part,) = [p for m in await s.messages() for p in m.parts if isinstance(p, ToolPart)]
+    assert ran == [], "not run"
+    assert (part.state, part.errorText) == ("output-error", "Tool 'getWeather' is not available.")
+    assert result.status == "done"
