@@ -1,10 +1,11 @@
 """One instance's SQLite file: opening, migrating, and its one writer.
 
-The concurrency model fits on a screen. aiosqlite runs the file's statements
-in order, one at a time (on a thread of a pool every file shares: :mod:`storage._lanes`). On top of it, :meth:`Database.transaction`
-holds an asyncio lock from ``BEGIN IMMEDIATE`` to ``COMMIT``, so the
-statements of one state change never interleave with another task's. Reads of
-settled rows go through :attr:`Database.read` without the lock.
+The concurrency model fits on a screen. aiosqlite runs the file's statements in
+order, one at a time (on a thread of a pool every file shares: :mod:`storage._lanes`).
+On top of it, :meth:`Database.transaction` holds an asyncio lock from ``BEGIN
+IMMEDIATE`` to ``COMMIT``, so the statements of one state change never interleave
+with another task's. Reads of settled rows go through :attr:`Database.read` without
+the lock.
 """
 
 from __future__ import annotations
