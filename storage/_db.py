@@ -20,6 +20,7 @@ import aiosqlite
 
 from . import _faults
 from ._base import Params
+from ._lanes import LaneConnection
 from ._messages import MessageReads, MessageWrites
 from ._operations import OperationReads, OperationWrites
 from ._problems import Problem, problem_of
@@ -42,6 +43,9 @@ CACHE_KIB = 64
 WAL_CHECKPOINT_PAGES = 256
 #: ... and cut back to this many bytes afterwards, instead of keeping its largest size.
 WAL_SIZE_LIMIT = 1024 * 1024
+#: How long a write waits for another process holding the file's write lock (an external tool,
+#: a test); within this process the file has one connection and its writes queue in order.
+BUSY_WAIT_MS = 5000
 
 
 class StorageError(Exception):
@@ -107,13 +111,18 @@ class Database:
                 "PRAGMA journal_mode=WAL",
                 "PRAGMA synchronous=NORMAL",
                 "PRAGMA foreign_keys=ON",
-                "PRAGMA busy_timeout=5000",
+                f"PRAGMA busy_timeout={BUSY_WAIT_MS}",
                 f"PRAGMA cache_size=-{CACHE_KIB}",
                 f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}",
                 f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}",
             ):
-                await conn.execute(pragma)
+                # Fetched to the end: a statement left with a row to read stays "in progress" and
+                # stops the migration's COMMIT (its cursor is let go on another thread, some time).
+                await conn.execute_fetchall(pragma)
             await _migrate(conn, version)
+            # From now on a write does not wait inside SQLite (it may run on the event loop):
+            # Database._begin waits for another process's lock itself, off the loop.
+            await conn.execute_fetchall("PRAGMA busy_timeout=0")
         except BaseException as exc:
             await conn.close()
             if isinstance(exc, sqlite3.Error):
@@ -129,7 +138,7 @@ class Database:
                 # A COMMIT that failed without SQLite rolling back (it does for a full disk
                 # or an I/O error, not for every error): start clean, not nested.
                 await _rollback(self._conn)
-            begin = asyncio.ensure_future(self._conn.execute("BEGIN IMMEDIATE"))
+            begin = asyncio.ensure_future(self._begin())
             try:
                 # Shielded: a cancelled caller must not leave a BEGIN running that nobody owns.
                 await asyncio.shield(begin)
@@ -143,20 +152,47 @@ class Database:
             if faulty is not None:
                 faulty.writes = []
                 faulty.plan.point("begin", faulty.writes)
+            _writing(self._conn, True)  # the write lock is ours: the statements run on the loop
             try:
-                yield self._tx
-            except BaseException:
-                await _rollback(self._conn)
-                raise
-            if faulty is not None:
-                faulty.plan.point("before_commit", faulty.writes)
-            await _commit(self._conn)
+                try:
+                    yield self._tx
+                except BaseException:
+                    await _rollback(self._conn)
+                    raise
+                if faulty is not None:
+                    faulty.plan.point("before_commit", faulty.writes)
+                await _commit(self._conn)
+            finally:
+                _writing(self._conn, False)
             if faulty is not None:
                 faulty.plan.point("after_commit", faulty.writes)
+
+    async def _begin(self) -> None:
+        """``BEGIN IMMEDIATE``: on the loop when the write lock is free (it is, unless another process
+        writes the file), else waited for on a worker thread, for as long as ``BUSY_WAIT_MS``."""
+        _writing(self._conn, True)
+        try:
+            await self._conn.execute("BEGIN IMMEDIATE")  # busy_timeout 0: never waits on the loop
+            return
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
+                raise
+        finally:
+            _writing(self._conn, False)
+        await self._conn.execute_fetchall(f"PRAGMA busy_timeout={BUSY_WAIT_MS}")  # it answers a row
+        try:
+            await self._conn.execute("BEGIN IMMEDIATE")
+        finally:
+            await self._conn.execute_fetchall("PRAGMA busy_timeout=0")
 
     async def close(self) -> None:
         async with self._lock:
             await self._conn.close()
+
+
+def _writing(conn: aiosqlite.Connection, on: bool) -> None:
+    if isinstance(conn, LaneConnection):
+        conn.writing(on)
 
 
 async def _commit(conn: aiosqlite.Connection) -> None:

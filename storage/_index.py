@@ -46,7 +46,7 @@ class WorkIndex:
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open {path}: {exc}", problem_of(exc) or Problem.DAMAGED) from exc
         try:
-            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute_fetchall("PRAGMA journal_mode=WAL")  # read to the end: it answers a row
             await conn.execute("PRAGMA synchronous=NORMAL")
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS active_instances (agent TEXT NOT NULL, name TEXT NOT NULL, "

@@ -7,6 +7,14 @@ alone). Here each connection keeps its order in a *lane*: a queue of calls that 
 thread of a small shared pool is free runs, one lane on one thread at a time, so a
 connection's calls still run one by one and in order, as aiosqlite promises.
 
+A write transaction's calls (``BEGIN IMMEDIATE`` to ``COMMIT``, see
+:meth:`LaneConnection.writing`) made while the lane is idle run at once on the event loop's
+thread instead: the statements of a state change are short (SQLite appends pages to the WAL)
+and a hop to a worker thread and back cost more than the statement. Nothing there may wait:
+the file's busy timeout is 0, and ``Database`` waits for another process's lock itself, off
+the loop. 50 streams at 50 deltas/s (bench kit, same machine): 490 -> 230 us of server CPU
+per chunk. Reads, opening and closing still go to the pool: they may take long.
+
 What stays aiosqlite's: every method, the cursors, the futures. What changes is only who
 runs the queue: :class:`LaneConnection` gives the connection a :class:`_Lane` where
 aiosqlite keeps its queue, and never starts the thread. Python's ``sqlite3`` connection is
@@ -64,8 +72,16 @@ class _Lane:
         self._items: deque[_Item] = deque()
         self._lock = threading.Lock()
         self._scheduled = False
+        #: Set while the connection is in a write transaction: idle, a call runs on the caller's thread.
+        self.inline = False
 
     def put_nowait(self, item: _Item) -> None:  # aiosqlite's queue interface
+        if self.inline:
+            with self._lock:
+                idle = not self._scheduled and not self._items
+            if idle:
+                _run_here(*item)
+                return
         with self._lock:
             self._items.append(item)
             if self._scheduled:
@@ -76,24 +92,43 @@ class _Lane:
     def _drain(self) -> None:
         for _ in range(BATCH):
             with self._lock:
-                if not self._items:
+                future, function = self._items.popleft()  # a drain is scheduled only with work queued
+            outcome = _call(function)
+            with self._lock:
+                more = bool(self._items)
+                if not more:
+                    # Idle before the caller hears back: its next call may then run inline.
                     self._scheduled = False
-                    return
-                future, function = self._items.popleft()
-            _run(future, function)
+            _post(future, outcome)
+            if not more:
+                return
         _shared_pool().submit(self._drain)  # more to do: behind the other lanes waiting
 
 
-def _run(future: asyncio.Future[Any] | None, function: Callable[[], Any]) -> None:
-    """One call, its outcome handed to the loop that waits for it (as aiosqlite's thread does)."""
+def _call(function: Callable[[], Any]) -> tuple[bool, Any]:
+    try:
+        return True, function()
+    except BaseException as exc:  # it belongs to the caller, on its loop
+        return False, exc
+
+
+def _post(future: asyncio.Future[Any] | None, outcome: tuple[bool, Any]) -> None:
+    """A call's outcome, handed to the loop that waits for it (as aiosqlite's thread does)."""
+    if future is not None:
+        ok, value = outcome
+        future.get_loop().call_soon_threadsafe(set_result if ok else set_exception, future, value)
+
+
+def _run_here(future: asyncio.Future[Any] | None, function: Callable[[], Any]) -> None:
+    """One call on the event loop's thread, its outcome set on its future directly."""
     try:
         result = function()
     except BaseException as exc:
-        if future is not None:
-            future.get_loop().call_soon_threadsafe(set_exception, future, exc)
+        if future is not None and not future.done():
+            future.set_exception(exc)
         return
-    if future is not None:
-        future.get_loop().call_soon_threadsafe(set_result, future, result)
+    if future is not None and not future.done():
+        future.set_result(result)
 
 
 class LaneConnection(aiosqlite.Connection):
@@ -105,6 +140,12 @@ class LaneConnection(aiosqlite.Connection):
 
     def __await__(self) -> Generator[Any, None, aiosqlite.Connection]:
         return self._connect().__await__()  # as aiosqlite's, with no thread to start
+
+    def writing(self, on: bool) -> None:
+        """Mark the write transaction open (``BEGIN IMMEDIATE`` done) or over: see the module docstring."""
+        lane = self._tx
+        if isinstance(lane, _Lane):
+            lane.inline = on
 
 
 def lane_connect(path: Path, **kwargs: Any) -> LaneConnection:

@@ -57,3 +57,57 @@ async def test_a_closed_connection_refuses_calls_and_errors_reach_the_caller(tmp
         assert "closed" in str(exc).lower() or "no active connection" in str(exc)
     else:
         raise AssertionError("a closed connection ran a call")
+
+
+async def test_the_statements_of_a_write_transaction_run_on_the_loop_thread(tmp_path: Path) -> None:
+    """Inside a transaction (the write lock held) a statement runs at once, no hop to a worker:
+    checked by the thread that runs SQLite's calls, seen from a function SQLite calls back."""
+    db = await Database.open(tmp_path / "inline.sqlite3")
+    seen: list[str] = []
+    conn = db._conn
+    await conn.create_function("where_am_i", 0, lambda: seen.append(threading.current_thread().name) or 1)
+    try:
+        await conn.execute("SELECT where_am_i()")  # outside a transaction: on a worker
+        async with db.transaction() as tx:
+            await tx._execute("SELECT where_am_i()")  # inside: on the loop's thread
+        assert seen[0].startswith("think-sqlite")
+        assert seen[1] == threading.current_thread().name
+    finally:
+        await db.close()
+
+
+async def test_a_write_waits_off_the_loop_for_another_process_holding_the_lock(tmp_path: Path) -> None:
+    """busy_timeout is 0 (a write may run on the loop and must never wait there): a write lock held
+    elsewhere is waited for by Database itself, on a worker, and the loop stays free meanwhile."""
+    import sqlite3
+
+    path = tmp_path / "held.sqlite3"
+    db = await Database.open(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    ticks = 0
+
+    async def ticking() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    ticker = asyncio.create_task(ticking())
+    try:
+        writing = asyncio.create_task(_write(db, "waited"))
+        await asyncio.sleep(0.3)
+        assert not writing.done(), "it waits for the lock"
+        assert ticks >= 10, "the loop ran meanwhile"
+        holder.execute("ROLLBACK")
+        await asyncio.wait_for(writing, 10)
+        assert await db.read.session("waited") is not None
+    finally:
+        ticker.cancel()
+        holder.close()
+        await db.close()
+
+
+async def _write(db: Database, session: str) -> None:
+    async with db.transaction() as tx:
+        await tx.ensure_session(session, 1)
