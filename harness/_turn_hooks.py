@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -37,8 +36,6 @@ from ._model import Model, ModelRequest, Usage
 from ._tools import Tool
 
 __all__ = ["CONTEXT_OVERFLOW", "TurnHooks", "is_context_overflow"]
-
-log = logging.getLogger("think_server.hooks")
 
 #: The reason a turn ends with when the model's context is full (compaction is not built yet).
 CONTEXT_OVERFLOW = ("The conversation is too long for the model's context window, and this server cannot "
