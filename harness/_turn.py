@@ -69,7 +69,7 @@ from ._model import (
 from ._outcomes import INTERNAL_ERROR, storage_failure
 from ._recovery_policy import RecoveryPolicy
 from ._tools import Tool
-from ._turn_hooks import CONTEXT_OVERFLOW, TurnHooks
+from ._turn_hooks import CONTEXT_OVERFLOW
 from ._turn_plan import Outcome, TurnHost, TurnPlan, TurnSuspended, Unsettled, closing_chunks
 
 __all__ = ["Turn", "TurnState"]
@@ -129,10 +129,9 @@ class Turn:
         self._tools = tools
         self._max_steps = max_steps
         self._recovery = recovery
-        agent_name, instance = session.instance_key
-        self._hooks = TurnHooks(session.agent, agent_name=agent_name, instance=instance, session=session.id,
-                                operation=plan.operation_id, resolve_model=session.resolve_model)
-        self._tap: list[Chunk] | None = [] if self._hooks.wants_chunks else None
+        self._hooks = session.hooks(plan.operation_id)
+        # The chunks on_chunk has still to see, as the JSON the log got (None: no such hook).
+        self._tap: list[str] | None = [] if self._hooks.wants_chunks else None
         self._hook_failure: HookError | None = None
         self._offered: set[str] = set(tools)  # the tools the model call running was told of
         existing = plan.existing
@@ -177,9 +176,10 @@ class Turn:
 
     def _emit(self, chunk: Chunk, *, hold: bool = False) -> None:
         self._assembler.apply(chunk)
-        self._log.add(dump_chunk(chunk), hold=hold)
+        text = dump_chunk(chunk)
+        self._log.add(text, hold=hold)
         if self._tap is not None:
-            self._tap.append(chunk)
+            self._tap.append(text)
 
     async def _run_inner(self, coro: Awaitable[Any]) -> Any:
         """Run a cancellable piece of the turn; abort() cancels it, not the turn."""
@@ -382,8 +382,8 @@ class Turn:
                     self._on_event(event, result)
                     if self._tap:
                         chunks, self._tap = self._tap, []
-                        for chunk in chunks:
-                            await self._hooks.chunk(step, json.loads(dump_chunk(chunk)))
+                        for text in chunks:
+                            await self._hooks.chunk(step, json.loads(text))
                     await self._log.backpressure()
                     progressed()
         except TimeoutError:

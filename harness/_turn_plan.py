@@ -23,8 +23,8 @@ from storage import Database, Tx
 from ._agent import Agent
 from ._clock import Clock
 from ._events import HarnessEvent
-from ._model import Model
 from ._tools import Tool
+from ._turn_hooks import TurnHooks
 
 __all__ = ["Outcome", "TurnHost", "TurnPlan", "TurnSuspended", "Unsettled", "closing_chunks"]
 
@@ -85,11 +85,10 @@ class TurnHost(Protocol):
     db: Database
     clock: Clock
     agent: Agent
-    instance_key: tuple[str, str]  # (agent name, instance name)
 
     def publish(self, event: HarnessEvent) -> None: ...
 
-    def resolve_model(self, spec: str) -> Model: ...
+    def hooks(self, operation_id: str = "") -> TurnHooks: ...
 
     async def server_tools(self, operation_id: str = "") -> dict[str, Tool]: ...
 
