@@ -263,23 +263,12 @@ function useAutoSize(ref, value) {
   }, [ref, value]);
 }
 
-/**
- * The transcript a chat request carries, without the replies that never said a word: a turn
- * that failed before its first one leaves such a message here only (the server keeps none),
- * and the server takes no assistant message it does not know from a client.
- */
-function withoutEmptyReplies({ messages }) {
-  const kept = messages.filter((m) => m.role !== "assistant" || hasContent(m));
-  return kept.length === messages.length ? {} : { body: { messages: kept } };
-}
-
 function Conversation({ socket, connection, attempts, onRetryNow, stored, onTitle, onSettled }) {
   const chat = useAgentChat({
     agent: socket,
     onToolCall: answerToolCall,
     getInitialMessages: null,
-    messages: stored,
-    prepareSendMessagesRequest: withoutEmptyReplies
+    messages: stored
   });
   const { messages, status, error, sendMessage, stop, clearHistory, addToolApprovalResponse } = chat;
   const [draft, setDraft] = useState("");
