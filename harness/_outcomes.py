@@ -15,7 +15,11 @@ INTERNAL_ERROR = "The assistant failed with an internal error."
 
 
 class SubmitRefused(ValueError):
-    """A submission that cannot be accepted; nothing was written."""
+    """A submission that cannot be accepted; nothing was written. ``field`` names the argument at fault."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class SessionBusy(SubmitRefused):
@@ -65,7 +69,7 @@ class OperationInfo:
         status = "queued" if row.status == "pending" else row.status
         return cls(row.id, row.session_id, row.kind, status, row.outcome,  # type: ignore[arg-type]
                    row.reason, row.result_text, tuple(message_ids), row.created_at, row.started_at,
-                   row.completed_at, row.attempts)
+                   row.completed_at, row.runs)
 
     def to_json(self) -> dict[str, Any]:
         return {"operation_id": self.operation_id, "session": self.session, "kind": self.kind,

@@ -146,7 +146,7 @@ async def recover_operation(session: TurnHost, op: OperationRow) -> Recovered:
                 if not message_id:
                     await tx.start_operation(op.id, message.id, now)
         wake = policy.wake_at(now, attempts, op.next_attempt_at)
-        await tx.record_interruption(op.id, wake, crashed=True)
+        await tx.record_interruption(op.id, wake, crashed=True, retried=gave_up is None)
         if gave_up is not None:
             text = message_text(message) if message is not None else ""
             await session.write_settlement(tx, op.id, Outcome("error", "unanswered", gave_up, text))

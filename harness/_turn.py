@@ -325,7 +325,8 @@ class Turn:
             row = await tx.operation(self.operation_id)
             attempts = (row.attempts if row else 0) + 1
             now = self._session.clock.now_ms()
-            await tx.record_interruption(self.operation_id, self._recovery.wake_at(now, attempts), False)
+            await tx.record_interruption(self.operation_id, self._recovery.wake_at(now, attempts), False,
+                                         retried=attempts <= self._recovery.max_attempts)
 
         await self._log.commit(seal)
         if attempts > self._recovery.max_attempts:

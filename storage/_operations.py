@@ -12,7 +12,7 @@ __all__ = ["OperationReads", "OperationRow", "OperationWrites"]
 _COLUMNS = (
     "seq, id, session_id, kind, source, status, outcome, reason, input_json, options_json, "
     "target_message_id, result_text, attempts, created_at, started_at, completed_at, next_attempt_at, "
-    "crash_strikes"
+    "crash_strikes, runs"
 )
 
 OPEN_STATUSES = ("pending", "running")
@@ -38,6 +38,7 @@ class OperationRow:
     completed_at: int | None
     next_attempt_at: int | None
     crash_strikes: int
+    runs: int
 
 
 def _row(r: Any) -> OperationRow:
@@ -110,18 +111,22 @@ class OperationWrites(Access):
 
     async def start_operation(self, operation_id: str, target_message_id: str | None, now: int) -> bool:
         changed = await self._execute(
+            # (SET sees the row as it was: a pending operation's first start is one run.)
             "UPDATE operations SET status = 'running', started_at = COALESCE(started_at, ?), "
+            "runs = runs + (status = 'pending'), "
             "target_message_id = COALESCE(?, target_message_id) WHERE id = ? AND status IN ('pending', 'running')",
             (now, target_message_id, operation_id),
         )
         return changed > 0
 
-    async def record_interruption(self, operation_id: str, next_attempt_at: int | None, crashed: bool) -> None:
-        """One more interruption without progress (a crash also counts as a strike)."""
+    async def record_interruption(self, operation_id: str, next_attempt_at: int | None, crashed: bool,
+                                  retried: bool = True) -> None:
+        """One more interruption without progress (a crash also counts as a strike); ``retried``:
+        the turn will be started again (one more run)."""
         await self._execute(
-            "UPDATE operations SET attempts = attempts + 1, crash_strikes = crash_strikes + ?, next_attempt_at = ? "
-            "WHERE id = ?",
-            (int(crashed), next_attempt_at, operation_id),
+            "UPDATE operations SET attempts = attempts + 1, crash_strikes = crash_strikes + ?, next_attempt_at = ?, "
+            "runs = runs + ? WHERE id = ?",
+            (int(crashed), next_attempt_at, int(retried), operation_id),
         )
 
     async def record_progress(self, operation_id: str, now: int) -> None:

@@ -149,5 +149,12 @@ _V5 = """
 ALTER TABLE sessions ADD COLUMN title TEXT;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+# How many times an operation's turn was started: its first start plus each retry after a crash
+# or a stall (``attempts`` counts only the interruptions since the last progress, and resets).
+_V6 = """
+ALTER TABLE operations ADD COLUMN runs INTEGER NOT NULL DEFAULT 0;
+UPDATE operations SET runs = 1 WHERE started_at IS NOT NULL;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)
