@@ -147,8 +147,10 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         except SubmitRefused as exc:
             raise _Refused(422, str(exc), "input") from None
         status = "queued"
-        if not receipt.accepted:  # an id seen before: where that operation is now
-            info = await session.inspect(receipt.operation_id)
+        if not receipt.accepted:  # an id seen before (in this session or another): where that operation is now
+            owner = session if receipt.session == session.id else await harness.session(
+                session.agent, session.name, receipt.session)
+            info = await owner.inspect(receipt.operation_id)
             status = info.status if info is not None else status
         return JSONResponse({"operation_id": receipt.operation_id, "session": receipt.session,
                              "accepted": receipt.accepted, "status": status}, status_code=202)
@@ -206,7 +208,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
                     raise _Refused(400, "at_message: only with fork_from", "at_message")
                 made = await handle.create(sid)
         except SessionNotFound as exc:
-            raise _Refused(404, str(exc), "fork_from") from None
+            raise _Refused(404, str(exc), exc.field or "fork_from") from None
         except SessionExists as exc:
             raise _Refused(409, str(exc), "id") from None
         except SessionError as exc:
@@ -251,7 +253,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         except SessionBusy as exc:
             raise _Refused(409, str(exc), "messages") from None
         except SubmitRefused as exc:
-            raise _Refused(422, str(exc), "messages") from None
+            raise _Refused(422, str(exc), exc.field or "messages") from None
         return JSONResponse({"written": written})
 
     async def events(request: Request) -> Response:

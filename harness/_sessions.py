@@ -23,7 +23,14 @@ _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
 
 class SessionError(ValueError):
-    """A session id that cannot be used, or an operation on sessions that cannot apply."""
+    """A session id that cannot be used, or an operation on sessions that cannot apply.
+
+    ``field`` names the argument at fault when it is not the session id itself.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class SessionNotFound(SessionError, LookupError):
@@ -108,7 +115,8 @@ async def fork_session(instance: Instance, from_id: str, at_message: str | None 
     if at_message is not None:
         ids = [row.id for row in path]
         if at_message not in ids:
-            raise SessionNotFound(f"message {at_message!r} is not on the active path of session {from_id!r}")
+            raise SessionNotFound(f"message {at_message!r} is not on the active path of session {from_id!r}",
+                                  field="at_message")
         path = path[: ids.index(at_message) + 1]
     sid = validate_session_id(session_id) if session_id is not None else instance.clock.new_id()
     now = instance.clock.now_ms()
