@@ -12,7 +12,8 @@ Events (the ``event:`` name is the ``type`` inside the JSON ``data``):
 ``sync`` ``{messages, in_flight: {operation_id, chunks} | null}``,
 ``run-start`` ``{operation_id, message_id, continuation}``,
 ``chunk`` ``{operation_id, seq, chunk}``, ``message`` ``{message}``,
-``operation`` ``{operation_id, status, outcome, reason}``, ``run-end`` ``{operation_id}``,
+``operation`` ``{operation_id, status, outcome, reason}`` (``queued`` when accepted, then once
+settled), ``run-end`` ``{operation_id}`` (only for an operation whose run started),
 ``reset``, ``transcript`` (re-read the transcript).
 """
 
@@ -29,6 +30,7 @@ from harness import (
     HarnessEvent,
     MessagePersisted,
     MessageUpdated,
+    OperationQueued,
     OperationSettled,
     RunStarted,
     Session,
@@ -52,22 +54,32 @@ def _frame(event_id: str, kind: str, data: str) -> str:
     return f"id: {event_id}\nevent: {kind}\ndata: {data}\n\n"
 
 
-def _encode(event: HarnessEvent) -> list[tuple[str, str]]:
-    """(type, JSON data) of each SSE event a harness event makes; none for internal ones."""
+def _encode(event: HarnessEvent, started: set[str]) -> list[tuple[str, str]]:
+    """(type, JSON data) of each SSE event a harness event makes; none for internal ones.
+
+    ``started``: the operations whose run began, so only those get a ``run-end`` (an operation
+    withdrawn from the queue settles without ever running)."""
     if isinstance(event, ChunksCommitted):
         op = json_string(event.operation_id)
         return [("chunk", f'{{"type":"chunk","operation_id":{op},"seq":{event.first_seq + i},"chunk":{body}}}')
                 for i, body in enumerate(event.bodies)]
+    if isinstance(event, OperationQueued):
+        return [("operation", json.dumps({"type": "operation", "operation_id": event.operation_id,
+                                          "status": "queued", "outcome": None, "reason": None}))]
     if isinstance(event, RunStarted):
+        started.add(event.operation_id)
         return [("run-start", json.dumps({"type": "run-start", "operation_id": event.operation_id,
                                           "message_id": event.message_id, "continuation": event.continuation}))]
     if isinstance(event, (MessagePersisted, MessageUpdated)):
         return [("message", '{"type":"message","message":' + dump_message_text(event.message) + "}")]
     if isinstance(event, OperationSettled):
-        return [("operation", json.dumps({"type": "operation", "operation_id": event.operation_id,
-                                          "status": event.status, "outcome": event.outcome,
-                                          "reason": event.reason})),
-                ("run-end", json.dumps({"type": "run-end", "operation_id": event.operation_id}))]
+        settled = [("operation", json.dumps({"type": "operation", "operation_id": event.operation_id,
+                                             "status": event.status, "outcome": event.outcome,
+                                             "reason": event.reason}))]
+        if event.operation_id in started:
+            started.discard(event.operation_id)
+            settled.append(("run-end", json.dumps({"type": "run-end", "operation_id": event.operation_id})))
+        return settled
     if isinstance(event, SessionReset):
         return [("reset", '{"type":"reset"}')]
     if isinstance(event, TranscriptChanged):
@@ -85,6 +97,8 @@ class SessionEvents:
         self._next = 1
         self._kept: deque[tuple[int, str, str]] = deque()
         self._bytes = 0
+        running = session.running_operation
+        self._started: set[str] = {running} if running else set()
         self._changed = asyncio.Event()
         self.closed = False
         self._unsubscribe: Callable[[], None] = session.subscribe(self._on_event)
@@ -95,7 +109,7 @@ class SessionEvents:
         self._changed.set()
 
     def _on_event(self, event: HarnessEvent) -> None:
-        for kind, data in _encode(event):
+        for kind, data in _encode(event, self._started):
             self._kept.append((self._next, kind, data))
             self._bytes += len(data)
             self._next += 1

@@ -19,6 +19,7 @@ __all__ = [
     "MessagePersisted",
     "MessageUpdated",
     "ModelCallFinished",
+    "OperationQueued",
     "OperationSettled",
     "RunStarted",
     "SessionReset",
@@ -26,6 +27,13 @@ __all__ = [
     "ToolCallFinished",
     "TranscriptChanged",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class OperationQueued:
+    """An operation was accepted (durably) and waits its turn in the session's queue."""
+
+    operation_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +113,8 @@ class ToolCallFinished:
 
 
 HarnessEvent: TypeAlias = (
-    RunStarted
+    OperationQueued
+    | RunStarted
     | StreamStarted
     | ChunksCommitted
     | MessagePersisted

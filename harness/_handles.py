@@ -150,12 +150,10 @@ class SessionHandle:
 
     async def reset(self, handoff: str | None = None) -> None:
         """Abort everything open and clear the transcript; ``handoff`` starts the new one as a system note."""
+        note = UIMessage(id=self._harness.clock.new_id(), role="system",
+                         parts=[TextPart(text=handoff)]) if handoff else None
         async with self._use() as session:
-            await session.reset()
-            if handoff:
-                note = UIMessage(id=self._harness.clock.new_id(), role="system",
-                                 parts=[TextPart(text=handoff)])
-                await session.add_messages([note])
+            await session.reset(note)
 
     async def chat(self, input: object, *, operation_id: str | None = None) -> AsyncIterator[HarnessEvent]:
         """Submit ``input`` and yield the events of its turn, up to and including its settlement."""

@@ -30,6 +30,7 @@ from ._events import (
     HarnessEvent,
     Listener,
     MessagePersisted,
+    OperationQueued,
     SessionReset,
     TranscriptChanged,
 )
@@ -291,6 +292,7 @@ class Session(OperationRuns):
         if client_tools is not None:
             self._client_tools = list(client_tools)
         self._queue.append(op_id)
+        self.publish(OperationQueued(op_id))
         self._kick()
         return Receipt(op_id, self.id, accepted=True)
 
@@ -349,6 +351,7 @@ class Session(OperationRuns):
         if client_tools:
             self._client_tools = list(client_tools)
         self._queue.append(op_id)
+        self.publish(OperationQueued(op_id))
         self._kick()
         return Receipt(op_id, self.id, accepted=True)
 
@@ -402,7 +405,7 @@ class Session(OperationRuns):
             history = await self.history()
             stored = await self.db.read.existing_message_ids(self.id, [m.id for m in messages])
             if parent_id is not None and parent_id not in stored and parent_id not in history.stored_ids:
-                raise SubmitRefused(f"parent message {parent_id!r} is not in session {self.id!r}")
+                raise SubmitRefused(f"parent message {parent_id!r} is not in session {self.id!r}", field="parent_id")
             parent = parent_id if parent_id is not None else (history.ids[-1] if len(history) else None)
             written: list[str] = []
             now = self.clock.now_ms()
@@ -524,18 +527,19 @@ class Session(OperationRuns):
             hit = True
         return hit
 
-    async def reset(self) -> None:
-        """Abort everything open and clear the transcript."""
+    async def reset(self, note: UIMessage | None = None) -> None:
+        """Abort everything open and clear the transcript; ``note`` (a handoff) starts the new one,
+        written in the same transaction as the clearing, so no crash or submission comes between."""
         self._resetting = True
         try:
-            await self._reset()
+            await self._reset(note)
         finally:
             self._resetting = False
             self._kick()  # what was submitted during the reset runs on the empty transcript
         if self._worker is None or self._worker.done():
             await self._work_notices.settled()  # the worker that would have said so stopped for the reset
 
-    async def _reset(self) -> None:
+    async def _reset(self, note: UIMessage | None) -> None:
         for op_id in list(self._queue):
             self._queue.remove(op_id)
             self._pending.forget(op_id)
@@ -557,8 +561,13 @@ class Session(OperationRuns):
             await tx.delete_session_streams(self.id)
             await tx.delete_session_tool_calls(self.id)
             await tx.reset_session(self.id, now)
+            if note is not None:
+                await tx.insert_message(self.id, note.id, None, note.role, message_json(note), None, now)
         self._history = History(set())
         self._budget.used(self, 0)
+        if note is not None:
+            self._history = None
+            await self.history()
         self._client_tools = []
         self.last_terminal = None
         self.publish(SessionReset())
