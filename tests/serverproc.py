@@ -20,13 +20,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class ServerProcess:
-    """``python -m app serve --app APP`` on a free loopback port, with its data dir and log.
+    """``python -m app serve --app APP`` on a free loopback port, with its data dir and log
+    (``app=None``: the demo agent, as ``think-server serve`` serves it).
 
     Each :meth:`start` is a new life on the same port and data dir; the log is appended to.
     ``nofile`` runs it under ``ulimit -n``.
     """
 
-    def __init__(self, *, app: str, data_dir: Path, log_path: Path, env: Mapping[str, str] | None = None,
+    def __init__(self, *, app: str | None, data_dir: Path, log_path: Path, env: Mapping[str, str] | None = None,
                  log_level: str = "warning", nofile: int | None = None) -> None:
         self.app = app
         self.data_dir = data_dir
@@ -61,8 +62,9 @@ class ServerProcess:
                 log.write(f"\n==== {banner} ====\n".encode())
                 log.flush()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "app", "serve", "--app", self.app, "--host", "127.0.0.1", "--port",
-                 str(self.port), "--data-dir", str(self.data_dir), "--log-level", self.log_level],
+                [sys.executable, "-m", "app", "serve", *(["--app", self.app] if self.app else []), "--host",
+                 "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir), "--log-level",
+                 self.log_level],
                 cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
                 preexec_fn=self._limit if self.nofile is not None else None,
             )

@@ -1,10 +1,15 @@
-"""The README's examples run as written: the Python API example and the webhook receiver."""
+"""The README's examples run as written: the Python API, the webhook receiver, hooks, the curl
+session and the schedules (in Python and with curl)."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import json
 import re
 import runpy
+import shlex
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -14,6 +19,7 @@ import pytest
 import uvicorn
 
 from tests.conftest import free_port
+from tests.serverproc import ServerProcess
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -92,3 +98,85 @@ def test_the_hooks_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         "[audit] alice: completed/unanswered awaiting_approval",
         "[audit] alice: completed/done",
     ]
+
+
+def sh_block(containing: str) -> str:
+    """The README's first ```sh block that contains ``containing``."""
+    for block in re.findall(r"```sh\n(.*?)```", README.read_text(), re.DOTALL):
+        if containing in block:
+            return block
+    raise AssertionError(f"no sh block in the README contains {containing!r}")
+
+
+def run_commands(block: str, base: str) -> list[str]:
+    """Run a shell block in one bash against ``base`` instead of the README's address; what each
+    ``curl`` command printed (a command ends where its quotes close and no backslash continues it)."""
+    commands, current = [], ""
+    for line in block.replace("http://127.0.0.1:8000", base).splitlines(keepends=True):
+        if not current and (not line.strip() or line.lstrip().startswith("#")):
+            continue  # a comment line between commands
+        current += line
+        try:
+            complete = bool(shlex.split(current, comments=True)) and not current.rstrip().endswith("\\")
+        except ValueError:  # a quote still open: the command goes on
+            complete = False
+        if complete:
+            commands.append(current.rstrip())
+            current = ""
+    marker = "=====8<====="
+    script = "".join(f"{c}\n" + (f"echo; echo '{marker}'\n" if c.startswith("curl") else "") for c in commands)
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    outputs = [o.strip() for o in done.stdout.split(marker)][:-1]
+    assert len(outputs) == sum(c.startswith("curl") for c in commands), (done.stdout, done.stderr)
+    return outputs
+
+
+async def test_the_curl_session_runs(tmp_path: Path) -> None:
+    server = ServerProcess(app=None, data_dir=tmp_path / "data", log_path=tmp_path / "server.log")
+    await server.start()
+    try:
+        # `curl -sN …/events` follows the stream until Ctrl-C: here, for three seconds.
+        block = sh_block("Idempotency-Key: evt-1").replace("curl -sN", "curl -sN --max-time 3")
+        out = await asyncio.to_thread(run_commands, block, server.base)
+    finally:
+        server.stop()
+    submitted, waited, transcript, fork, trip, named, events, spec = out
+    receipt = json.loads(submitted)
+    assert (receipt["operation_id"], receipt["accepted"]) == ("evt-1", True)
+    info = json.loads(waited)
+    assert info["status"] == "completed" and info["text"].startswith("Hello!")
+    assert [m["role"] for m in json.loads(transcript)] == ["user", "assistant"]
+    assert json.loads(fork)["message_count"] == 2
+    assert json.loads(trip)["id"] == "trip" and json.loads(named)["title"] == "Trip"
+    assert "event: sync" in events or '"type":"sync"' in events, events[:300]
+    assert json.loads(spec)["openapi"].startswith("3.1")
+
+
+async def test_the_daily_summary_schedule_over_http_runs(tmp_path: Path) -> None:
+    server = ServerProcess(app=None, data_dir=tmp_path / "data", log_path=tmp_path / "server.log")
+    await server.start()
+    try:
+        out = await asyncio.to_thread(run_commands, sh_block('"id": "daily-summary"'), server.base)
+    finally:
+        server.stop()
+    made, listed, summaries, deleted = out
+    schedule = json.loads(made)
+    assert (schedule["id"], schedule["session"], schedule["kind"], schedule["cron"]) == (
+        "daily-summary", "reports", "cron", "0 8 * * *")
+    assert schedule["next_run_at"].endswith("T08:00:00.000Z") and schedule["run_count"] == 0
+    assert [s["id"] for s in json.loads(listed)["schedules"]] == ["daily-summary"]
+    assert json.loads(summaries) == [], "no summary yet: the first runs at 08:00 UTC"
+    assert json.loads(deleted) == {"deleted": True}
+
+
+def test_the_python_schedules_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "schedules.py"
+    script.write_text(python_block('harness.schedules("assistant", "team")'))
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(script), run_name="__main__")
+    next_run, ids, cancelled = capsys.readouterr().out.splitlines()
+    assert next_run.endswith("T08:00:00.000Z")
+    listed = ast.literal_eval(ids)
+    assert len(listed) == 3 and listed[1] == "daily-summary", "due in 10 minutes, then 08:00, then 2030"
+    assert cancelled == "True"

@@ -48,6 +48,33 @@ async def test_submit_is_idempotent_by_operation_id_and_header(serve) -> None:
         assert again.json()["operation_id"] == "hook-42"
         await c.get(f"{A}/idem/operations/hook-42", params={"wait": "10"})
         assert len((await c.get(f"{A}/idem/get-messages")).json()) == 2
+        # The id is the instance's: sent again for another session, it names where it ran and how it is.
+        elsewhere = await c.post(f"{A}/idem/submit", params={"session": "other"},
+                                 json={"input": "hi", "operation_id": "hook-42"})
+        assert elsewhere.json() == {"operation_id": "hook-42", "session": "", "accepted": False,
+                                    "status": "completed"}
+        assert (await c.get(f"{A}/idem/get-messages", params={"session": "other"})).json() == []
+
+
+async def test_fork_points_and_parents_that_do_not_exist_are_named(serve) -> None:
+    srv = await serve()
+    async with await http(srv) as c:
+        op = (await c.post(f"{A}/names/submit", json={"input": "hi"})).json()["operation_id"]
+        await c.get(f"{A}/names/operations/{op}", params={"wait": "10"})
+        first = (await c.get(f"{A}/names/get-messages")).json()[0]["id"]
+        r = await c.post(f"{A}/names/sessions", json={"fork_from": "", "at_message": "nope"})
+        assert (r.status_code, r.json()["field"]) == (404, "at_message")
+        r = await c.post(f"{A}/names/sessions", json={"fork_from": "ghost"})
+        assert (r.status_code, r.json()["field"]) == (404, "fork_from")
+        r = await c.post(f"{A}/names/sessions", json={"fork_from": "", "at_message": first, "id": "early"})
+        assert r.status_code == 201 and r.json()["message_count"] == 1
+        note = {"id": "n1", "role": "user", "parts": [{"type": "text", "text": "a side note"}]}
+        r = await c.post(f"{A}/names/messages", json={"messages": [note], "parent_id": "nope"})
+        assert (r.status_code, r.json()["field"]) == (422, "parent_id")
+        # Under a real parent: a new branch from the first message, which becomes the active path.
+        r = await c.post(f"{A}/names/messages", json={"messages": [note], "parent_id": first})
+        assert r.json() == {"written": ["n1"]}
+        assert [m["id"] for m in (await c.get(f"{A}/names/get-messages")).json()] == [first, "n1"]
 
 
 async def test_bad_requests_name_the_field_and_store_nothing(serve) -> None:
@@ -289,7 +316,8 @@ async def test_events_stream_a_turn_after_a_sync(serve) -> None:
             op = (await c.post(f"{A}/sse/submit", json={"input": "echo live"})).json()["operation_id"]
             records = await sse.until("run-end", operation_id=op)
         kinds = [k for _, k, _ in records]
-        assert kinds[0] == "run-start" and "message" in kinds and kinds[-2:] == ["operation", "run-end"]
+        assert kinds[:2] == ["operation", "run-start"] and records[0][2]["status"] == "queued"
+        assert "message" in kinds and kinds[-2:] == ["operation", "run-end"]
         assert streamed_text(records) == "You said: echo live"
         ids = [int(i.rsplit("-", 1)[1]) for i, _, _ in records]
         assert ids == list(range(ids[0], ids[0] + len(ids))), "numbered without a gap"
@@ -343,6 +371,31 @@ async def test_events_sync_carries_the_answer_streaming_now(serve) -> None:
             rest = await sse.until("run-end", operation_id=op)
         text = streamed_text([("", "chunk", b) for b in before]) + streamed_text(rest)
         assert text == text_of((await c.get(f"{A}/sse-flight/get-messages")).json()[-1])
+
+
+async def test_events_of_a_withdrawn_operation_a_reset_and_written_messages(serve) -> None:
+    srv = await serve()
+    async with await http(srv) as c:
+        op = (await c.post(f"{A}/sse-misc/submit", json={"input": "hi"})).json()["operation_id"]
+        await c.get(f"{A}/sse-misc/operations/{op}", params={"wait": "10"})
+        async with c.stream("GET", f"{A}/sse-misc/events") as r:
+            sse = Sse(r)
+            await sse.next()  # sync
+            running = (await c.post(f"{A}/sse-misc/submit", json={"input": "slow"})).json()["operation_id"]
+            queued = (await c.post(f"{A}/sse-misc/submit", json={"input": "hi"})).json()["operation_id"]
+            await sse.until("run-start", operation_id=running)
+            assert (await c.delete(f"{A}/sse-misc/operations/{queued}")).json()["aborted"] is True
+            await c.delete(f"{A}/sse-misc/operations/{running}")
+            records = await sse.until("run-end", operation_id=running)
+            mine = [(k, d.get("status")) for _, k, d in records if d.get("operation_id") == queued]
+            assert mine == [("operation", "queued"), ("operation", "aborted")], "settled, never ran: no run-end"
+            written = {"id": "note-1", "role": "user", "parts": [{"type": "text", "text": "imported"}]}
+            assert (await c.post(f"{A}/sse-misc/messages", json={"messages": [written]})).status_code == 200
+            assert (await sse.until("transcript"))[-1][2] == {"type": "transcript"}
+            session = await srv.app.state.harness.session("my-agent", "sse-misc")
+            await session.reset()
+            assert (await sse.until("reset"))[-1][2] == {"type": "reset"}
+        assert (await c.get(f"{A}/sse-misc/get-messages")).json() == []
 
 
 async def test_events_of_unknown_instances_and_sessions_are_404(serve) -> None:

@@ -45,3 +45,33 @@ async def test_a_long_poll_cut_by_a_kill_is_answered_after_the_restart(crash_ser
         info = (await c.get(f"{A}/wait/operations/{op}", params={"wait": "30"})).json()
         assert info["status"] == "completed" and info["outcome"] == "done"
         assert info["text"] == SLOW_TEXT, "the answer continued where it stopped, nothing repeated"
+
+
+async def test_in_flight_wait_and_attempts_from_python_after_a_kill(crash_server: Server) -> None:
+    # The server dies mid-answer; a Harness opened on its data dir (as a script would be) sees
+    # the chunks the crash left as in flight, waits for the recovered turn, and counts two runs.
+    from harness import Harness
+    from tests.crash_app import agents
+
+    await crash_server.start()
+    async with httpx.AsyncClient(base_url=crash_server.base, timeout=30) as c:
+        op = (await c.post(f"{A}/flight/submit", json={"input": "slow"})).json()["operation_id"]
+        for _ in range(100):
+            if (await c.get(f"{A}/flight/operations/{op}")).json()["status"] == "running":
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # some words streamed and stored
+    crash_server.kill()
+    await crash_server.died()
+    async with Harness(agents, data_dir=crash_server.data_dir) as h:
+        s = await h.session(AGENT, "flight")
+        flight = await s.in_flight()
+        assert flight is not None and flight.operation_id == op
+        before = "".join(str(c["delta"]) for c in flight.chunks if c.get("type") == "text-delta")
+        assert before and SLOW_TEXT.startswith(before) and before != SLOW_TEXT, before
+        result = await s.wait(op, timeout=30)
+        assert (result.status, result.text) == ("done", SLOW_TEXT)
+        info = await s.inspect(op)
+        assert info is not None and info.status == "completed"
+        assert info.attempts == 2, "the first run, cut by the kill, and the run that finished it"
+        assert await s.in_flight() is None

@@ -93,7 +93,7 @@ async def test_inspect_reports_status_message_ids_and_times(tmp_path: Path) -> N
         assert info is not None
         assert (info.status, info.outcome, info.text, info.reason) == ("completed", "done", "Hello!", None)
         assert list(info.message_ids) == [m.id for m in await s.messages()]
-        assert info.created_at <= (info.settled_at or 0) and info.attempts >= 0
+        assert info.created_at <= (info.settled_at or 0) and info.attempts == 1, "one run, not interrupted"
         assert await s.inspect("nope") is None
         other = await h.session("assistant", "inspect", "other")
         assert await other.inspect(receipt.operation_id) is None, "an operation belongs to its session"
@@ -111,8 +111,27 @@ async def test_abort_a_queued_and_a_running_operation(tmp_path: Path) -> None:
         assert await s.abort(running.operation_id)
         result = await s.wait(running.operation_id, timeout=10)
         info = await s.inspect(running.operation_id)
-        assert info is not None and info.status in ("aborted", "completed") and result is not None
+        assert info is not None and info.status == "aborted" and result.status == "unanswered"
         assert await s.pending() == []
+
+
+async def test_abort_without_an_id_ends_everything_open_in_the_session(tmp_path: Path) -> None:
+    async with make(tmp_path) as h:
+        s = await h.session("assistant", "abort-all")
+        other = await h.session("assistant", "abort-all", "other")
+        running, queued = await s.submit("slow"), await s.submit("hi")
+        elsewhere = await other.submit("slow")
+        for _ in range(100):
+            if (await s.inspect(running.operation_id)).status == "running":  # type: ignore[union-attr]
+                break
+            await asyncio.sleep(0.02)
+        await s.abort()
+        for op in (running, queued):
+            await s.wait(op.operation_id, timeout=10)
+            assert (await s.inspect(op.operation_id)).status == "aborted"  # type: ignore[union-attr]
+        assert await s.pending() == []
+        assert await other.pending() == [elsewhere.operation_id], "another session's turn goes on"
+        await other.abort()
 
 
 async def test_wait_times_out(tmp_path: Path) -> None:
@@ -186,8 +205,12 @@ async def test_sessions_create_list_fork_delete(tmp_path: Path) -> None:
         await forked.prompt("in the fork")
         assert len(await root.messages()) == 4, "the source is untouched by the fork's turns"
         assert len(await forked.messages()) == 4
+        await root.prompt("in the source")
+        assert len(await root.messages()) == 6
+        assert [message_text(m) for m in await forked.messages()][-1] == "You said: in the fork", \
+            "the fork is untouched by the source's turns"
         listed = {i.id: i.message_count for i in await sessions.list()}
-        assert listed == {"": 4, "notes": 0, fork.id: 4} and made.id == "notes"
+        assert listed == {"": 6, "notes": 0, fork.id: 4} and made.id == "notes"
         with pytest.raises(SessionNotFound):
             await sessions.fork("missing")
         with pytest.raises(SessionNotFound):
@@ -220,10 +243,15 @@ async def test_a_tool_that_waits_on_its_own_session_gets_a_clear_error(tmp_path:
         Args:
             city: Where.
         """
-        try:
-            await holder["session"].prompt("hi")
-        except WouldDeadlock as exc:
-            seen.append(exc)
+        session = holder["session"]
+        calls = [lambda: session.prompt("hi")]
+        if session.id == "":  # its own session: every blocking call is refused the same way
+            calls += [lambda: session.wait("any-op"), lambda: anext(session.chat("hi"))]
+        for call in calls:
+            try:
+                await call()
+            except WouldDeadlock as exc:
+                seen.append(exc)
         return "sunny"
 
     agents = {"assistant": Agent(tools=[get_weather])}
@@ -232,10 +260,11 @@ async def test_a_tool_that_waits_on_its_own_session_gets_a_clear_error(tmp_path:
         holder["session"] = s
         result = await s.prompt("weather please", timeout=20)
         assert result.status == "done"
-        assert len(seen) == 1 and "submit() instead" in str(seen[0])
+        assert len(seen) == 3 and all("submit() instead" in str(e) for e in seen), seen
+        assert await s.pending() == [], "nothing was submitted by the refused calls"
         other = await h.session("assistant", "self", "side")
         holder["session"] = other  # another session may be waited on from a tool
-        assert (await s.prompt("weather again", timeout=20)).status == "done" and len(seen) == 1
+        assert (await s.prompt("weather again", timeout=20)).status == "done" and len(seen) == 3
 
 
 async def test_regenerate_makes_a_new_branch(tmp_path: Path) -> None:
@@ -336,7 +365,8 @@ async def test_continue_turn_reset_with_handoff_in_flight_and_chat(tmp_path: Pat
         await s.wait(slow.operation_id)
 
         kinds = [type(e).__name__ async for e in s.chat("hi")]
-        assert kinds[0] == "RunStarted" and kinds[-1] == "OperationSettled" and "ChunksCommitted" in kinds
+        assert kinds[:2] == ["OperationQueued", "RunStarted"] and kinds[-1] == "OperationSettled"
+        assert "ChunksCommitted" in kinds
 
 
 async def test_subscribe_hears_the_turns_of_its_session(tmp_path: Path) -> None:
@@ -358,7 +388,8 @@ async def test_subscribe_hears_the_turns_of_its_session(tmp_path: Path) -> None:
         assert heard == []
         await s.prompt("hi")
         await asyncio.wait_for(listener, 5)
-        assert heard[0] == "RunStarted" and "ChunksCommitted" in heard and "MessagePersisted" in heard
+        assert heard[:2] == ["OperationQueued", "RunStarted"]
+        assert "ChunksCommitted" in heard and "MessagePersisted" in heard
 
 
 async def test_sessions_have_titles_people_give_them(tmp_path: Path) -> None:
