@@ -128,12 +128,13 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
                     "upsert": {"type": "boolean", "default": False}}}}}},
             "responses": {"200": _json({"type": "object", "properties": {
                 "written": {"type": "array", "items": {"type": "string"}}}}, "The ids written"),
-                **_errors(400, 401, 409, 422)}}},
+                **_errors(400, 401, 404, 409, 413, 422, 503)}}},
         f"{base}/events": {"get": {
             "summary": "The session's live events as Server-Sent Events; Last-Event-ID resumes",
             "parameters": [*params, _SESSION_PARAM],
-            "responses": {"200": {"description": "sync, run-start, chunk, message, operation, run-end, reset, "
-                                                 "transcript events", "content": {"text/event-stream": {}}},
+            "responses": {"200": {"description": "sync, operation (queued, settled), run-start, chunk, "
+                                                 "message, run-end, reset, transcript events",
+                                  "content": {"text/event-stream": {}}},
                           **_errors(401, 404)}}},
         f"{base}/schedules": {
             "get": {"summary": "The instance's schedules, the next due first", "parameters": params,
@@ -147,7 +148,8 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
                              "input": _ref("Input"), "session": {"type": "string"}, "id": {"type": "string"},
                              "delay_s": {"type": "number"}, "at": {"type": "string", "format": "date-time"},
                              "cron": {"type": "string"}}}}}},
-                     "responses": {"201": _json(_ref("Schedule"), "Created"), **_errors(400, 401, 409, 422)}}},
+                     "responses": {"201": _json(_ref("Schedule"), "Created"),
+                                   **_errors(400, 401, 404, 409, 413, 422, 503)}}},
         base + "/schedules/{schedule_id}": {
             "get": {"summary": "One schedule", "parameters": [*params, {
                 "name": "schedule_id", "in": "path", "required": True, "schema": {"type": "string"}}],
