@@ -21,7 +21,7 @@ from harness import (
     client_tool,
     tool,
 )
-from protocol import ToolPart, message_text
+from protocol import TextPart, ToolPart, UIMessage, message_text
 
 SCRIPT = Path(__file__).parents[1] / "fixtures" / "reference-script.json"
 
@@ -76,12 +76,14 @@ async def test_input_forms(tmp_path: Path) -> None:
         assert r.text == "You said: echo me"
         r = await s.prompt(["one", {"parts": [{"type": "text", "text": "two"}]}])
         assert r.text == "You said: two"
+        r = await s.prompt(UIMessage(id="u-obj", role="user", parts=[TextPart(text="echo an object")]))
+        assert r.text == "You said: echo an object"
         ids = [m.id for m in await s.messages()]
-        assert "u-2" in ids and len(ids) == len(set(ids)) == 7
+        assert "u-2" in ids and "u-obj" in ids and len(ids) == len(set(ids)) == 9
         for bad in (42, [], "", {"parts": "x"}, [{"type": "approval", "approved": True, "tool_call_id": "x"}]):
             with pytest.raises(InputError):
                 await s.submit(bad)
-        assert len(await s.messages()) == 7, "refused input wrote nothing"
+        assert len(await s.messages()) == 9, "refused input wrote nothing"
 
 
 async def test_inspect_reports_status_message_ids_and_times(tmp_path: Path) -> None:
