@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import json
 import logging
+import re
 import sqlite3
 import time
 import uuid
@@ -136,6 +137,58 @@ def _rate_limited(text: str | None, settings: Settings) -> str:
             if isinstance(rid, str) and len(rid) <= MAX_CLIENT_ID_LENGTH and is_unicode_text(rid):
                 return dump_chat_response(rid, reason, done=True, error=True, outcome="error")
     return error_frame(reason)
+
+
+# The head of a frame read for its type and id when the frame is too large to decode: the
+# longest id, each character escaped as \uXXXX, with the type and the JSON around them.
+_PEEK_CHARS = 8 * MAX_CLIENT_ID_LENGTH
+# Its tail, for a type written last: room for the longest type name and some whitespace.
+_PEEK_TAIL_CHARS = 256
+_STRING = r'"(?:[^"\\]|\\.)*"'
+# One member whose value is a string, and what follows it: the next member or the object's end.
+_HEAD_MEMBER = re.compile(rf"\s*({_STRING})\s*:\s*({_STRING})\s*([,}}])")
+# The hook writes the type last: ``JSON.stringify({id, init, type})``.
+_LAST_MEMBER = re.compile(rf",\s*({_STRING})\s*:\s*({_STRING})\s*\}}\s*\Z")
+
+
+def _peek_request(text: str) -> tuple[str, str] | None:
+    """The type and id of a request frame read from its ends only, or None.
+
+    For a frame too large to decode: the members with string values at the start of the
+    object (the id and often the type) and the last member (the type, as the hook writes
+    it), so the work is bounded however large the frame is. Only a chat request or an RPC,
+    with an id the server would accept, counts.
+    """
+    head = text[:_PEEK_CHARS]
+    start = re.match(r"\s*\{", head)
+    if start is None:
+        return None
+    members: dict[str, str] = {}
+    pos = start.end()
+    while (m := _HEAD_MEMBER.match(head, pos)) is not None:
+        members.setdefault(m.group(1), m.group(2))
+        if m.group(3) == "}":
+            break
+        pos = m.end()
+    tail = _LAST_MEMBER.search(text, max(0, len(text) - _PEEK_TAIL_CHARS))
+    if tail is not None:
+        members.setdefault(tail.group(1), tail.group(2))
+    try:
+        kind, rid = (json.loads(members[f'"{key}"']) for key in ("type", "id"))
+    except (KeyError, ValueError):
+        return None
+    if kind not in (USE_CHAT_REQUEST, RPC) or len(rid) > MAX_CLIENT_ID_LENGTH or not is_unicode_text(rid):
+        return None
+    return kind, rid
+
+
+def _oversized(text: str, size: int, limit: int) -> str:
+    """The answer to a frame over the size limit: its request's end, when the frame names one."""
+    reason = f"frame of {size} bytes is over the limit of {limit} (THINK_MAX_FRAME_BYTES); it was ignored"
+    peeked = _peek_request(text)
+    if peeked is None:
+        return error_frame(reason)
+    return _refusal(ProtocolError(reason, frame_type=peeked[0], frame_id=peeked[1]))
 
 
 def _utf8_size(text: str, limit: int) -> int:
@@ -301,7 +354,7 @@ async def _serve_message(message: Message, conn: Connection, chat: ThinkChat, bu
     size = _utf8_size(text, settings.max_frame_bytes)
     if size > settings.max_frame_bytes:
         metrics.refusals.labels("frame_size").inc()
-        conn.send(error_frame(f"frame of {size} bytes is over the limit of {settings.max_frame_bytes}; it was ignored"))
+        conn.send(_oversized(text, size, settings.max_frame_bytes))
         return True
     try:
         frame = parse_client_frame(text)

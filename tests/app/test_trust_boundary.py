@@ -218,6 +218,37 @@ async def test_known_messages_are_taken_by_id_without_being_validated_again(serv
     await c.close()
 
 
+async def test_known_messages_are_taken_by_id_after_their_transcript_left_memory(serve) -> None:
+    """Before: with the transcript dropped to keep within THINK_TRANSCRIPT_MEMORY_MB, every known
+    message was decoded again and a mangled one refused ("invalid message at index 0")."""
+    srv, _ = await serve_bank(serve, transcript_memory_mb=1e-6)  # one byte: dropped after every turn
+    c = await Client.open(url(srv, "dropped"))
+    for _ in range(2):  # a turn reports the weight of the transcript it starts with: empty, the first time
+        await send_turn(c, "hi")
+    # The transcript as the tab has it (get-messages would read it back into memory).
+    history = [f for f in c.of_type("cf_agent_chat_messages") if not f.get("connect")][-1]["messages"]
+    assert [m["role"] for m in history] == ["user", "assistant"] * 2
+    session = srv.app.state.host.get(AGENT, "dropped").chats[""].session
+    await until_dropped(session)
+    mangled = [{**m, "parts": [{"type": 42}]} for m in history]
+    rid, frame = request_frame([*mangled, user_message("hello")])
+    await c.send(frame)
+    done = await c.wait_for(is_done(rid))
+    assert done["outcome"] == "completed", done
+    msgs = await get_messages(srv, "dropped")
+    assert msgs[:4] == history and text_of(msgs[5]) == "Hello!"
+    await c.close()
+
+
+async def until_dropped(session: Any) -> None:
+    """The session let go of its transcript (it does once its turn has ended, past the budget)."""
+    for _ in range(1000):
+        if session.loaded_history is None:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the transcript stayed in memory")
+
+
 async def test_a_thousand_turn_conversation_in_the_hooks_request_shape(serve) -> None:
     """Today it stops at turn 501: "1001 messages is over the limit of 1000 per request"."""
     srv, _ = await serve_bank(serve, rate_limit_per_s=100_000, rate_burst=100_000)  # faster than any typist
@@ -309,6 +340,45 @@ async def test_a_request_that_cannot_be_used_gets_its_terminal_frame(serve, fram
     await still_works(c)
     assert c.ws.close_code is None
     assert len(await get_messages(srv, "ends")) == 2
+    await c.close()
+
+
+def hook_order(frame: dict[str, Any]) -> str:
+    """The frame as the hook writes it: ``JSON.stringify({id, init, type})``, the type last."""
+    return json.dumps({"id": frame["id"], "init": frame["init"], "type": frame["type"]}, separators=(",", ":"))
+
+
+async def test_a_request_over_the_frame_limit_gets_its_terminal_frame(serve) -> None:
+    """Before: only a ``cf_agent_error``, so the hook's request never ended."""
+    srv, _ = await serve_bank(serve, max_frame_bytes=1024)
+    c = await Client.open(url(srv, "oversized"))
+    await c.wait_for(is_type("cf_agent_chat_messages"))
+    odd = 'r-"q"-\\-' + "é" * 240  # 250 characters, over 1,400 once escaped as \u00e9: answered decoded
+    for rid, text in [
+        ("r-big-typed", json.dumps(chat_request("x" * 2500, rid="r-big-typed")[1])),  # type first, spaced
+        ("r-big-hook", hook_order(chat_request("x" * 2500, rid="r-big-hook")[1])),  # type last, compact
+        (odd, hook_order(chat_request("x" * 2500, rid=odd)[1])),
+    ]:
+        mark = len(c.frames)
+        await c.send(text)
+        done = await c.wait_for(is_done(rid), start=mark)
+        assert done["error"] is True and done["outcome"] == "error", done
+        assert "over the limit of 1024" in done["body"] and "bytes" in done["body"], done
+        assert frames_of(c, rid, start=mark) == [done]
+    mark = len(c.frames)
+    big_rpc = json.dumps({"type": "rpc", "id": "call-1", "method": "m", "args": ["x" * 2500]})
+    await c.send(big_rpc)
+    answer = await c.wait_for(lambda f: f.get("type") == "rpc" and f.get("id") == "call-1", start=mark)
+    assert answer["success"] is False and "over the limit of 1024" in answer["error"]
+    # A frame that names no usable id (too long, or not a request) still gets the error frame.
+    for text in [hook_order(chat_request("x" * 2500, rid="z" * 300)[1]),
+                 json.dumps({"type": "cf_agent_chat_messages", "id": "m1", "messages": ["x" * 2500]})]:
+        mark = len(c.frames)
+        await c.send(text)
+        err = await c.wait_for(is_type("cf_agent_error"), start=mark)
+        assert "over the limit of 1024" in err["error"]
+    await still_works(c)
+    assert c.ws.close_code is None
     await c.close()
 
 
