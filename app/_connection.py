@@ -10,7 +10,19 @@ A replay is queued as one item: the stream's list of chunk bodies (shared, not
 copied) and how many of them to send. The writer turns them into frames one at
 a time and awaits each send, so a replay of any length goes at the client's own
 pace and is not counted against the slow-client bounds: the server chose to send
-it, and it holds no memory of its own. Live frames queued after it go out after it.
+it, and it holds no memory of its own. Frames queued after it go out after it.
+
+A replay that joins a live stream also *follows* it: once the replayed chunks are
+written, the writer goes on through the same list, which the live stream keeps
+extending, sending each new chunk as a live frame, until it has caught up; only
+from then on are the stream's live frames queued for the socket. While it follows,
+none of them is queued (:meth:`Connection.follows`): chunks that outrun the replay
+were a backlog the server made, not the client, and counted against the bounds they
+closed a client that read all it was sent (a 12,000-chunk replay with a fast live
+phase behind it: closed after some 4,300 frames read). A client that stops reading
+mid-replay holds its writer and a reference to the stream's list (which the stream
+holds anyway), nothing more; whatever else it is sent (transcripts, ends of turns,
+replays) is still bounded and closes it once past the bounds.
 """
 
 from __future__ import annotations
@@ -61,11 +73,14 @@ _TRANSITIONS = {
 @dataclass(frozen=True, slots=True)
 class Replay:
     """The first ``count`` items of ``bodies`` (a list that may keep growing), each sent as
-    ``render(seq, body)``."""
+    ``render(seq, body)``; then ``complete``, if set; then, with ``follow``, the items the list
+    has gained since and gains until the writer catches up, each sent as ``follow(seq, body)``."""
 
     bodies: Sequence[str]
     count: int
     render: Callable[[int, str], str]
+    complete: str | None = None
+    follow: Callable[[int, str], str] | None = None
 
 
 class _Mark(enum.Enum):
@@ -93,6 +108,8 @@ class Connection:
         self.peak_bytes = 0
         #: Replays queued or being written.
         self.pending_replays = 0
+        # The live stream's list a queued replay follows; its live frames are not queued meanwhile.
+        self._following: Sequence[str] | None = None
         #: Closed by the server because the client did not read fast enough.
         self.too_slow = False
         self.close_code = 1000
@@ -137,14 +154,23 @@ class Connection:
 
     def send_replay(self, replay: Replay) -> None:
         """Queue a replay, in order with the frames around it; never blocks."""
-        if self.state is not ConnectionState.OPEN or replay.count <= 0:
+        if self.state is not ConnectionState.OPEN:
+            return
+        if replay.count <= 0 and replay.complete is None and replay.follow is None:
             return
         if self.pending_replays >= MAX_PENDING_REPLAYS:
             self._close_too_slow(f"{self.pending_replays} replays not read")
             return
         self._queue.append(replay)
         self.pending_replays += 1
+        if replay.follow is not None:
+            self._following = replay.bodies
         self._wakeup.set()
+
+    def follows(self, bodies: Sequence[str]) -> bool:
+        """Whether a replay queued for this socket goes on through ``bodies`` as it grows: the
+        stream's new chunks reach the socket through it, and must not be sent to it live."""
+        return self._following is bodies
 
     def close(self, code: int = 1000, reason: str = "") -> None:
         """Close after the frames queued have gone out (replays stop short)."""
@@ -173,6 +199,7 @@ class Connection:
         # A replay being written is counted until the writer lets go of it.
         self.pending_replays -= sum(1 for item in self._queue if isinstance(item, Replay))
         self._queue.clear()
+        self._following = None
         self.queued_frames = self.queued_bytes = 0
 
     async def _close_socket(self) -> None:
@@ -203,12 +230,32 @@ class Connection:
             pass  # the reader sees the disconnect and cleans up
 
     async def _write_replay(self, replay: Replay) -> None:
-        for seq in range(replay.count):
+        try:
+            if not await self._write_items(replay.bodies, 0, replay.count, replay.render):
+                return
+            if replay.complete is not None:
+                await self.ws.send_text(replay.complete)
+            if replay.follow is not None:
+                await self._write_items(replay.bodies, replay.count, None, replay.follow)
+        finally:
+            # Caught up (or gone): with no await since the last look at the list's length, so
+            # the stream's next chunk is queued live, after the ones written here.
+            if replay.follow is not None and self._following is replay.bodies:
+                self._following = None
+
+    async def _write_items(self, bodies: Sequence[str], start: int, stop: int | None,
+                           render: Callable[[int, str], str]) -> bool:
+        """Send ``bodies[start:stop]`` (``stop`` None: up to the list's end, however far it grows
+        meanwhile); False if the socket began closing first."""
+        seq = start
+        while seq < (len(bodies) if stop is None else stop):
             if self.state is not ConnectionState.OPEN:
-                return  # closing: the client resumes on its next socket, from chunk 0 again
-            await self.ws.send_text(replay.render(seq, replay.bodies[seq]))
-            if seq % _REPLAY_YIELD_EVERY == _REPLAY_YIELD_EVERY - 1:
+                return False  # closing: the client resumes on its next socket, from chunk 0 again
+            await self.ws.send_text(render(seq, bodies[seq]))
+            seq += 1
+            if seq % _REPLAY_YIELD_EVERY == 0:
                 await asyncio.sleep(0)
+        return self.state is ConnectionState.OPEN
 
     async def finished(self) -> None:
         """The socket is gone: stop the writer and let go of what it still held."""

@@ -122,6 +122,10 @@ class _Stream:
     bodies: list[str] = field(default_factory=list)
     settled: OperationSettled | None = None
 
+    def live_frame(self, seq: int, body: str) -> str:
+        """Chunk ``seq`` as a live frame (a socket that follows the stream after a replay gets the same)."""
+        return dump_chat_response(self.id, body, done=False, seq=seq, continuation=self.continuation)
+
 
 class ThinkChat:
     def __init__(self, session: Session, *, now_ms: Callable[[], int]) -> None:
@@ -228,12 +232,14 @@ class ThinkChat:
             conn.send(dump_chat_response(rid, f"Invalid chat request: method must be POST, got "
                                               f"{frame.init.method!r}", done=True, error=True, outcome="error"))
             return
+        # Read back first if it was dropped (idle, past THINK_TRANSCRIPT_MEMORY_MB): `knows` looks in
+        # memory only, and without it every known message would be decoded and checked again, and
+        # one the client mangled refused. In memory already, this costs nothing and does not wait.
+        history = await self.session.history()
         try:
             # Messages the session holds are taken by id: the hook resends the whole transcript. Those
             # it sends back exactly as they were sent are not even decoded.
-            history = self.session.loaded_history
-            body = parse_chat_request_body(frame.init.body, known=self.session.knows,
-                                           sent=history.sent() if history is not None else ())
+            body = parse_chat_request_body(frame.init.body, known=self.session.knows, sent=history.sent())
         except ProtocolError as exc:
             conn.send(dump_chat_response(rid, f"Invalid chat request: {exc}", done=True, error=True,
                                          outcome="error"))
@@ -352,9 +358,7 @@ class ThinkChat:
         if active is not None and active.id == request_id and active.settled is None:
             # Replay and joining the live stream happen in one synchronous step.
             acked.add(request_id)
-            self._replay(conn, active)
-            conn.send(dump_chat_response(request_id, "", done=False, replay=True, replay_complete=True,
-                                         continuation=active.continuation))
+            self._replay(conn, active, join=True)
             return True
         return False
 
@@ -388,16 +392,27 @@ class ThinkChat:
             acked = self._acked[conn.id] = _Recent(MAX_ACKED_PER_CONNECTION)
         return acked
 
-    def _replay(self, conn: Connection, stream: _Stream) -> None:
+    def _replay(self, conn: Connection, stream: _Stream, *, join: bool = False) -> None:
         """Queue the chunks the stream has now, as one item the socket's writer renders at the
         client's pace: however long the stream, it neither copies it nor counts as a backlog.
-        Live chunks appended to the list later are not part of it; they follow as live frames."""
+
+        ``join``: the socket joins the live stream after it (``replayComplete``), and the same
+        item goes on with the chunks appended to the list meanwhile, as live frames, until the
+        writer has caught up; the live chunks the stream commits before that are not queued
+        for the socket (see :meth:`_on_chunks`), so a replay the live stream outruns does not
+        pile them up as the client's backlog.
+        """
         rid, continuation = stream.id, stream.continuation
 
         def render(seq: int, body: str) -> str:
             return dump_chat_response(rid, body, done=False, seq=seq, replay=True, continuation=continuation)
 
-        conn.send_replay(Replay(stream.bodies, len(stream.bodies), render))
+        if not join:
+            conn.send_replay(Replay(stream.bodies, len(stream.bodies), render))
+            return
+        complete = dump_chat_response(rid, "", done=False, replay=True, replay_complete=True,
+                                      continuation=continuation)
+        conn.send_replay(Replay(stream.bodies, len(stream.bodies), render, complete, stream.live_frame))
 
     async def _on_clear(self, conn: Connection) -> None:
         self._clearing = conn.id
@@ -465,13 +480,14 @@ class ThinkChat:
         if active is None or active.id != event.operation_id:
             return
         active.bodies.extend(event.bodies)
-        targets = [c for cid, c in self.connections.items() if cid not in self._awaiting_ack]
+        # A socket whose replay follows the list gets these from it, at its own pace.
+        targets = [c for cid, c in self.connections.items()
+                   if cid not in self._awaiting_ack and not c.follows(active.bodies)]
         if not targets:
             return
         seq = event.first_seq
         for body in event.bodies:
-            # One serialization per frame, shared by every socket.
-            text = dump_chat_response(active.id, body, done=False, seq=seq, continuation=active.continuation)
+            text = active.live_frame(seq, body)  # one serialization per frame, shared by every socket
             for conn in targets:
                 conn.send(text)
             seq += 1

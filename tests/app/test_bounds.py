@@ -33,6 +33,7 @@ from tests.app.test_thinkchat import (
     GatedModel,
     agents_with,
     frames_of,
+    get_messages,
     is_type,
     nth_delta,
     probe,
@@ -90,6 +91,41 @@ async def test_a_replay_longer_than_the_send_queue_arrives_whole_then_goes_live(
         await a.close()
 
 
+# A live phase as fast as the model can go, half as long as the replay ahead of it.
+FLOOD_TAIL = 6_000
+LONG_THEN_FLOOD = {"rules": [{"match": "*", "steps": [[{"text": ["x "], "repeat": FAST},
+                                                      {"text": ["y "], "repeat": FLOOD_TAIL}]]}]}
+
+
+async def test_live_chunks_queued_behind_a_long_replay_are_not_a_slow_clients_backlog(serve) -> None:
+    """Before: a reading client was closed 1013 "send queue full" after about 4,352 frames:
+    the live chunks that outran the replay counted against the send queue."""
+    model = GatedModel(LONG_THEN_FLOOD, pause_before=FAST)
+    srv = await serve(agents_with(model))
+    settings = srv.app.state.settings
+    assert FLOOD_TAIL > settings.max_send_queue, "the default queue size"
+    pk = str(uuid.uuid4())
+    a = await Client.open(url(srv, "flood-behind", pk))
+    rid, frame, _ = chat_request("go")
+    await a.send(frame)
+    await asyncio.wait_for(model.paused.wait(), 60)
+    await a.wait_for(nth_delta(rid, FAST), timeout=60)
+    await a.close()
+    b = await Client.open(url(srv, "flood-behind", pk))  # the same tab, reconnected mid-stream
+    await b.wait_for(is_type("cf_agent_stream_resuming"))
+    mark = len(b.frames)
+    await b.send(ack(rid))
+    await b.wait_for(nth_delta(rid, 1), start=mark, timeout=30)  # the replay is being written
+    model.gate.set()  # and the live phase floods in behind it
+    await b.wait_for(is_done(rid), timeout=120, start=mark)
+    replayed = check_resumed(frames_of(b, rid, start=mark), "x " * FAST + "y " * FLOOD_TAIL)
+    assert replayed >= FAST
+    assert b.ws.close_code is None, "a client that reads is not closed as too slow"
+    chat = srv.app.state.host.get(AGENT, "flood-behind").chats[""]
+    assert chat.connections[pk].peak_frames <= settings.max_send_queue
+    await b.close()
+
+
 async def test_a_finished_long_stream_replays_whole_from_memory_and_after_a_restart(serve, tmp_path: Path) -> None:
     agents = agents_with(LONG)
     data = tmp_path / "long-stored"
@@ -138,6 +174,55 @@ async def test_ids_over_the_limit_are_refused_and_the_socket_keeps_working(serve
     assert pk not in chat._acked, "a refused ACK leaves no bookkeeping"
     _, done, _ = await send_turn(c, "hi")
     assert done["outcome"] == "completed"
+    await c.close()
+
+
+@pytest.mark.parametrize("field", ["probeId", "toolCallId", "approval toolCallId", "toolName", "method"])
+async def test_names_over_the_id_limit_are_refused_by_field_and_the_socket_keeps_working(serve, field: str) -> None:
+    srv = await serve()
+    c = await Client.open(url(srv, "long-names"))
+    long = "n" * (MAX_CLIENT_ID_LENGTH + 1)
+    frame: dict[str, Any] = {
+        "probeId": {"type": "cf_agent_stream_resume_request", "probeId": long},
+        "toolCallId": {"type": "cf_agent_tool_result", "toolCallId": long, "toolName": "getLocation", "output": 1},
+        "approval toolCallId": {"type": "cf_agent_tool_approval", "toolCallId": long, "approved": True},
+        "toolName": {"type": "cf_agent_tool_result", "toolCallId": "c1", "toolName": long, "output": 1},
+        "method": {"type": "rpc", "id": "call-1", "method": long, "args": []},
+    }[field]
+    name = field.split()[-1]
+    mark = len(c.frames)
+    await c.send(frame)
+    if field == "method":  # the frame names a usable id: the call itself is answered
+        answer = await c.wait_for(lambda f: f.get("type") == "rpc" and f.get("id") == "call-1", start=mark)
+        assert answer["success"] is False
+        error = answer["error"]
+    else:
+        error = (await c.wait_for(is_type("cf_agent_error"), start=mark))["error"]
+    assert f"invalid {frame['type']} frame: field '{name}': string should have at most " \
+           f"{MAX_CLIENT_ID_LENGTH} characters" in error, error
+    assert long not in error
+    _, done, _ = await send_turn(c, "hi")
+    assert done["outcome"] == "completed" and c.ws.close_code is None
+    await c.close()
+
+
+async def test_a_message_id_over_the_limit_ends_its_request_and_the_socket_keeps_working(serve) -> None:
+    srv = await serve()
+    c = await Client.open(url(srv, "long-message-id"))
+    long = "m" * (MAX_CLIENT_ID_LENGTH + 1)
+    rid, frame, _ = chat_request("hi")
+    body = json.loads(frame["init"]["body"])
+    body["messages"][0]["id"] = long
+    frame["init"]["body"] = json.dumps(body)
+    await c.send(frame)
+    done = await c.wait_for(is_done(rid))
+    assert done["error"] is True and done["outcome"] == "error"
+    assert f"'id' has {MAX_CLIENT_ID_LENGTH + 1} characters, over the limit of {MAX_CLIENT_ID_LENGTH}" \
+           in done["body"], done
+    assert long not in done["body"]
+    assert await get_messages(srv, "long-message-id") == []
+    _, done, _ = await send_turn(c, "hi")
+    assert done["outcome"] == "completed" and c.ws.close_code is None
     await c.close()
 
 
