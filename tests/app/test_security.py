@@ -155,6 +155,33 @@ async def test_a_jwt_naming_an_audience_is_refused_when_none_is_configured(serve
     assert c.ws.close_code == 4001 and no_instance_files(srv)
 
 
+async def test_a_jwt_must_name_the_configured_issuer(serve) -> None:
+    srv = await serve(jwt_secret=HS_SECRET, jwt_issuer="https://issuer.example")
+    exp = int(time.time()) + 60
+
+    def token(**claims: Any) -> str:
+        return jwt.encode({"sub": "u1", "exp": exp, **claims}, HS_SECRET, algorithm="HS256")
+
+    right, wrong, missing = token(iss="https://issuer.example"), token(iss="https://other.example"), token()
+    async with httpx.AsyncClient(base_url=srv.base) as http:
+        def get(bearer: str) -> Any:
+            return http.get("/agents/my-agent/iss/get-messages", headers={"Authorization": f"Bearer {bearer}"})
+
+        for bad, says in ((wrong, "Invalid issuer"), (missing, '"iss"')):
+            r = await get(bad)
+            assert r.status_code == 401 and says in r.json()["error"], r.text
+        assert no_instance_files(srv)
+        assert (await get(right)).status_code == 200
+    for bad, says in ((wrong, "Invalid issuer"), (missing, '"iss"')):
+        c = await refused(url(srv, "iss-socket", f"&token={bad}"))
+        assert c.ws.close_code == 4001 and says in c.frames[0]["error"], c.frames
+    ok = await identified(url(srv, "iss-socket", f"&token={right}"))
+    rid, frame, _ = chat_request("hi")
+    await ok.send(frame)
+    assert (await ok.wait_for(is_done(rid)))["outcome"] == "completed"
+    await ok.close()
+
+
 # -- close reasons ----------------------------------------------------------------------
 
 

@@ -29,7 +29,8 @@ from harness._model import (
 from harness.providers._scripted import Script, ScriptedModel, ScriptError, load_script, parse_script
 from protocol import UIMessage
 
-REFERENCE = Path(__file__).with_name("reference-script.json")
+# The one copy of the shared reference script (tests/test_drift.py keeps it equal to the shared one).
+REFERENCE = Path(__file__).parents[1] / "fixtures" / "reference-script.json"
 
 # ---------------------------------------------------------------- helpers
 
