@@ -138,7 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # refused by the app first, with a clear frame (uvicorn does not count WebSocket upgrades).
     # Logging is ours (configure_logging): uvicorn given a level would set its loggers again.
     # ws: uvicorn's own sans-I/O WebSocket protocol, without the last frame it would keep per socket.
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=None,
+    # loop/http fixed: uvicorn's "auto" would switch to uvloop and httptools wherever they happen to
+    # be installed (the bench extra brings them), so the server tested, measured and shipped differ.
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=None, loop="asyncio", http="h11",
                             ws=ChatWebSocketProtocol, ws_max_size=settings.websocket_max_size, log_config=None,
                             timeout_graceful_shutdown=10, limit_concurrency=app.state.fd_budget.max_connections)
     server = _Server(config, ready=_ready_line(settings, agents, target))
