@@ -4,12 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
+BENCH_STAMP := $(VENV)/.installed-bench
 CLIENT := tests/e2e/client
 HOST ?= 127.0.0.1
 PORT ?= 8000
 DATA_DIR ?=
 
-.PHONY: install run test lint typecheck unit fuzz conformance conformance-server node-deps web browser-deps soak chaos clean
+.PHONY: install run test lint typecheck unit fuzz conformance conformance-server node-deps web browser-deps soak chaos bench clean
 
 # `make run` installs what running needs (the server, and Node to build the page); the test
 # tools come with `make test`.
@@ -107,6 +108,26 @@ chaos: $(STAMP)
 # instances touched. Prints its figures; fails if a promise does not hold.
 soak: $(STAMP)
 	$(PY) -m tests.soak.soak all $(SOAK_ARGS)
+
+# Benchmarks (not part of `make test`): tests/bench/kit's suite runs the workloads against our server
+# and the two baselines (a bare relay of pre-built frames; the same with batched aiosqlite writes),
+# interleaved, REPS times, and prints medians (min-max), ratios to the baselines and the load
+# average; then 10,000 instances touched (RSS, fds, threads), and our turn cost with history, memory
+# per idle instance and disk against the transcript, each next to its target. Raw figures and the
+# whole output go to test-artifacts/bench/. `make bench QUICK=1`: small sizes, a few minutes.
+# The bench extra adds psutil, uvloop and httptools (the baselines run on them; our server stays on
+# asyncio and h11, as shipped: app/cli.py fixes them).
+REPS ?= 3
+QUICK ?=
+$(BENCH_STAMP): pyproject.toml constraints.txt
+	@echo "installing the server, the test tools and the bench tools into $(VENV)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
+	@touch $(BENCH_STAMP) $(STAMP) $(RUN_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) -m tests.bench.run --reps $(REPS) $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(VENV) $(CLIENT)/node_modules $(WEB)/node_modules $(WEB)/dist .pytest_cache .mypy_cache .ruff_cache test-artifacts
