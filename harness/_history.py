@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Protocol, overload
 
 from protocol import UIMessage, dump_message_text, parse_message
 from storage import Database
 
-__all__ = ["History", "HistoryBudget", "Holder", "parse_text"]
+__all__ = ["History", "HistoryBudget", "Holder", "ParsedOnRead", "parse_text"]
 
 # Parsed messages cost several times their JSON text (measured: about 6x for short chat
 # messages); the budget counts this many bytes per byte of JSON while they are held.
@@ -36,6 +36,47 @@ _ID_BYTES = 100
 def parse_text(text: str) -> UIMessage:
     """A message from the JSON text the transcript keeps (valid: it was parsed or dumped before)."""
     return parse_message(json.loads(text))
+
+
+class ParsedOnRead(Sequence[UIMessage]):
+    """Messages kept as JSON texts, each parsed the first time it is read (then held as long as
+    this sequence is), followed by ``tail``, messages already parsed.
+
+    A model call gets its transcript this way: a model that reads only its end (the scripted
+    one reads back to the last user message) parses only that, so a turn's own cost does not
+    grow with the conversation; a provider that sends all of it parses all of it, once.
+    """
+
+    __slots__ = ("_parsed", "_tail", "_texts")
+
+    def __init__(self, texts: Sequence[str], tail: Sequence[UIMessage] = ()) -> None:
+        self._texts = texts
+        self._tail = tuple(tail)
+        self._parsed: dict[int, UIMessage] = {}
+
+    def __len__(self) -> int:
+        return len(self._texts) + len(self._tail)
+
+    @overload
+    def __getitem__(self, index: int) -> UIMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[UIMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> UIMessage | list[UIMessage]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        size = len(self)
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError(f"message index {index} out of range (0-{size - 1})")
+        if index >= len(self._texts):
+            return self._tail[index - len(self._texts)]
+        msg = self._parsed.get(index)
+        if msg is None:
+            msg = self._parsed[index] = parse_text(self._texts[index])
+        return msg
 
 
 class History:

@@ -46,7 +46,7 @@ from storage import Tx
 from ._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from ._chunklog import ChunkLog
 from ._events import ModelCallFinished, ToolCallFinished
-from ._history import parse_text
+from ._history import ParsedOnRead
 from ._hooks import HookError, ToolDecision
 from ._json import dumps, message_json
 from ._model import (
@@ -356,12 +356,11 @@ class Turn:
 
     def _request(self) -> ModelRequest:
         msg = self._assembler.message
-        # Parsed for this call only: the request is let go of once the model has read it.
-        messages = [parse_text(t) for t in self._plan.context]
-        if any(p.type != "step-start" for p in msg.parts):
-            messages.append(msg.model_copy(deep=True))
+        # Parsed as the model reads them, for this call only: the request is let go of once the
+        # model has read it.
+        tail = [msg.model_copy(deep=True)] if any(p.type != "step-start" for p in msg.parts) else []
         tools = [t.definition for t in self._tools.values()]
-        return ModelRequest(messages=messages, system=self._system, tools=tools)
+        return ModelRequest(messages=ParsedOnRead(self._plan.context, tail), system=self._system, tools=tools)
 
     async def _model_call(self, request: ModelRequest, model: Model, step: int) -> _StepResult:
         result = _StepResult()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import functools
 import json
 import os
@@ -239,28 +240,28 @@ class _Turn:
 
     user: str | None  # text of the last user message
     results: list[ToolPart]  # tool results after the last user message, in order
-    tool_parts: int  # tool parts in the whole transcript
     present: str | None  # text + reasoning after the last tool result, if continuing
     system: str = ""  # the system prompt of this call
     tools: str = ""  # the names of the tools offered to this call, sorted, comma-separated
+    tool_parts: int = 0  # tool parts in the whole transcript: counted only for a step that needs it
 
     @classmethod
     def read(cls, messages: Sequence[UIMessage], system: str | None = None,
              tools: Sequence[str] = ()) -> _Turn:
-        last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+        # From the end: a transcript may be parsed as it is read, and a turn needs only its tail.
+        last_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), -1)
         user = None
         if last_user >= 0:
             user = message_text(messages[last_user])
         parts = [p for m in messages[last_user + 1 :] for p in m.parts]
         results = [p for p in parts if isinstance(p, ToolPart) and p.state in _RESULT_STATES]
-        tool_parts = sum(isinstance(p, ToolPart) for m in messages for p in m.parts)
         present = None
         if messages and messages[-1].role == "assistant":
             tail = messages[-1].parts
             result_ids = {id(p) for p in results}
             cut = max((i + 1 for i, p in enumerate(tail) if id(p) in result_ids), default=0)
             present = "".join(p.text for p in tail[cut:] if isinstance(p, TextPart | ReasoningPart))
-        return cls(user, results, tool_parts, present, system or "", ",".join(sorted(tools)))
+        return cls(user, results, present, system or "", ",".join(sorted(tools)))
 
     def render(self, template: str) -> str:
         return _TEMPLATE.sub(lambda m: self._value(m.group(1)), template)
@@ -342,10 +343,14 @@ class ScriptedModel(Model):
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         turn = _Turn.read(request.messages, request.system, [t.name for t in request.tools])
+        _rule, step = self._choose(turn)
+        if any(isinstance(e, ToolCallEvent) and not e.tool_call.id for e in step):
+            # Ids made up for calls count the tool parts of the whole transcript (unique ids).
+            count = sum(isinstance(p, ToolPart) for m in request.messages for p in m.parts)
+            turn = dataclasses.replace(turn, tool_parts=count)
         # What the script needs is read: the transcript is not held while the answer streams
         # (a server runs hundreds of these at once).
         del request
-        _rule, step = self._choose(turn)
         start_event, start_delta = _resume_point(step, turn)
         counters: dict[type[_DeltaEvent], int] = {TextEvent: 0, ReasoningEvent: 0}
         calls = made = 0

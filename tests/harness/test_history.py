@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness import Agent, HistoryBudget, Instance, ScriptedModel
-from protocol import message_text, parse_message
+from harness._history import ParsedOnRead
+from protocol import TextPart, UIMessage, message_text, parse_message
 
 SCRIPT = {"rules": [{"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]}
 
@@ -85,3 +88,17 @@ async def test_at_rest_a_transcript_is_its_text_and_parses_back_whole(tmp_path: 
     history.release()
     assert history.weight() == at_rest
     await inst.close()
+
+
+def test_parsed_on_read_parses_only_what_is_read() -> None:
+    texts = ["not json: never read, never parsed",
+             '{"id":"u1","role":"user","parts":[{"type":"text","text":"hi"}]}']
+    tail = UIMessage(id="a1", role="assistant", parts=[TextPart(text="Hello")])
+    seq = ParsedOnRead(texts, [tail])
+    assert len(seq) == 3
+    assert seq[-1] is tail and seq[1].id == "u1" and seq[-2] is seq[1], "parsed once, then held"
+    assert [m.id for m in seq[1:]] == ["u1", "a1"]
+    with pytest.raises(IndexError):
+        seq[3]
+    with pytest.raises(ValueError):
+        seq[0]
