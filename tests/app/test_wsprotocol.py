@@ -39,3 +39,16 @@ async def test_an_idle_socket_keeps_no_payload_of_its_last_request(serve) -> Non
     kept = max(_payload_size(v) for v in _parser_values(sockets[0].conn.parser))
     assert kept < BIG, f"the idle socket's parser holds {kept} bytes of the last frame"
     await c.close()
+
+
+async def test_frames_are_compressed_at_level_one(serve) -> None:
+    srv = await serve()
+    c = await Client.open(url(srv, "deflate-level"))
+    rid, frame, _ = chat_request("hi")
+    await c.send(frame)
+    await c.wait_for(is_done(rid), timeout=30)
+    sockets = [p for p in srv.server.server_state.connections if isinstance(p, ChatWebSocketProtocol)]
+    [deflate] = sockets[0].conn.extensions  # negotiated with the client
+    assert deflate.name == "permessage-deflate"
+    assert deflate.compress_settings == {"memLevel": 5, "level": 1}
+    await c.close()
