@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
@@ -495,7 +496,13 @@ class Session(OperationRuns):
         now = self.clock.now_ms()
         self._last_sweep = now
         async with self.db.transaction() as tx:
-            return await tx.delete_finished_streams(now - self.stream_grace_ms)
+            swept = await tx.delete_finished_streams(now - self.stream_grace_ms)
+        if swept:
+            try:
+                await self.db.reclaim_free_pages()
+            except sqlite3.Error as exc:  # housekeeping: another process's lock, a full disk
+                log.warning("session %r: giving swept pages back failed: %s", self.id, exc)
+        return swept
 
     # -- the in-memory transcript -------------------------------------------------
 

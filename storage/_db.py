@@ -103,6 +103,11 @@ class Database:
         try:
             # Before anything writes (WAL mode rewrites the header): a file that is not ours stays as it is.
             version = await _our_version(conn, path)
+            if version == 0:
+                # A new file, before WAL mode and its first table (the setting cannot change after
+                # either without a VACUUM). Streams are written and swept all day: their pages go
+                # back to the file system when swept (Tx.reclaim_free_pages), not kept as free pages.
+                await conn.execute_fetchall("PRAGMA auto_vacuum=INCREMENTAL")
             # WAL + synchronous=NORMAL: a commit survives a killed process (not a
             # power cut) without an fsync per commit. A server holds hundreds of files
             # open: each keeps a small page cache (the OS caches the file anyway) and a
@@ -184,6 +189,14 @@ class Database:
             await self._conn.execute("BEGIN IMMEDIATE")
         finally:
             await self._conn.execute_fetchall("PRAGMA busy_timeout=0")
+
+    async def reclaim_free_pages(self) -> None:
+        """Give the pages deleted rows left free back to the file system (files made with
+        ``auto_vacuum=INCREMENTAL``; a no-op in older ones), so a file's size follows what it
+        holds, not the most it ever held. Its own write transaction, after the one that deleted:
+        the pragma frees a page per step, and only a script runs it to the end."""
+        async with self._lock:
+            await self._conn.executescript("PRAGMA incremental_vacuum;")
 
     async def close(self) -> None:
         async with self._lock:

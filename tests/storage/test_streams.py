@@ -368,3 +368,28 @@ async def test_reused_stream_id_after_delete_starts_fresh(db: Database, db_path:
     assert await db.read.chunk_bodies("st") == [_chunk(9)]
     assert (await _get(db, "st")).chunk_count == 1
     assert _segments(db_path, "st") == [(0, 0, 1)]
+
+
+async def test_swept_streams_give_their_pages_back_to_the_file_system(db: Database, db_path: Path) -> None:
+    def pages() -> tuple[int, int, int]:
+        conn = sqlite3.connect(db_path)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            return tuple(int(conn.execute(f"PRAGMA {p}").fetchone()[0])  # type: ignore[return-value]
+                         for p in ("auto_vacuum", "page_count", "freelist_count"))
+        finally:
+            conn.close()
+
+    assert pages()[0] == 2, "a new file is made with auto_vacuum=INCREMENTAL"
+    before = pages()[1]
+    await _insert(db, "big")
+    for n in range(20):
+        await _append(db, "big", [_chunk(n * 100 + i) + " " * 200 for i in range(100)])
+    await _finish(db, "big", now=1000)
+    grown = pages()[1]
+    assert grown > before + 100
+    async with db.transaction() as tx:
+        assert await tx.delete_finished_streams(completed_before=1001) == 1
+    await db.reclaim_free_pages()
+    _, after, free = pages()
+    assert free == 0 and after < before + 10, (before, grown, after)
