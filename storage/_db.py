@@ -190,6 +190,10 @@ class Database:
         finally:
             await self._conn.execute_fetchall("PRAGMA busy_timeout=0")
 
+    async def shrink_memory(self) -> None:
+        """Let SQLite free what it can of this connection's memory (its page cache, mostly)."""
+        await self._conn.execute_fetchall("PRAGMA shrink_memory")
+
     async def reclaim_free_pages(self) -> None:
         """Give the pages deleted rows left free back to the file system (files made with
         ``auto_vacuum=INCREMENTAL``; a no-op in older ones), so a file's size follows what it

@@ -393,3 +393,16 @@ async def test_swept_streams_give_their_pages_back_to_the_file_system(db: Databa
     await db.reclaim_free_pages()
     _, after, free = pages()
     assert free == 0 and after < before + 10, (before, grown, after)
+
+
+async def test_shrinking_memory_gives_the_page_cache_back(db: Database) -> None:
+    from storage import sqlite_memory_used
+
+    await _insert(db, "big")
+    for n in range(10):
+        await _append(db, "big", [_chunk(n * 100 + i) + " " * 200 for i in range(100)])
+    assert len(await db.read.chunk_bodies("big")) == 1000  # read: its pages are in the cache
+    full = sqlite_memory_used()
+    await db.shrink_memory()
+    assert full is not None and (sqlite_memory_used() or 0) < full - 32 * 1024
+    assert len(await db.read.chunk_bodies("big")) == 1000, "read again from the file"
