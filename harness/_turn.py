@@ -266,8 +266,12 @@ class Turn:
             # A tool this call was not offered (before_turn narrowed them) is not there for the model.
             self._offered = {t.name for t in request.tools}
             started = time.perf_counter()
+            call = self._model_call(request, model, step)
+            # The call has the request now and lets go of it once the model has read it; this frame
+            # must not keep the transcript it parsed alive while the answer streams.
+            del request
             try:
-                result: _StepResult = await self._run_inner(self._model_call(request, model, step))
+                result: _StepResult = await self._run_inner(call)
             except _Stalled:
                 self._model_finished(started, "stalled")
                 await self._interrupted_model_call()

@@ -22,6 +22,9 @@ from harness import (
     Clock,
     Finish,
     MessagePersisted,
+    Model,
+    ModelEvent,
+    ModelRequest,
     OperationSettled,
     TextDelta,
     TextEnd,
@@ -483,3 +486,42 @@ async def test_an_abort_during_a_tool_result_commit_loses_nothing(open_instance:
     running = await inst.db.read.running_tool_calls(s.id, r.operation_id)
     assert (seqs == list(range(len(seqs))), [c["type"] for c in stored].count("tool-output-available"),
             persisted_part["state"], [t.tool_call_id for t in running]) == (True, 1, "output-available", [])
+
+
+# ---------------------------------------------------------------- the parsed transcript while an answer streams
+
+
+class _ReadsThenStreams(Model):
+    """Reads its request, lets go of it (as the scripted model does), then streams until told to end."""
+
+    def __init__(self) -> None:
+        self.pause = Pause()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        assert request.messages
+        del request
+        yield TextStart("t")
+        self.pause.reached.set()
+        await self.pause.go.wait()
+        yield TextDelta("t", "done")
+        yield TextEnd("t")
+
+
+async def test_the_turn_does_not_keep_the_parsed_transcript_while_the_answer_streams(open_instance: Any) -> None:
+    """_history.py: parsed messages "live only while session code or a model call uses them".
+
+    The turn's loop kept the request it built (the whole transcript, parsed: about six times
+    its text) in a local variable for as long as the model streamed. Every running turn held
+    one, so the memory of a busy server grew with the length of its conversations (chat soak,
+    500 sockets: most of the RSS growth after warm-up).
+    """
+    model = _ReadsThenStreams()
+    inst = await open_instance(model)
+    s = await inst.session()
+    r = await s.submit([user("u1", "hi")])
+    await asyncio.wait_for(model.pause.reached.wait(), GUARD)
+    gc.collect()
+    held = sum(isinstance(o, ModelRequest) for o in gc.get_objects())
+    model.pause.go.set()
+    await settle(s, r.operation_id)
+    assert held == 0
