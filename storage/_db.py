@@ -28,6 +28,7 @@ from ._schedules import ScheduleReads, ScheduleWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._sessions import SessionReads, SessionWrites
 from ._streams import StreamReads, StreamWrites
+from ._template import NEW_FILE_PRAGMA, create_from_template, migration_script
 from ._tool_calls import ToolCallReads, ToolCallWrites
 from ._writefaults import connect
 
@@ -94,7 +95,7 @@ class Database:
 
     @classmethod
     async def open(cls, path: Path) -> Database:
-        await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread(_prepare, path)
         # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change.
         try:
             conn = await connect(path)
@@ -103,11 +104,8 @@ class Database:
         try:
             # Before anything writes (WAL mode rewrites the header): a file that is not ours stays as it is.
             version = await _our_version(conn, path)
-            if version == 0:
-                # A new file, before WAL mode and its first table (the setting cannot change after
-                # either without a VACUUM). Streams are written and swept all day: their pages go
-                # back to the file system when swept (Tx.reclaim_free_pages), not kept as free pages.
-                await conn.execute_fetchall("PRAGMA auto_vacuum=INCREMENTAL")
+            if version == 0:  # a new file the template could not make
+                await conn.execute_fetchall(NEW_FILE_PRAGMA)
             # WAL + synchronous=NORMAL: a commit survives a killed process (not a
             # power cut) without an fsync per commit. A server holds hundreds of files
             # open: each keeps a small page cache (the OS caches the file anyway) and a
@@ -289,12 +287,16 @@ async def _our_version(conn: aiosqlite.Connection, path: Path) -> int:
     return version
 
 
+def _prepare(path: Path) -> None:
+    """The file's directory, and a new file made from the template when there is none."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    create_from_template(path, MIGRATIONS)
+
+
 async def _migrate(conn: aiosqlite.Connection, version: int) -> None:
     for number in range(version, SCHEMA_VERSION):
-        # Each migration and its version bump commit together.
-        script = f"BEGIN IMMEDIATE;\n{MIGRATIONS[number]}\nPRAGMA user_version = {number + 1};\nCOMMIT;"
         try:
-            await conn.executescript(script)
+            await conn.executescript(migration_script(number, MIGRATIONS[number]))  # with its version bump
         except BaseException:
             if conn.in_transaction:
                 await conn.execute("ROLLBACK")

@@ -1,0 +1,45 @@
+"""New files are copies of one made once: fully migrated, never replacing a file, never half-written."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from storage import SCHEMA_VERSION, Database
+from storage._schema import MIGRATIONS
+from storage._template import create_from_template
+
+
+def _pragmas(path: Path) -> tuple[object, ...]:
+    conn = sqlite3.connect(path)
+    try:
+        return tuple(conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("user_version", "journal_mode", "auto_vacuum"))
+    finally:
+        conn.close()
+
+
+def test_a_new_file_is_the_migrated_template(tmp_path: Path) -> None:
+    path = tmp_path / "a.sqlite3"
+    (tmp_path / "a.sqlite3.new").write_bytes(b"left by a crash while copying")
+    assert create_from_template(path, MIGRATIONS)
+    assert _pragmas(path) == (SCHEMA_VERSION, "wal", 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.sqlite3"], "no staging file stays"
+
+
+def test_a_file_that_is_there_is_never_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "b.sqlite3"
+    path.write_bytes(b"somebody else's")
+    assert not create_from_template(path, MIGRATIONS)
+    assert path.read_bytes() == b"somebody else's"
+
+
+async def test_opening_a_new_file_makes_it_from_the_template_and_it_works(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "c.sqlite3"
+    db = await Database.open(path)
+    try:
+        async with db.transaction() as tx:
+            await tx.ensure_session("", 1)
+        assert await db.read.session("") is not None
+    finally:
+        await db.close()
+    assert _pragmas(path) == (SCHEMA_VERSION, "wal", 2)
