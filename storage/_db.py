@@ -110,22 +110,19 @@ class Database:
             # power cut) without an fsync per commit. A server holds hundreds of files
             # open: each keeps a small page cache (the OS caches the file anyway) and a
             # small WAL, checkpointed every 1 MiB and cut back after each checkpoint.
-            for pragma in (
-                "PRAGMA journal_mode=WAL",
-                "PRAGMA synchronous=NORMAL",
-                "PRAGMA foreign_keys=ON",
-                f"PRAGMA busy_timeout={BUSY_WAIT_MS}",
-                f"PRAGMA cache_size=-{CACHE_KIB}",
-                f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}",
-                f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}",
-            ):
-                # Fetched to the end: a statement left with a row to read stays "in progress" and
-                # stops the migration's COMMIT (its cursor is let go on another thread, some time).
-                await conn.execute_fetchall(pragma)
-            await _migrate(conn, version)
-            # From now on a write does not wait inside SQLite (it may run on the event loop):
+            # One script, one trip to the file's thread; each statement runs to its end (one left
+            # with a row to read would stay "in progress" and stop a migration's COMMIT). Once
+            # migrated, a write does not wait inside SQLite (it may run on the event loop):
             # Database._begin waits for another process's lock itself, off the loop.
-            await conn.execute_fetchall("PRAGMA busy_timeout=0")
+            migrated = version == SCHEMA_VERSION
+            await conn.executescript(
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
+                f"PRAGMA busy_timeout={BUSY_WAIT_MS}; PRAGMA cache_size=-{CACHE_KIB}; "
+                f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}; PRAGMA journal_size_limit={WAL_SIZE_LIMIT};"
+                + (" PRAGMA busy_timeout=0;" if migrated else ""))
+            if not migrated:
+                await _migrate(conn, version)
+                await conn.execute_fetchall("PRAGMA busy_timeout=0")
         except BaseException as exc:
             await conn.close()
             if isinstance(exc, sqlite3.Error):
