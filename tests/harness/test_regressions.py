@@ -496,9 +496,11 @@ class _ReadsThenStreams(Model):
 
     def __init__(self) -> None:
         self.pause = Pause()
+        self.transcript = 0  # id() of the transcript it was given
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         assert request.messages
+        self.transcript = id(request.messages)
         del request
         yield TextStart("t")
         self.pause.reached.set()
@@ -521,7 +523,8 @@ async def test_the_turn_does_not_keep_the_parsed_transcript_while_the_answer_str
     r = await s.submit([user("u1", "hi")])
     await asyncio.wait_for(model.pause.reached.wait(), GUARD)
     gc.collect()
-    held = sum(isinstance(o, ModelRequest) for o in gc.get_objects())
+    # Requests of this turn only (they share its transcript): other tests may leave theirs about.
+    held = sum(isinstance(o, ModelRequest) and id(o.messages) == model.transcript for o in gc.get_objects())
     model.pause.go.set()
     await settle(s, r.operation_id)
     assert held == 0
