@@ -53,6 +53,8 @@ _armed = bool(os.environ.get(ENV))
 _fault: WriteFault | None = None
 
 _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|ALTER)\b", re.IGNORECASE)
+_SCRIPT_WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|ALTER|BEGIN)\b|incremental_vacuum",
+                            re.IGNORECASE)
 _COMMIT = re.compile(r"\s*(COMMIT|END)\b", re.IGNORECASE)
 
 
@@ -115,8 +117,9 @@ class _FaultyConnection(sqlite3.Connection):
         return super().executemany(sql, parameters)
 
     def executescript(self, sql_script: str, /) -> sqlite3.Cursor:
-        # Scripts (migrations) commit inside; on a full disk they fail as a whole.
-        if _fault in (WriteFault.DISK_FULL, WriteFault.DISK_FULL_EARLY):
+        # Scripts that write (migrations, giving pages back) commit inside; on a full disk they fail
+        # as a whole. The pragmas an open sets write nothing.
+        if _fault in (WriteFault.DISK_FULL, WriteFault.DISK_FULL_EARLY) and _SCRIPT_WRITES.search(sql_script):
             raise _disk_full()
         self._before("")
         return super().executescript(sql_script)
