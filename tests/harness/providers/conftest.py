@@ -23,28 +23,27 @@ async def models() -> AsyncIterator[list[Model]]:
         await model.aclose()
 
 
-@pytest.fixture
-def chat(models: list[Model]) -> Callable[..., OpenAIChatModel]:
-    def make(server: WireServer, model: str = "gpt-4.1-mini", **kw: Any) -> OpenAIChatModel:
+def _maker(cls: Any, default_model: str, models: list[Model]) -> Callable[..., Any]:
+    """A factory of ``cls`` models talking to a test server, closed at teardown."""
+
+    def make(server: WireServer, model: str = default_model, **kw: Any) -> Any:
         kw.setdefault("api_key", KEY)
         kw.setdefault("settings", FAST)
-        made = OpenAIChatModel(model, base_url=server.base_url, **kw)
+        made = cls(model, base_url=server.base_url, **kw)
         models.append(made)
         return made
 
     return make
+
+
+@pytest.fixture
+def chat(models: list[Model]) -> Callable[..., OpenAIChatModel]:
+    return _maker(OpenAIChatModel, "gpt-4.1-mini", models)
 
 
 @pytest.fixture
 def responses(models: list[Model]) -> Callable[..., OpenAIResponsesModel]:
-    def make(server: WireServer, model: str = "gpt-4.1", **kw: Any) -> OpenAIResponsesModel:
-        kw.setdefault("api_key", KEY)
-        kw.setdefault("settings", FAST)
-        made = OpenAIResponsesModel(model, base_url=server.base_url, **kw)
-        models.append(made)
-        return made
-
-    return make
+    return _maker(OpenAIResponsesModel, "gpt-4.1", models)
 
 
 @pytest.fixture
