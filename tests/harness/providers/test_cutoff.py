@@ -11,14 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from harness import Agent, Tool
-from harness._model import Finish, Model, ToolCall, ToolInputDelta, ToolInputStart, Usage
-from harness.providers._openai import OpenAIChatModel
+from harness._model import Finish, ToolCall, ToolInputDelta, ToolInputStart, Usage
 from harness.providers._options import cut_off_message
 
 from .._doubles import settle, user
 from .anthropic_server import block_start, block_stop, message_delta, message_start, message_stop, stream_reply
 from .anthropic_support import json_deltas, run
-from .openai_support import FAST, KEY, WEATHER_TOOL, collect, hi, sse
+from .openai_support import WEATHER_TOOL, collect, hi, sse
 from .openai_wire import WireServer
 
 CUT = cut_off_message(["getWeather"])
@@ -69,15 +68,12 @@ async def test_anthropic_max_tokens_in_a_tool_use_block_is_a_length_finish_with_
     ]
 
 
-async def test_the_turn_ends_unanswered_with_the_providers_message(open_instance: Any,
-                                                                   models: list[Model]) -> None:
+async def test_the_turn_ends_unanswered_with_the_providers_message(open_instance: Any, chat: Any) -> None:
     ran: list[str] = []
     weather = Tool("getWeather", "The weather of a city", WEATHER_TOOL.parameters,
                    execute=lambda city: ran.append(city))
     async with WireServer(sse("chat-length-only-call")) as server:
-        model = OpenAIChatModel("gpt-4.1-mini", base_url=server.base_url, api_key=KEY, settings=FAST)
-        models.append(model)
-        inst = await open_instance(model, Agent(tools=[weather]))
+        inst = await open_instance(chat(server), Agent(tools=[weather]))
         s = await inst.session()
         receipt = await s.submit([user("u1", "Weather in Paris?")])
         result = await settle(s, receipt.operation_id)

@@ -13,7 +13,6 @@ from typing import Any
 from harness import Agent, Tool
 from harness._model import (
     Finish,
-    Model,
     ModelRequest,
     ReasoningDelta,
     ReasoningEnd,
@@ -23,11 +22,10 @@ from harness._model import (
     ToolInputStart,
     Usage,
 )
-from harness.providers._openai import OpenAIResponsesModel
 from protocol import UIMessage
 
 from .._doubles import settle, user
-from .openai_support import FAST, KEY, WEATHER_TOOL, collect, hi, sse, text_events
+from .openai_support import WEATHER_TOOL, collect, hi, sse, text_events
 from .openai_wire import WireServer
 
 ITEM = "rs_68b0a1"
@@ -102,13 +100,11 @@ async def test_reasoning_items_go_back_before_the_steps_function_calls(responses
 
 
 async def test_an_agent_on_a_reasoning_model_sends_the_reasoning_back_between_tool_steps(
-        open_instance: Any, models: list[Model]) -> None:
+        open_instance: Any, responses: Any) -> None:
     weather = Tool("getWeather", "The weather of a city", WEATHER_TOOL.parameters,
                    execute=lambda city: {"condition": "sunny"})
     async with WireServer(sse("responses-reasoning-call"), sse("responses-text")) as server:
-        model = OpenAIResponsesModel("gpt-5-mini", base_url=server.base_url, api_key=KEY, settings=FAST)
-        models.append(model)
-        inst = await open_instance(model, Agent(tools=[weather]))
+        inst = await open_instance(responses(server, "gpt-5-mini"), Agent(tools=[weather]))
         s = await inst.session()
         receipt = await s.submit([user("u1", "Weather in Paris?")])
         result = await settle(s, receipt.operation_id)
