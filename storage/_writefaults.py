@@ -52,9 +52,10 @@ class WriteFault(enum.Enum):
 _armed = bool(os.environ.get(ENV))
 _fault: WriteFault | None = None
 
-_WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|ALTER)\b", re.IGNORECASE)
-_SCRIPT_WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|ALTER|BEGIN)\b|incremental_vacuum",
-                            re.IGNORECASE)
+_VERBS = "INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|ALTER"
+_WRITE = re.compile(rf"\s*({_VERBS})\b", re.IGNORECASE)
+# A script writes if any statement in it does (or it opens a transaction, or gives pages back).
+_SCRIPT_WRITES = re.compile(rf"\b({_VERBS}|BEGIN)\b|incremental_vacuum", re.IGNORECASE)
 _COMMIT = re.compile(r"\s*(COMMIT|END)\b", re.IGNORECASE)
 
 
