@@ -292,10 +292,7 @@ class Session(OperationRuns):
         self.last_terminal = None
         if client_tools is not None:
             self._client_tools = list(client_tools)
-        self._queue.append(op_id)
-        self.publish(OperationQueued(op_id))
-        self._kick()
-        return Receipt(op_id, self.id, accepted=True)
+        return self._enqueue(op_id)
 
     def knows(self, message_id: str) -> bool:
         """Whether the session holds a message with this id: stored on any branch, streaming, or queued."""
@@ -351,10 +348,7 @@ class Session(OperationRuns):
             held.queued = True
         if client_tools:
             self._client_tools = list(client_tools)
-        self._queue.append(op_id)
-        self.publish(OperationQueued(op_id))
-        self._kick()
-        return Receipt(op_id, self.id, accepted=True)
+        return self._enqueue(op_id)
 
     async def wait(self, operation_id: str) -> OperationResult:
         # Registered before the read: a settlement committed while the read is in flight still finds it.
@@ -452,6 +446,13 @@ class Session(OperationRuns):
             if not self._queue:
                 await self._rest()
                 return  # nothing was queued while the index heard of it: done; else drain again
+
+    def _enqueue(self, op_id: str) -> Receipt:
+        """An operation just written as pending takes its place in the queue."""
+        self._queue.append(op_id)
+        self.publish(OperationQueued(op_id))
+        self._kick()
+        return Receipt(op_id, self.id, accepted=True)
 
     async def _rest(self) -> None:
         """The queue is empty: the file's page cache goes back (some 85 KiB an instance, which a
@@ -580,11 +581,12 @@ class Session(OperationRuns):
             await tx.reset_session(self.id, now)
             if note is not None:
                 await tx.insert_message(self.id, note.id, None, note.role, message_json(note), None, now)
-        self._history = History(set())
-        self._budget.used(self, 0)
-        if note is not None:
+        if note is None:
+            self._history = History(set())
+            self._budget.used(self, 0)
+        else:
             self._history = None
-            await self.history()
+            await self.history()  # the note, read back as the whole transcript
         self._client_tools = []
         self.last_terminal = None
         self.publish(SessionReset())
