@@ -54,6 +54,11 @@ def _frame(event_id: str, kind: str, data: str) -> str:
     return f"id: {event_id}\nevent: {kind}\ndata: {data}\n\n"
 
 
+def _operation(operation_id: str, status: str, outcome: str | None, reason: str | None) -> tuple[str, str]:
+    return ("operation", json.dumps({"type": "operation", "operation_id": operation_id, "status": status,
+                                     "outcome": outcome, "reason": reason}))
+
+
 def _encode(event: HarnessEvent, started: set[str]) -> list[tuple[str, str]]:
     """(type, JSON data) of each SSE event a harness event makes; none for internal ones.
 
@@ -64,8 +69,7 @@ def _encode(event: HarnessEvent, started: set[str]) -> list[tuple[str, str]]:
         return [("chunk", f'{{"type":"chunk","operation_id":{op},"seq":{event.first_seq + i},"chunk":{body}}}')
                 for i, body in enumerate(event.bodies)]
     if isinstance(event, OperationQueued):
-        return [("operation", json.dumps({"type": "operation", "operation_id": event.operation_id,
-                                          "status": "queued", "outcome": None, "reason": None}))]
+        return [_operation(event.operation_id, "queued", None, None)]
     if isinstance(event, RunStarted):
         started.add(event.operation_id)
         return [("run-start", json.dumps({"type": "run-start", "operation_id": event.operation_id,
@@ -73,9 +77,7 @@ def _encode(event: HarnessEvent, started: set[str]) -> list[tuple[str, str]]:
     if isinstance(event, (MessagePersisted, MessageUpdated)):
         return [("message", '{"type":"message","message":' + dump_message_text(event.message) + "}")]
     if isinstance(event, OperationSettled):
-        settled = [("operation", json.dumps({"type": "operation", "operation_id": event.operation_id,
-                                             "status": event.status, "outcome": event.outcome,
-                                             "reason": event.reason}))]
+        settled = [_operation(event.operation_id, event.status, event.outcome, event.reason)]
         if event.operation_id in started:
             started.discard(event.operation_id)
             settled.append(("run-end", json.dumps({"type": "run-end", "operation_id": event.operation_id})))
