@@ -117,9 +117,8 @@ class Database:
             migrated = version == SCHEMA_VERSION
             await conn.executescript(
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
-                f"PRAGMA busy_timeout={BUSY_WAIT_MS}; PRAGMA cache_size=-{CACHE_KIB}; "
-                f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}; PRAGMA journal_size_limit={WAL_SIZE_LIMIT};"
-                + (" PRAGMA busy_timeout=0;" if migrated else ""))
+                f"PRAGMA busy_timeout={0 if migrated else BUSY_WAIT_MS}; PRAGMA cache_size=-{CACHE_KIB}; "
+                f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}; PRAGMA journal_size_limit={WAL_SIZE_LIMIT};")
             if not migrated:
                 await _migrate(conn, version)
                 await conn.execute_fetchall("PRAGMA busy_timeout=0")
