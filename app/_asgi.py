@@ -151,7 +151,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             if not await instance.has_session(session_id):
                 return JSONResponse([])  # a session never used: nothing to load
             session = await instance.session(session_id)
-            return Response((await session.history()).json_array(), media_type="application/json")
+            return Response(await session.transcript_json(), media_type="application/json")
         finally:
             release()
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-__all__ = ["CLOSE_TOO_SLOW", "MAX_PENDING_REPLAYS", "Connection", "ConnectionState", "Replay"]
+__all__ = ["CLOSE_TOO_SLOW", "MAX_PENDING_REPLAYS", "Connection", "ConnectionState", "Later", "Replay"]
 
 log = logging.getLogger("think_server.connection")
 
@@ -83,11 +83,20 @@ class Replay:
     follow: Callable[[int, str], str] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Later:
+    """A frame still being made (a transcript read from storage): the writer waits for it in
+    its place, so the frames queued after it still go out after it. One future may be queued
+    for many sockets; a failed one is logged and skipped."""
+
+    text: asyncio.Future[str]
+
+
 class _Mark(enum.Enum):
     CLOSE = "close"  # the writer closes the socket after what was queued before it
 
 
-_Item = str | Replay | _Mark
+_Item = str | Replay | Later | _Mark
 
 
 class Connection:
@@ -144,6 +153,19 @@ class Connection:
         self.queued_bytes += size
         self.peak_frames = max(self.peak_frames, self.queued_frames)
         self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
+        self._wakeup.set()
+
+    def send_later(self, later: Later) -> None:
+        """Queue a frame that is still being made; never blocks. It counts as a frame (its
+        bytes are not known yet: a transcript counts at most half the byte bound anyway)."""
+        if self.state is not ConnectionState.OPEN:
+            return
+        if self.queued_frames >= self._max_frames:
+            self._close_too_slow(f"{self.queued_frames} frames / {self.queued_bytes} bytes not read")
+            return
+        self._queue.append(later)
+        self.queued_frames += 1
+        self.peak_frames = max(self.peak_frames, self.queued_frames)
         self._wakeup.set()
 
     def _counted(self, text: str) -> int:
@@ -213,21 +235,43 @@ class Connection:
                     self._wakeup.clear()
                     await self._wakeup.wait()
                     continue
-                item = self._queue.popleft()
-                if isinstance(item, str):
-                    self.queued_frames -= 1
-                    self.queued_bytes -= self._counted(item)
-                    await self.ws.send_text(item)
-                elif isinstance(item, Replay):
-                    try:
-                        await self._write_replay(item)
-                    finally:
-                        self.pending_replays -= 1
-                else:
+                # Not bound to a name here: a socket waiting for its next frame must not hold
+                # its last one (a transcript, say).
+                if not await self._write(self._queue.popleft()):
                     await self._close_socket()
                     return
         except (WebSocketDisconnect, RuntimeError, OSError):
             pass  # the reader sees the disconnect and cleans up
+
+    async def _write(self, item: _Item) -> bool:
+        """Send one queued item; False for the close mark."""
+        if isinstance(item, str):
+            self.queued_frames -= 1
+            self.queued_bytes -= self._counted(item)
+            await self.ws.send_text(item)
+        elif isinstance(item, Replay):
+            try:
+                await self._write_replay(item)
+            finally:
+                self.pending_replays -= 1
+        elif isinstance(item, Later):
+            self.queued_frames -= 1
+            text = await self._made(item)
+            if text is not None:
+                await self.ws.send_text(text)
+        else:
+            return False
+        return True
+
+    async def _made(self, later: Later) -> str | None:
+        try:
+            # Shielded: the future is shared, and this writer's end must not cancel it.
+            return await asyncio.shield(later.text)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a frame that could not be made is left out
+            log.warning("connection %s: a frame could not be made: %s", self.id, exc)
+            return None
 
     async def _write_replay(self, replay: Replay) -> None:
         try:

@@ -135,31 +135,33 @@ class SessionEvents:
             return None
         return after
 
-    def _sync(self) -> str:
-        """The state every later event applies to: transcript and streaming answer, at this instant."""
-        history = self._session.loaded_history
-        messages = history.json_array() if history is not None else "[]"
+    async def _sync(self) -> tuple[str, int]:
+        """The state every later event applies to: transcript and streaming answer, at this
+        instant; and the number of the first event after it."""
+        # Numbered as the last event it includes, so a client resuming from it misses nothing.
+        number = self._next - 1
         flight = self._chat.in_flight()
         in_flight = "null"
         if flight is not None:
             in_flight = ('{"operation_id":' + json_string(flight[0]) + ',"chunks":[' + ",".join(flight[1]) + "]}")
+        # The older messages are read from storage, before any write asked for after this
+        # instant (one file, in order); a write already under way may show in the transcript
+        # and in an event after it too, which applies the same message again.
+        messages = await self._session.transcript_json()
         data = '{"type":"sync","messages":' + messages + ',"in_flight":' + in_flight + "}"
-        # Numbered as the last event it includes, so a client resuming from it misses nothing.
-        return _frame(self._id(self._next - 1), "sync", data)
+        return _frame(self._id(number), "sync", data), number + 1
 
     async def follow(self, last_event_id: str | None) -> AsyncIterator[str]:
         """SSE frames: what was missed (or a sync), then live events until the session goes away."""
-        await self._session.history()  # in memory for the sync; from here on nothing awaits before it
         position = self._resume_point(last_event_id)
         if position is None:
-            yield self._sync()
-            position = self._next
+            frame, position = await self._sync()
+            yield frame
         while not self.closed:
             first_kept = self._kept[0][0] if self._kept else self._next
             if position < first_kept:  # fell behind what is kept: start over from the state
-                await self._session.history()
-                yield self._sync()
-                position = self._next
+                frame, position = await self._sync()
+                yield frame
                 continue
             start = position - first_kept
             batch = [_frame(self._id(n), kind, data) for n, kind, data in list(self._kept)[start:]]

@@ -9,6 +9,7 @@ synchronous, so a replay and the live stream never interleave.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -21,7 +22,6 @@ from harness import (
     AnswerRefused,
     ChunksCommitted,
     HarnessEvent,
-    History,
     MessagePersisted,
     MessageUpdated,
     OperationSettled,
@@ -63,7 +63,7 @@ from protocol import (
 )
 from storage import OperationRow
 
-from ._connection import Connection, Replay
+from ._connection import Connection, Later, Replay
 
 __all__ = ["MAX_ACKED_PER_CONNECTION", "ThinkChat", "error_frame"]
 
@@ -89,6 +89,13 @@ error_frame = _error_frame
 def _settled(op: OperationRow) -> OperationSettled:
     """A stored settled operation as the event that would have announced it."""
     return OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
+
+
+def _retrieved(task: asyncio.Future[str]) -> None:
+    # A transcript that could not be read is logged by each socket that waited for it; one
+    # that no socket waited for (all closed first) must not be logged as never retrieved.
+    if not task.cancelled():
+        task.exception()
 
 
 class _Recent:
@@ -155,7 +162,7 @@ class ThinkChat:
         A reconnect with the same id replaces the older socket, whichever of the
         two is handled first: in a reconnect storm the stale one may get here last.
         """
-        history = await self.session.history()  # read back first if it was dropped; the rest is one step
+        await self.session.history()  # read back first if it was dropped; the rest is one step
         old = self.connections.get(conn.id)
         if old is not None and old is not conn:
             if old.order > conn.order:
@@ -172,7 +179,7 @@ class ThinkChat:
             self._awaiting_ack.add(conn.id)
             conn.send(dump_frame(StreamResuming(id=active.id)))
         else:
-            conn.send(self._transcript_frame(history, connect=True))
+            conn.send_later(self._transcript_frame(connect=True))
         if self._recovering is not None:
             conn.send(dump_frame(ChatRecovering(recovering=True, id=self._recovering)))
         return True
@@ -437,9 +444,8 @@ class ThinkChat:
         elif isinstance(event, MessageUpdated):
             self._broadcast(dump_frame(MessageUpdatedFrame(message=event.message)))
         elif isinstance(event, TranscriptChanged):
-            history = self.session.loaded_history
-            if history is not None:  # written without a turn: every tab gets the new transcript
-                self._broadcast(self._transcript_frame(history))
+            if self.session.loaded_history is not None:  # written without a turn: every tab gets the new transcript
+                self._broadcast_transcript()
         elif isinstance(event, MessagePersisted):
             pass  # transcripts go out at the start and the end of a turn
 
@@ -461,8 +467,7 @@ class ThinkChat:
             # Other tabs learn the user message now that it is persisted.
             requester = self._requesters.get(event.operation_id)
             if any(cid != requester for cid in self.connections):
-                self._broadcast(self._transcript_frame(self._running_history()),
-                                exclude=(requester,) if requester else ())
+                self._broadcast_transcript(exclude=(requester,) if requester else ())
 
     def _on_stream_started(self, event: StreamStarted) -> None:
         if self._active is None or self._active.id != event.operation_id:
@@ -505,7 +510,7 @@ class ThinkChat:
         requester = self._requesters.pop(event.operation_id, None)
         if stream.bodies:
             if self._clearing is None and self.connections:  # a clear in progress empties every tab right after
-                self._broadcast(self._transcript_frame(self._running_history()))
+                self._broadcast_transcript()
             self._broadcast(self._terminal_frame(stream, event))
         elif requester is not None and event.operation_id not in self._answers:
             # A chat request that produced no stream still ends, for its sender only.
@@ -539,17 +544,25 @@ class ThinkChat:
 
     # -- frames ---------------------------------------------------------------------
 
-    @staticmethod
-    def _transcript_frame(history: History, *, connect: bool = False) -> str:
-        return ('{"type":"cf_agent_chat_messages","messages":' + history.json_array()
-                + (',"connect":true}' if connect else "}"))
+    def _transcript_frame(self, *, connect: bool = False) -> Later:
+        """The transcript frame, made now: the session holds only the end of its transcript, and
+        the rest is read from storage, before any write asked for after this (one file, in order)."""
 
-    def _running_history(self) -> History:
-        # Announced at the start and the end of a run: the session holds its transcript then.
-        history = self.session.loaded_history
-        if history is None:
-            raise RuntimeError(f"session {self.session.id!r}: transcript not in memory while a run is announced")
-        return history
+        async def make() -> str:
+            return ('{"type":"cf_agent_chat_messages","messages":' + await self.session.transcript_json()
+                    + (',"connect":true}' if connect else "}"))
+
+        task = asyncio.ensure_future(make())
+        task.add_done_callback(_retrieved)
+        return Later(task)
+
+    def _broadcast_transcript(self, *, exclude: Iterable[str] = ()) -> None:
+        skip = set(exclude)
+        targets = [conn for cid, conn in self.connections.items() if cid not in skip]
+        if targets:
+            later = self._transcript_frame()  # read once, for every socket
+            for conn in targets:
+                conn.send_later(later)
 
     def _terminal_frame(self, stream: _Stream, event: OperationSettled, *, replay: bool = False) -> str:
         ids = list(event.message_ids) or None
@@ -576,4 +589,4 @@ class ThinkChat:
 
     async def messages_text(self) -> str:
         """The transcript as a JSON array (``get-messages``)."""
-        return (await self.session.history()).json_array()
+        return await self.session.transcript_json()

@@ -1,41 +1,65 @@
 """A session's transcript in memory, and the byte budget all of them share.
 
-A session keeps its active path (the JSON text of each message) and the ids of
-every message it stored, so a turn never re-reads its history and a request's
-known messages are recognised by id. Parsed messages cost about six times their
-text, so they are made only when the session's own code needs them (one
-operation's bookkeeping, one model call) and let go of after: at rest a
-transcript is its text. That memory grows with the conversation, and a server
-holds many: the transcripts of idle sessions are dropped, least recently used
-first, once their total passes :class:`HistoryBudget`'s limit, and read back
-from storage when next needed.
+A session keeps, for each message of its active path, the id, the role, and the
+length and hash of its JSON text; the texts themselves only from the last user
+message on: what a turn works on and a model that reads back from the end needs.
+So a conversation costs a few dozen bytes a message, however long its messages,
+and a server with hundreds of conversations at work does not hold them all.
+Older texts are read from storage when something needs the whole transcript
+(transcript frames, ``get-messages``, a model that reads all of it). The ids
+of every message a session stored stay, so a request's known messages are
+recognised by id; the lengths and hashes let a request that starts with the
+very texts the server sent skip them without decoding them. Parsed messages cost
+about six times their text, so they are made only when the session's own code
+needs them and let go of after. The transcripts of idle sessions are dropped,
+least recently used first, once their total passes :class:`HistoryBudget`'s
+limit, and read back from storage when next needed.
 """
 
 from __future__ import annotations
 
 import json
+from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Protocol, overload
 
 from protocol import UIMessage, dump_message_text, parse_message
 from storage import Database
 
-__all__ = ["History", "HistoryBudget", "Holder", "ParsedOnRead", "parse_text"]
+__all__ = ["Context", "Fetch", "History", "HistoryBudget", "Holder", "ParsedOnRead", "parse_text"]
 
 # Parsed messages cost several times their JSON text (measured: about 6x for short chat
 # messages); the budget counts this many bytes per byte of JSON while they are held.
 _OBJECT_FACTOR = 6
-# Beside its text, a message on the path costs the text's object header, its id in the
-# path and in the parent links.
-_MESSAGE_BYTES = 200
-# An id kept in the set of stored ids (the string, its hash slot).
-_ID_BYTES = 100
+# Each message of the path: its id (the string, its slots in the path and in the set of
+# stored ids), its role, length and hash.
+_MESSAGE_BYTES = 160
+_USER = 0
+_ROLES = {"user": _USER, "assistant": 1, "system": 2}
+
+#: Reads the JSON texts of stored messages: ids in, {id: text} out.
+Fetch = Callable[[list[str]], Awaitable[dict[str, str]]]
 
 
 def parse_text(text: str) -> UIMessage:
     """A message from the JSON text the transcript keeps (valid: it was parsed or dumped before)."""
     return parse_message(json.loads(text))
+
+
+async def _filled(ids: Sequence[str], texts: Sequence[str | None], fetch: Fetch, start: int = 0) -> list[str | None]:
+    """``texts`` with those from ``start`` on that are not in memory read from storage."""
+    out = list(texts)
+    missing = [ids[i] for i in range(start, len(out)) if out[i] is None]
+    if missing:
+        got = await fetch(missing)
+        for i in range(start, len(out)):
+            if out[i] is None:
+                text = got.get(ids[i])
+                if text is None:
+                    raise LookupError(f"message {ids[i]!r} of the transcript is not in storage")
+                out[i] = text
+    return out
 
 
 class ParsedOnRead(Sequence[UIMessage]):
@@ -45,14 +69,24 @@ class ParsedOnRead(Sequence[UIMessage]):
     A model call gets its transcript this way: a model that reads only its end (the scripted
     one reads back to the last user message) parses only that, so a turn's own cost does not
     grow with the conversation; a provider that sends all of it parses all of it, once.
+    A text that is ``None`` is in storage only: :meth:`load` reads it (the turn does before
+    handing the sequence to a model that reads more than the end).
     """
 
-    __slots__ = ("_parsed", "_tail", "_texts")
+    __slots__ = ("_fetch", "_ids", "_parsed", "_tail", "_texts")
 
-    def __init__(self, texts: Sequence[str], tail: Sequence[UIMessage] = ()) -> None:
+    def __init__(self, texts: Sequence[str | None], tail: Sequence[UIMessage] = (), *,
+                 ids: Sequence[str] = (), fetch: Fetch | None = None) -> None:
         self._texts = texts
         self._tail = tuple(tail)
+        self._ids = ids
+        self._fetch = fetch
         self._parsed: dict[int, UIMessage] = {}
+
+    async def load(self, start: int = 0) -> None:
+        """Read from storage the texts from ``start`` on that are not in memory."""
+        if self._fetch is not None and any(t is None for t in self._texts[start:]):
+            self._texts = await _filled(self._ids, self._texts, self._fetch, start)
 
     def __len__(self) -> int:
         return len(self._texts) + len(self._tail)
@@ -75,49 +109,116 @@ class ParsedOnRead(Sequence[UIMessage]):
             return self._tail[index - len(self._texts)]
         msg = self._parsed.get(index)
         if msg is None:
-            msg = self._parsed[index] = parse_text(self._texts[index])
+            text = self._texts[index]
+            if text is None:
+                raise LookupError(f"message {index} of the transcript is in storage only: await load() first")
+            msg = self._parsed[index] = parse_text(text)
         return msg
 
 
-class History:
-    """The active path of one session (root first), its parent links, and every id it stored.
+class Context:
+    """The transcript before a turn's assistant message: the ids and roles of all of it, the
+    texts of the messages in memory. A model call reads what it needs of the rest from storage."""
 
-    Each message on the path is kept as its JSON text: the transcript frames and
-    ``get-messages`` join them, model calls parse them, and their length is what
-    the budget counts. :attr:`messages` parses them all and keeps the result until
-    :meth:`release`.
+    __slots__ = ("_fetch", "_roles", "ids", "texts")
+
+    def __init__(self, ids: Sequence[str], texts: Sequence[str | None], roles: bytes, fetch: Fetch | None) -> None:
+        self.ids = ids
+        self.texts = texts
+        self._roles = roles
+        self._fetch = fetch
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def last_user(self) -> int:
+        """The index of the last user message (0 if there is none)."""
+        i = self._roles.rfind(bytes([_USER]))
+        return max(i, 0)
+
+    def messages(self, tail: Sequence[UIMessage] = ()) -> ParsedOnRead:
+        return ParsedOnRead(self.texts, tail, ids=self.ids, fetch=self._fetch)
+
+
+class History:
+    """The active path of one session (root first) and every id it stored.
+
+    Of each message on the path it keeps the id, role, length and hash of its JSON
+    text; the text itself from the last user message on (see the module's doc).
+    :meth:`load_messages` parses the whole path and keeps the result until :meth:`release`.
     """
 
-    def __init__(self, stored_ids: set[str]) -> None:
-        self.parents: dict[str, str | None] = {}
+    def __init__(self, stored_ids: set[str], fetch: Fetch | None = None) -> None:
         self.stored_ids = stored_ids
+        self._fetch = fetch
         self._ids: list[str] = []
-        self._texts: list[str] = []
-        self._parsed: list[UIMessage] | None = None  # in step with _texts while held
-        self._text_bytes = 0
+        self._roles = bytearray()
+        self._sizes = array("q")
+        self._hashes = array("q")
+        self._texts: list[str | None] = []
+        self._parsed: list[UIMessage] | None = None  # in step with the path while held
+        self._held = 0  # bytes of the texts in memory
 
     @classmethod
-    async def load(cls, db: Database, session_id: str, *, on_unreadable: Callable[[str], None]) -> History:
-        history = cls(set(await db.read.message_ids(session_id)))
+    async def load(cls, db: Database, session_id: str, *, on_unreadable: Callable[[str], None],
+                   fetch: Fetch | None = None) -> History:
+        history = cls(set(await db.read.message_ids(session_id)), fetch)
         for row in await db.read.active_path(session_id):
             try:
                 msg = parse_text(row.content)  # checked once here; kept as text
             except (ValueError, TypeError):
                 on_unreadable(row.id)
                 continue
-            history._add(msg, row.parent_id, row.content)
+            history._add(msg, row.content)
+        history.trim()
         return history
 
     @property
     def messages(self) -> list[UIMessage]:
-        """The path as parsed messages (do not mutate), parsed now if they are not held, held until :meth:`release`."""
+        """The path as parsed messages (do not mutate), held until :meth:`release`; parsed now
+        if every text is in memory, else :meth:`load_messages` first."""
         if self._parsed is None:
-            self._parsed = [parse_text(t) for t in self._texts]
+            if not self.complete:
+                raise RuntimeError("the older messages of the transcript are in storage: await load_messages()")
+            self._parsed = [parse_text(t) for t in self._texts if t is not None]
         return self._parsed
 
+    async def load_messages(self) -> list[UIMessage]:
+        """The path as parsed messages, older ones read from storage; held until :meth:`release`."""
+        if self._parsed is None:
+            texts = await self.read_texts()
+            if self._parsed is None:
+                self._parsed = [parse_text(t) for t in texts]
+        return self._parsed
+
+    @property
+    def parsed(self) -> bool:
+        """Whether the parsed messages are held."""
+        return self._parsed is not None
+
     def release(self) -> None:
-        """Let go of the parsed messages; the texts stay."""
+        """Let go of the parsed messages and of the texts before the last user message."""
         self._parsed = None
+        self.trim()
+
+    def trim(self) -> None:
+        """Let go of the texts before the last user message: storage has them."""
+        if self._fetch is None:
+            return
+        last_user = self._roles.rfind(bytes([_USER]))
+        for i in range(last_user - 1, -1, -1):
+            text = self._texts[i]
+            if text is None:
+                break  # the ones before were let go of already
+            self._held -= len(text)
+            self._texts[i] = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every text of the path is in memory."""
+        # Texts are let go of from the last user message back to the first: the first is
+        # held only if none was.
+        return not self._texts or self._texts[0] is not None
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -127,28 +228,49 @@ class History:
         """The ids of the path, root first (do not mutate)."""
         return self._ids
 
-    def texts(self, end: int | None = None) -> list[str]:
-        """The JSON texts of the path's first ``end`` messages (all of them by default)."""
-        return self._texts[:end]
+    def parent_of(self, message_id: str) -> str | None:
+        """The parent of a message on the path: the one before it."""
+        i = self.index_of(message_id)
+        return self._ids[i - 1] if i else None
 
-    def sent(self) -> Iterator[tuple[str, str]]:
-        """(id, JSON text) of each message of the path, root first: what transcript frames carry."""
-        return zip(self._ids, self._texts, strict=True)
+    def context(self, end: int | None = None) -> Context:
+        """The path's first ``end`` messages (all of them by default), as a turn reads them."""
+        return Context(self._ids[:end], self._texts[:end], bytes(self._roles[:end]), self._fetch)
+
+    async def read_texts(self) -> list[str]:
+        """The JSON texts of the whole path, older ones read from storage."""
+        if self.complete:
+            return [t for t in self._texts if t is not None]
+        if self._fetch is None:
+            raise RuntimeError("the transcript has no storage to read its older messages from")
+        return [t for t in await _filled(self._ids, self._texts, self._fetch) if t is not None]
+
+    async def json_array(self) -> str:
+        """The path as a JSON array: what transcript frames and ``get-messages`` carry."""
+        return "[" + ",".join(await self.read_texts()) + "]"
+
+    def sent(self) -> Iterator[tuple[str, int, int]]:
+        """(id, length, hash) of the JSON text of each message of the path, root first: how a
+        request that starts with the texts the transcript frames carried is recognised."""
+        return zip(self._ids, self._sizes, self._hashes, strict=True)
 
     def last(self) -> UIMessage | None:
         """The leaf, parsed."""
         if self._parsed is not None:
             return self._parsed[-1] if self._parsed else None
-        return parse_text(self._texts[-1]) if self._texts else None
+        text = self._texts[-1] if self._texts else None
+        return parse_text(text) if text is not None else None
 
-    def _add(self, msg: UIMessage, parent_id: str | None, text: str | None = None) -> None:
+    def _add(self, msg: UIMessage, text: str | None = None) -> None:
         text = text if text is not None else dump_message_text(msg)
         self._ids.append(msg.id)
+        self._roles.append(_ROLES.get(msg.role, 1))
+        self._sizes.append(len(text))
+        self._hashes.append(hash(text))
         self._texts.append(text)
-        self._text_bytes += len(text)
+        self._held += len(text)
         if self._parsed is not None:
             self._parsed.append(msg)
-        self.parents[msg.id] = parent_id
         self.stored_ids.add(msg.id)
 
     def index_of(self, message_id: str) -> int | None:
@@ -165,23 +287,24 @@ class History:
             return
         if parent_id is not None:
             self.truncate_after(parent_id)
-        self._add(msg, parent_id)
+        self._add(msg)
 
     def replace(self, index: int, msg: UIMessage) -> None:
         """The message at ``index``, changed (same id)."""
         text = dump_message_text(msg)
-        self._text_bytes += len(text) - len(self._texts[index])
+        old = self._texts[index]
+        self._held += len(text) - (len(old) if old is not None else 0)
         self._texts[index] = text
+        self._sizes[index] = len(text)
+        self._hashes[index] = hash(text)
         if self._parsed is not None:
             self._parsed[index] = msg
 
     def extend(self, base_len: int, msgs: Iterable[UIMessage]) -> None:
         """Cut the path to its first ``base_len`` messages and add ``msgs`` after them, each the parent of the next."""
         self._drop(base_len)
-        prev = self._ids[-1] if self._ids else None
         for m in msgs:
-            self._add(m, prev)
-            prev = m.id
+            self._add(m)
 
     def truncate_after(self, message_id: str) -> None:
         i = self.index_of(message_id)
@@ -189,22 +312,19 @@ class History:
             self._drop(i + 1)
 
     def _drop(self, keep: int) -> None:
-        for message_id in self._ids[keep:]:
-            self.parents.pop(message_id, None)
-        self._text_bytes -= sum(len(t) for t in self._texts[keep:])
+        self._held -= sum(len(t) for t in self._texts[keep:] if t is not None)
         del self._ids[keep:]
+        del self._roles[keep:]
+        del self._sizes[keep:]
+        del self._hashes[keep:]
         del self._texts[keep:]
         if self._parsed is not None:
             del self._parsed[keep:]
 
-    def json_array(self) -> str:
-        """The path as a JSON array."""
-        return "[" + ",".join(self._texts) + "]"
-
     def weight(self) -> int:
         """What it costs in memory, roughly, in bytes."""
-        parsed = self._text_bytes * _OBJECT_FACTOR if self._parsed is not None else 0
-        return self._text_bytes + parsed + len(self._texts) * _MESSAGE_BYTES + len(self.stored_ids) * _ID_BYTES
+        parsed = sum(self._sizes) * _OBJECT_FACTOR if self._parsed is not None else 0
+        return self._held + parsed + len(self._ids) * _MESSAGE_BYTES
 
 
 class Holder(Protocol):

@@ -73,8 +73,7 @@ class OperationRuns:
     if TYPE_CHECKING:  # the session's, used here
         @property
         def _hist(self) -> History: ...
-        @property
-        def _messages(self) -> list[UIMessage]: ...
+        async def _messages(self) -> list[UIMessage]: ...
         async def history(self) -> History: ...
         def publish(self, event: HarnessEvent) -> None: ...
         def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None: ...
@@ -128,7 +127,7 @@ class OperationRuns:
             await self._settle_without_turn(op_id, carried)
             return
         named = tuple(carried) or ((parent,) if regenerate_from is not None and parent else ())
-        plan = TurnPlan(op_id, message_id, parent, self._hist.texts(base_len + len(new_messages)), named)
+        plan = TurnPlan(op_id, message_id, parent, self._hist.context(base_len + len(new_messages)), named)
         turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(op_id, outcome, turn.message_ids)
@@ -181,11 +180,11 @@ class OperationRuns:
         message_id = row.target_message_id or self.clock.new_id()
         ids = self._hist.ids
         if message_id in ids:
-            context = self._hist.texts(ids.index(message_id))
+            context = self._hist.context(ids.index(message_id))
         elif recovered.parent_id in ids:
-            context = self._hist.texts(ids.index(recovered.parent_id) + 1)
+            context = self._hist.context(ids.index(recovered.parent_id) + 1)
         else:
-            context = self._hist.texts()
+            context = self._hist.context()
         continuation = row.kind in ("tool_result", "approval", "continue")
         self._streaming_id = message_id
         self.publish(RunStarted(row.id, message_id, continuation=continuation, prior=tuple(recovered.bodies),
@@ -198,11 +197,11 @@ class OperationRuns:
 
     async def _run_answer(self, op_id: str, answer: Answer, auto_continue: bool) -> None:
         try:
-            index = check_answer(self._messages, answer, await self.server_tools(op_id))
+            index = check_answer(await self._messages(), answer, await self.server_tools(op_id))
         except AnswerRefused as exc:
             await self._settle_without_turn(op_id, [], Outcome("error", "unanswered", exc.reason))
             return
-        updated = apply_answer(self._messages[index], answer)
+        updated = apply_answer((await self._messages())[index], answer)
         now = self.clock.now_ms()
         async with self.db.transaction() as tx:
             await tx.update_message(self.id, updated.id, message_json(updated), now)
@@ -210,7 +209,7 @@ class OperationRuns:
         self._hist.replace(index, updated)
         self.publish(MessagePersisted(updated))
         self.publish(MessageUpdated(updated))
-        last = index == len(self._messages) - 1
+        last = index == len(self._hist) - 1
         waiting = bool(awaiting_calls(updated))
         # The intent to continue is durable: a sibling answered later without autoContinue
         # (an error result, say) still continues a turn an earlier answer asked to continue.
@@ -228,7 +227,7 @@ class OperationRuns:
         async with self.db.transaction() as tx:
             await tx.consume_deferred_continuations(self.id, updated.id)
         self.publish(RunStarted(op_id, updated.id, continuation=True))
-        plan = TurnPlan(op_id, updated.id, self._hist.parents.get(updated.id), self._hist.texts(index),
+        plan = TurnPlan(op_id, updated.id, self._hist.parent_of(updated.id), self._hist.context(index),
                         continuation=True, existing=updated)
         turn = self._turn_for(plan)
         outcome = await turn.run()
@@ -243,14 +242,14 @@ class OperationRuns:
             await tx.start_operation(op_id, last.id, self.clock.now_ms())
         self._streaming_id = last.id
         self.publish(RunStarted(op_id, last.id, continuation=True))
-        plan = TurnPlan(op_id, last.id, self._hist.parents.get(last.id), self._hist.texts(len(self._hist) - 1),
+        plan = TurnPlan(op_id, last.id, self._hist.parent_of(last.id), self._hist.context(len(self._hist) - 1),
                         continuation=True, existing=last)
         turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(op_id, outcome, ())
 
     async def _run_approved_call(self, index: int, tool_call_id: str) -> None:
-        message = self._messages[index]
+        message = (await self._messages())[index]
         found = find_call([message], tool_call_id)
         tool = (await self.server_tools(self._running_id or "")).get(found[1].tool_name) if found else None
         if found is None or tool is None or tool.is_client:

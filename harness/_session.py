@@ -157,28 +157,45 @@ class Session(OperationRuns):
     # -- reading --------------------------------------------------------------
 
     def messages(self) -> list[UIMessage]:
-        """The active transcript (the live list: do not mutate), when it is in memory.
+        """The active transcript (the live list: do not mutate), when all of it is in memory.
 
-        A session that was idle may have dropped it to keep within the process's
-        budget: ``await history()`` first, or use ``await transcript()``.
+        A session keeps only the end of its transcript in memory, and may drop even that
+        to keep within the process's budget: use ``await transcript()``.
         """
         history = self._history
-        if history is None:
+        if history is None or not (history.complete or history.parsed):
             raise RuntimeError(f"session {self.id!r}: the transcript is not in memory; await transcript()")
         messages = history.messages
         self._budget.used(self, history.weight())  # parsed now: it weighs more until the next operation
         return messages
 
     async def transcript(self) -> list[UIMessage]:
-        """The active transcript (the live list: do not mutate)."""
-        await self.history()
-        return self.messages()
+        """The active transcript (the live list: do not mutate), older messages read from storage."""
+        history = await self.history()
+        messages = await history.load_messages()
+        self._budget.used(self, history.weight())  # parsed now: it weighs more until the next operation
+        return messages
+
+    async def transcript_json(self) -> str:
+        """The active transcript as a JSON array, as transcript frames and ``get-messages`` carry it."""
+        history = self._history
+        if history is None:  # dropped to keep within the budget: it stays dropped
+            history = await History.load(self.db, self.id, on_unreadable=self._unreadable, fetch=self._message_texts)
+        return await history.json_array()
+
+    async def _message_texts(self, ids: list[str]) -> dict[str, str]:
+        texts = await self.db.read.message_texts(self.id, ids)
+        if len(texts) < len(ids):
+            # SQLite's JSON functions cut an id at a NUL in it: such ids are found along the
+            # active path, where a transcript's messages are.
+            texts.update({row.id: row.content for row in await self.db.read.active_path(self.id)})
+        return texts
 
     async def history(self) -> History:
         """The transcript in memory, read back from storage if it was dropped."""
         history = self._history
         if history is None:
-            history = await History.load(self.db, self.id, on_unreadable=self._unreadable)
+            history = await History.load(self.db, self.id, on_unreadable=self._unreadable, fetch=self._message_texts)
             if self._history is None:  # not loaded by another caller meanwhile
                 self._history = history
             history = self._history
@@ -206,9 +223,8 @@ class Session(OperationRuns):
         assert self._history is not None, "the transcript is loaded before an operation runs"
         return self._history
 
-    @property
-    def _messages(self) -> list[UIMessage]:
-        return self._hist.messages
+    async def _messages(self) -> list[UIMessage]:
+        return await self._hist.load_messages()
 
     @property
     def running_operation(self) -> str | None:
@@ -324,7 +340,7 @@ class Session(OperationRuns):
         if await self.db.read.operation(op_id) is not None:
             return Receipt(op_id, self.id, accepted=False)
         history = await self.history()
-        check_answer(history.messages, answer, await self.server_tools())
+        check_answer(await history.load_messages(), answer, await self.server_tools())
         history.release()  # only a check: the operation that applies it parses again
         if self._pending.answers_call(answer.tool_call_id):
             raise AnswerRefused("already_answered", f"tool call {answer.tool_call_id!r} already has an answer queued")
@@ -582,7 +598,7 @@ class Session(OperationRuns):
             if note is not None:
                 await tx.insert_message(self.id, note.id, None, note.role, message_json(note), None, now)
         if note is None:
-            self._history = History(set())
+            self._history = History(set(), self._message_texts)
             self._budget.used(self, 0)
         else:
             self._history = None

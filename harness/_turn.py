@@ -46,7 +46,6 @@ from storage import Tx
 from ._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from ._chunklog import ChunkLog
 from ._events import ModelCallFinished, ToolCallFinished
-from ._history import ParsedOnRead
 from ._hooks import HookError, ToolDecision
 from ._json import dumps, message_json
 from ._model import (
@@ -262,7 +261,8 @@ class Turn:
             self._emit(StartStepChunk())
             # Asked before every model call: after a restart the harness knows nothing of earlier calls.
             request, model = await self._run_inner(
-                self._hooks.before_turn(step, self._request(), self._model, self.continuation or step > 0))
+                self._hooks.before_turn(step, await self._run_inner(self._request()), self._model,
+                                        self.continuation or step > 0))
             # A tool this call was not offered (before_turn narrowed them) is not there for the model.
             self._offered = {t.name for t in request.tools}
             started = time.perf_counter()
@@ -358,13 +358,19 @@ class Turn:
                 return p
         return None
 
-    def _request(self) -> ModelRequest:
+    async def _request(self) -> ModelRequest:
         msg = self._assembler.message
         # Parsed as the model reads them, for this call only: the request is let go of once the
         # model has read it.
         tail = [msg.model_copy(deep=True)] if any(p.type != "step-start" for p in msg.parts) else []
         tools = [t.definition for t in self._tools.values()]
-        return ModelRequest(messages=ParsedOnRead(self._plan.context, tail), system=self._system, tools=tools)
+        context = self._plan.context
+        messages = context.messages(tail)
+        # The older texts are in storage. A model that reads back from the end (the scripted one)
+        # finds what it reads in memory; any other, or a before_turn hook, may read all of it.
+        from_end = getattr(self._model, "reads_from_end", False) and self._hooks.agent.before_turn is None
+        await messages.load(context.last_user() if from_end else 0)
+        return ModelRequest(messages=messages, system=self._system, tools=tools)
 
     async def _model_call(self, request: ModelRequest, model: Model, step: int) -> _StepResult:
         result = _StepResult()

@@ -6,7 +6,6 @@ share these without importing one another.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,6 +22,7 @@ from storage import Database, Tx
 from ._agent import Agent
 from ._clock import Clock
 from ._events import HarnessEvent
+from ._history import Context
 from ._tools import Tool
 from ._turn_hooks import TurnHooks
 
@@ -66,7 +66,7 @@ class TurnPlan:
     operation_id: str
     message_id: str
     parent_id: str | None
-    context: Sequence[str]  # the transcript before the assistant message, as JSON texts
+    context: Context  # the transcript before the assistant message
     message_ids: tuple[str, ...] = ()  # the user messages the operation carried
     continuation: bool = False  # the wire stream continues an earlier answer
     existing: UIMessage | None = None  # the assistant message as stored (continuations, recovery)

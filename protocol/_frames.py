@@ -460,14 +460,19 @@ _BODY: Final = "invalid chat request body"
 _HOOK_BODY_START: Final = '{"messages":['
 
 
-def _skip_sent_texts(body: str, sent: Iterable[tuple[str, str]]) -> tuple[list[str], str]:
+def _skip_sent_texts(body: str, sent: Iterable[tuple[str, int, int]]) -> tuple[list[str], str]:
     """The ids of the body's first messages that are, character for character, the texts the
-    server sent (the hook sends back what the transcript frame gave it), and the body without them."""
+    server sent (the hook sends back what the transcript frame gave it), and the body without them.
+
+    ``sent`` gives each text's length and ``hash()``, not the text: the server need not hold
+    a conversation's texts to recognise them. A text that only hashes alike is still taken
+    by its id, as any known message is: nothing the client wrote in it is used.
+    """
     pos = len(_HOOK_BODY_START)
     ids: list[str] = []
-    for message_id, text in sent:
-        end = pos + len(text)
-        if not body.startswith(text, pos) or end >= len(body) or body[end] not in ",]":
+    for message_id, size, digest in sent:
+        end = pos + size
+        if end >= len(body) or body[end] not in ",]" or hash(body[pos:end]) != digest:
             break
         ids.append(message_id)
         pos = end + 1 if body[end] == "," else end
@@ -475,13 +480,14 @@ def _skip_sent_texts(body: str, sent: Iterable[tuple[str, str]]) -> tuple[list[s
 
 
 def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = None,
-                            sent: Iterable[tuple[str, str]] = ()) -> ChatRequestBody:
+                            sent: Iterable[tuple[str, int, int]] = ()) -> ChatRequestBody:
     """Decode and validate a chat request body; `ProtocolError` names what is wrong.
 
     ``known(id)`` says whether the server already holds a message: such a
     message is taken by its id alone (see :class:`ChatRequestBody`), so the
     work per request does not grow with the conversation. ``sent`` is the
-    transcript as the server sent it, (id, JSON text) root first: the messages
+    transcript as the server sent it, (id, length and ``hash()`` of the JSON
+    text) root first: the messages
     the body starts with that are those very texts are not even decoded (the
     hook sends the whole transcript back with every request; decoding it all,
     each time, costs time and leaves the heap fragmented).

@@ -78,6 +78,16 @@ class MessageReads(Access):
         )
         return {r[0] for r in rows}
 
+    async def message_texts(self, session_id: str, ids: list[str]) -> dict[str, str]:
+        """The JSON text of each of ``ids`` stored in the session: {id: text}."""
+        if not ids:
+            return {}
+        rows = await self._fetchall(
+            "SELECT id, content FROM messages WHERE session_id = ? AND id IN (SELECT value FROM json_each(?))",
+            (session_id, json.dumps(ids)),
+        )
+        return {r[0]: r[1] for r in rows}
+
     async def newest_leaf_under(self, session_id: str, message_id: str) -> str | None:
         """The newest childless message in the subtree of ``message_id`` (itself if it has no children)."""
         r = await self._fetchone(

@@ -322,6 +322,10 @@ def _resume_point(step: Sequence[ScriptEvent], turn: _Turn) -> tuple[int, int]:
 class ScriptedModel(Model):
     """A model that plays a :class:`Script`: offline, deterministic, abortable."""
 
+    #: It reads the transcript back from the end, to the last user message: the harness need
+    #: not read older messages from storage for it (it reads them itself when it needs them).
+    reads_from_end = True
+
     def __init__(self, script: Script | dict[str, Any] | str | os.PathLike[str]) -> None:
         if isinstance(script, Script):
             self.script = script
@@ -346,6 +350,9 @@ class ScriptedModel(Model):
         _rule, step = self._choose(turn)
         if any(isinstance(e, ToolCallEvent) and not e.tool_call.id for e in step):
             # Ids made up for calls count the tool parts of the whole transcript (unique ids).
+            load = getattr(request.messages, "load", None)
+            if load is not None:
+                await load()
             count = sum(isinstance(p, ToolPart) for m in request.messages for p in m.parts)
             turn = dataclasses.replace(turn, tool_parts=count)
         # What the script needs is read: the transcript is not held while the answer streams

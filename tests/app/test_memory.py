@@ -9,7 +9,7 @@ from tests.conftest import Client, chat_request, is_done
 
 
 async def test_transcripts_past_the_budget_leave_memory_and_come_back_whole(serve) -> None:
-    srv = await serve(transcript_memory_mb=0.01)  # about two short conversations' worth
+    srv = await serve(transcript_memory_mb=0.002)  # about two short conversations' worth
     names = [f"mem-{i}" for i in range(6)]
     shown: dict[str, list[dict[str, object]]] = {n: [] for n in names}
     for round_ in range(3):
@@ -49,3 +49,36 @@ async def test_a_finished_stream_is_replayed_from_disk(serve) -> None:
     assert replayed == live and json.loads(replayed[0])["type"] == "start"
     await a.close()
     await b.close()
+
+
+async def test_older_texts_live_on_disk_and_every_transcript_frame_is_whole(serve) -> None:
+    srv = await serve()
+    c = await Client.open(url(srv, "long-talk"))
+    await c.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages")
+    shown: list[dict[str, object]] = []
+    said: list[str] = []
+    for i in range(4):
+        text = f"turn {i} " + "z" * 2000
+        rid, frame, _ = chat_request(text, shown)
+        mark = len(c.frames)
+        await c.send(frame)
+        await c.wait_for(is_done(rid), start=mark)
+        said += [text, f"You said: {text}"]
+        # The end of each turn sends the transcript whole, its older texts read back from disk.
+        ends = [f for f in c.frames[mark:] if f.get("type") == "cf_agent_chat_messages"]
+        assert ends and [text_of(m) for m in ends[-1]["messages"]] == said
+        shown = ends[-1]["messages"]
+    history = srv.app.state.host.get(AGENT, "long-talk").chats[""].session.loaded_history
+    assert len(history) == 8
+    assert [t is not None for t in history._texts] == [False] * 6 + [True] * 2, "only the last turn's texts"
+    assert history.weight() < 2 * len(said[-1]) + 8 * 200
+    assert await get_messages(srv, "long-talk") == shown
+    b = await Client.open(url(srv, "long-talk"))  # a tab opening it gets the whole transcript
+    first = await b.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages")
+    assert first["messages"] == shown
+    # The hook sends everything back: the known messages are taken by id, the new one answered.
+    _, done, _ = await send_turn(b, "one more", history=shown)
+    assert done["outcome"] == "completed"
+    assert [text_of(m) for m in await get_messages(srv, "long-talk")] == [*said, "one more", "You said: one more"]
+    await b.close()
+    await c.close()

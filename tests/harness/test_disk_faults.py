@@ -116,7 +116,7 @@ async def test_a_full_disk_does_not_keep_a_conversation_from_loading(disk: Fault
         second = await Instance.open(path, Agent(), FakeModel(text("t", "hello")), stream_grace_ms=0)
         try:
             loaded = await second.session()
-            assert [m.role for m in loaded.messages()] == ["user", "assistant"]
+            assert [m.role for m in (await loaded.transcript())] == ["user", "assistant"]
         finally:
             await second.close()
     finally:

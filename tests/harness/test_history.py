@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from harness import Agent, HistoryBudget, Instance, ScriptedModel
+from harness import (
+    Agent,
+    Finish,
+    HistoryBudget,
+    Instance,
+    Model,
+    ModelEvent,
+    ModelRequest,
+    ScriptedModel,
+    TextDelta,
+    TextEnd,
+    TextStart,
+)
 from harness._history import ParsedOnRead
 from protocol import TextPart, UIMessage, message_text, parse_message
 
@@ -56,7 +70,7 @@ async def test_a_dropped_transcript_is_read_back_as_it_was(tmp_path: Path) -> No
     s1, s2 = await one.session(), await two.session()
     receipt = await s1.submit([user(1, "first")])  # type: ignore[list-item]
     await s1.wait(receipt.operation_id)
-    before = (await s1.history()).json_array()
+    before = await (await s1.history()).json_array()
     await s2.history()  # s2 used: s1 (idle) lets go of its transcript
     assert s1.loaded_history is None
     assert s1.knows("u1") is False, "a dropped transcript's ids are asked of storage instead"
@@ -64,29 +78,58 @@ async def test_a_dropped_transcript_is_read_back_as_it_was(tmp_path: Path) -> No
     await s1.wait(again.operation_id)
     texts = [message_text(m) for m in await s1.transcript()]
     assert texts == ["first", "You said: first", "second", "You said: second"], "u1 dropped, never rewritten"
-    assert (await s1.history()).json_array().startswith(before[:-1])
+    assert (await (await s1.history()).json_array()).startswith(before[:-1])
     await one.close()
     await two.close()
 
 
-async def test_at_rest_a_transcript_is_its_text_and_parses_back_whole(tmp_path: Path) -> None:
+async def test_at_rest_a_transcript_holds_its_texts_from_the_last_user_message_on(tmp_path: Path) -> None:
     budget = HistoryBudget(0)
     agent = Agent(model=ScriptedModel(SCRIPT))
     inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model, budget=budget)  # type: ignore[arg-type]
     s = await inst.session()
     for i in range(3):
-        receipt = await s.submit([user(i, f"turn {i}")])  # type: ignore[list-item]
+        receipt = await s.submit([user(i, f"turn {i}" + "." * 1000)])  # type: ignore[list-item]
         await s.wait(receipt.operation_id)
     history = s.loaded_history
     assert history is not None
     at_rest = history.weight()
     assert history._parsed is None, "no parsed messages are kept once the operation is done"
-    # The model saw the whole context: each answer echoes its own turn.
+    held = [t is not None for t in history._texts]
+    assert held == [False] * 4 + [True] * 2, "the older texts are in storage only"
+    assert at_rest < 2 * 1100 + 6 * 200, "the older texts weigh nothing"
+    assert not history.complete
+    # Read back whole, as stored, and in order.
+    rows = await inst.db.read.active_path(s.id)
+    assert await history.json_array() == "[" + ",".join(r.content for r in rows) + "]"
     assert [message_text(m) for m in await s.transcript()] == [
-        t for i in range(3) for t in (f"turn {i}", f"You said: turn {i}")]
+        t for i in range(3) for t in (f"turn {i}" + "." * 1000, f"You said: turn {i}" + "." * 1000)]
     assert history.weight() > at_rest and budget.total == history.weight(), "parsed, it weighs more"
     history.release()
     assert history.weight() == at_rest
+    with pytest.raises(RuntimeError, match="transcript"):
+        s.messages()  # the sync view: only what memory holds whole
+    await inst.close()
+
+
+async def test_a_model_that_reads_everything_gets_the_older_messages_from_storage(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+
+    class Whole(Model):  # no reads_from_end: it may read all of the transcript
+        async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+            seen.append([message_text(m) for m in request.messages])
+            yield TextStart("t")
+            yield TextDelta("t", f"seen {len(request.messages)}")
+            yield TextEnd("t")
+            yield Finish()
+
+    agent = Agent(model=Whole())
+    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
+    s = await inst.session()
+    for i in range(3):
+        receipt = await s.submit([user(i, f"turn {i}")])  # type: ignore[list-item]
+        await s.wait(receipt.operation_id)
+    assert seen[-1] == ["turn 0", "seen 1", "turn 1", "seen 3", "turn 2"]
     await inst.close()
 
 
@@ -102,3 +145,35 @@ def test_parsed_on_read_parses_only_what_is_read() -> None:
         seq[3]
     with pytest.raises(ValueError):
         seq[0]
+
+
+async def test_parsed_on_read_reads_a_text_in_storage_only_once_loaded() -> None:
+    asked: list[list[str]] = []
+
+    async def fetch(ids: list[str]) -> dict[str, str]:
+        asked.append(ids)
+        return {i: json.dumps({"id": i, "role": "user", "parts": [{"type": "text", "text": "old"}]}) for i in ids}
+
+    texts = [None, None, '{"id":"u3","role":"user","parts":[{"type":"text","text":"new"}]}']
+    seq = ParsedOnRead(texts, ids=["u1", "u2", "u3"], fetch=fetch)
+    assert seq[2].id == "u3" and asked == [], "what memory holds is read without storage"
+    with pytest.raises(LookupError, match="load"):
+        seq[0]
+    await seq.load(1)
+    assert asked == [["u2"]] and seq[1].id == "u2"
+    await seq.load()
+    assert asked == [["u2"], ["u1"]] and [m.id for m in seq] == ["u1", "u2", "u3"]
+
+
+async def test_older_messages_whose_ids_hold_a_nul_are_read_back(tmp_path: Path) -> None:
+    agent = Agent(model=ScriptedModel(SCRIPT))
+    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
+    s = await inst.session()
+    odd = parse_message({"id": "odd\x00id", "role": "user", "parts": [{"type": "text", "text": "first"}]})
+    for msg in (odd, user(2, "second")):
+        receipt = await s.submit([msg])
+        await s.wait(receipt.operation_id)
+    history = await s.history()
+    assert not history.complete, "the first turn's texts are in storage only"
+    assert [m["id"] for m in json.loads(await history.json_array())][:1] == ["odd\x00id"]
+    await inst.close()

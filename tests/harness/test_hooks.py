@@ -315,7 +315,7 @@ async def test_recovery_can_be_abandoned(db_path: Path) -> None:
         assert second.requests == [], "the model was not called again"
         (ctx,) = asked
         assert (ctx.operation, ctx.attempt, ctx.text) == (receipt.operation_id, 1, "Hal")
-        assert [message_text(m) for m in s2.messages()] == ["hi", "Hal"], "what streamed is kept"
+        assert [message_text(m) for m in (await s2.transcript())] == ["hi", "Hal"], "what streamed is kept"
     finally:
         await again.close()
 

@@ -55,7 +55,7 @@ async def test_a_silent_model_is_interrupted_and_the_same_message_continued(open
     continued = model.seen[1][-1]
     assert continued["role"] == "assistant" and [p.get("text") for p in continued["parts"] if p["type"] == "text"] \
         == ["Hel"]
-    (answer,) = [m for m in s.messages() if m.role == "assistant"]
+    (answer,) = [m for m in (await s.transcript()) if m.role == "assistant"]
     assert [p.text for p in answer.parts if p.type == "text"] == ["Hel", "lo!"]
     chunks = [c["type"] for c in peek.operation_chunks(r.operation_id)]
     assert chunks.count("start") == 1 and chunks.count("finish") == 1
@@ -130,7 +130,7 @@ async def test_a_restart_continues_a_running_operation_without_any_client(db_pat
         s2 = await again.session()
         result = await settle(s2, r.operation_id)
         assert (result.status, result.text) == ("done", "Hello!")
-        (answer,) = [m for m in s2.messages() if m.role == "assistant"]
+        (answer,) = [m for m in (await s2.transcript()) if m.role == "assistant"]
         assert "".join(p.text for p in answer.parts if p.type == "text") == "Hello!"
         assert len(second.requests) == 1 and second.seen[0][-1]["role"] == "assistant"
         bodies = [json.loads(b) for row in await again.db.read.streams_of_request(r.operation_id)
@@ -179,7 +179,7 @@ async def test_a_regenerated_answer_that_reuses_a_call_id_recovers_its_own_call(
         result = await settle(s2, again.operation_id)
         assert runs == [1, 2], "a report tool cut short is reported, never run again"
         assert result.text == f"saw {INTERRUPTED_TOOL_ERROR}"
-        (part,) = [p for p in s2.messages()[-1].parts if isinstance(p, ToolPart)]
+        (part,) = [p for p in (await s2.transcript())[-1].parts if isinstance(p, ToolPart)]
         assert (part.state, part.errorText) == ("output-error", INTERRUPTED_TOOL_ERROR)
         branches = await restarted.db.read.children(s2.id, "u1")
         assert len(branches) == 2 and '"output":{"n":1}' in branches[0].content, "the first answer keeps its result"
@@ -220,7 +220,7 @@ async def test_a_call_a_crash_stopped_before_it_started_runs_after_the_restart(d
         result = await settle(s2, r.operation_id)
         assert (result.status, result.text) == ("done", "got pong")
         assert runs == ["ping"], "the call runs once, after the restart"
-        (part,) = [p for p in s2.messages()[-1].parts if isinstance(p, ToolPart)]
+        (part,) = [p for p in (await s2.transcript())[-1].parts if isinstance(p, ToolPart)]
         assert (part.toolCallId, part.state, part.output) == ("call_ping_1", "output-available", "pong")
     finally:
         await restarted.close()
@@ -254,10 +254,10 @@ async def test_an_operation_sealed_after_repeated_crashes_leaves_no_call_running
         s3 = await sealed.session()
         result = await settle(s3, r.operation_id)
         assert (result.status, result.reason) == ("unanswered", "out_of_memory")
-        (part,) = [p for p in s3.messages()[-1].parts if isinstance(p, ToolPart)]
+        (part,) = [p for p in (await s3.transcript())[-1].parts if isinstance(p, ToolPart)]
         assert (part.state, part.errorText) == ("output-error", INTERRUPTED_TOOL_ERROR)
-        assert peek.message(s3.id, s3.messages()[-1].id) == s3.messages()[-1].model_dump(mode="json",
-                                                                                          exclude_unset=True)
+        last = (await s3.transcript())[-1]
+        assert peek.message(s3.id, last.id) == last.model_dump(mode="json", exclude_unset=True)
         assert peek._all("SELECT state FROM tool_calls") == [("interrupted",)]
     finally:
         await sealed.close()

@@ -168,7 +168,7 @@ async def test_reset_just_after_an_operation_left_the_queue_leaves_an_empty_tran
     hold.go.set()
     await asyncio.wait_for(resetting, GUARD)
     result = await settle(s, r.operation_id)
-    assert ([m.id for m in s.messages()], result.status) == ([], "unanswered")
+    assert ([m.id for m in (await s.transcript())], result.status) == ([], "unanswered")
 
 
 async def test_abort_while_a_step_is_committed_leaves_no_coroutine_unawaited(open_instance: Any) -> None:
@@ -271,7 +271,7 @@ async def test_abort_marks_a_running_server_tool_call_as_an_error(open_instance:
     await asyncio.wait_for(started.wait(), GUARD)
     await s.abort(r.operation_id)
     assert (await settle(s, r.operation_id)).reason == "aborted"
-    part = next(p for p in dump(s.messages()[-1])["parts"] if p.get("toolCallId") == "c1")
+    part = next(p for p in dump((await s.transcript())[-1])["parts"] if p.get("toolCallId") == "c1")
     assert part["state"] == "output-error"
 
 
@@ -330,9 +330,9 @@ async def test_messages_holds_only_what_is_persisted_while_a_later_step_streams(
     s.subscribe(rec)
     r = await s.submit([user("u1", "hi")])
     await asyncio.wait_for(pause.reached.wait(), GUARD)
-    answer_id = s.messages()[-1].id
+    answer_id = (await s.transcript())[-1].id
     stored = json.loads((await inst.db.read.message(s.id, answer_id)).content)
-    in_memory = dump(s.messages()[-1])
+    in_memory = dump((await s.transcript())[-1])
     announced = dump(rec.of(MessagePersisted)[-1].message)  # the last one: after the tool's result
     pause.go.set()
     await settle(s, r.operation_id)
@@ -367,7 +367,8 @@ async def test_a_submission_accepted_during_a_reset_never_sees_the_old_transcrip
     result = await settle(s, r2.operation_id)
     seen_by_later_turns = [m["id"] for seen in model.seen[1:] for m in seen]
     assert "u1" not in seen_by_later_turns
-    assert (result.status == "done" and [m.id for m in s.messages()][:1] == ["u2"]) or result.reason == "reset"
+    path = [m.id for m in await s.transcript()]
+    assert (result.status == "done" and path[:1] == ["u2"]) or result.reason == "reset"
 
 
 # ---------------------------------------------------------------- 8. wait() on another session's operation
@@ -482,7 +483,7 @@ async def test_an_abort_during_a_tool_result_commit_loses_nothing(open_instance:
     seqs = [e.first_seq + k for e in rec.of(ChunksCommitted) for k in range(len(e.bodies))]
     stored = [json.loads(c) for st in await inst.db.read.streams_of_request(r.operation_id)
               for c in await inst.db.read.chunk_bodies(st.id)]
-    persisted_part = next(p for p in dump(s.messages()[-1])["parts"] if p.get("toolCallId") == "c1")
+    persisted_part = next(p for p in dump((await s.transcript())[-1])["parts"] if p.get("toolCallId") == "c1")
     running = await inst.db.read.running_tool_calls(s.id, r.operation_id)
     assert (seqs == list(range(len(seqs))), [c["type"] for c in stored].count("tool-output-available"),
             persisted_part["state"], [t.tool_call_id for t in running]) == (True, 1, "output-available", [])

@@ -52,7 +52,7 @@ async def test_submit_then_wait_answers_hi(open_instance: Any) -> None:
     assert (receipt.session, receipt.accepted) == ("", True)
     assert await settle(s, receipt.operation_id) == OperationResult("done", "Hello!")
 
-    u, answer = s.messages()
+    u, answer = (await s.transcript())
     assert dump(u) == dump(user("u1", "hi"))
     assert answer.role == "assistant"
     assert dump(answer)["parts"][-1] == {"type": "text", "text": "Hello!", "state": "done"}
@@ -113,7 +113,7 @@ async def test_submit_is_durable_before_the_operation_runs(open_instance: Any) -
     assert [o.id for o in await inst.db.read.open_operations(s.id)] == [a.operation_id, "op-b"]
     # Its message joins the transcript only when the operation starts.
     assert await inst.db.read.message(s.id, "u2") is None
-    assert ids(s.messages()) == ["u1"]
+    assert ids(await s.transcript()) == ["u1"]
 
     pause.go.set()
     assert (await settle(s, "op-b")).text == "second"
@@ -140,8 +140,8 @@ async def test_an_accepted_submission_survives_a_restart(open_instance: Any) -> 
     settled = [e.operation_id for e in rec.of(OperationSettled)]
     assert settled == [a.operation_id, "op-b"]
     assert all(st.status != "streaming" for st in await inst2.db.read.streams_of_request(a.operation_id))
-    path = ids(s2.messages())
-    assert path[0] == "u1" and path.index("u2") > 0 and s2.messages()[-1].role == "assistant"
+    path = ids(await s2.transcript())
+    assert path[0] == "u1" and path.index("u2") > 0 and (await s2.transcript())[-1].role == "assistant"
 
 
 async def test_the_same_operation_id_is_accepted_once(open_instance: Any) -> None:
@@ -159,7 +159,7 @@ async def test_the_same_operation_id_is_accepted_once(open_instance: Any) -> Non
     assert s.idle
     assert len(model.requests) == 1
     assert await inst.db.read.message(s.id, "u9") is None
-    assert ids(s.messages())[0] == "u1" and len(s.messages()) == 2
+    assert ids(await s.transcript())[0] == "u1" and len(await s.transcript()) == 2
 
 
 async def test_submissions_run_one_at_a_time_oldest_first(open_instance: Any) -> None:
@@ -188,9 +188,9 @@ async def test_submissions_run_one_at_a_time_oldest_first(open_instance: Any) ->
     assert spans == sorted(spans) and all(b < c for (_, b), (c, _) in itertools.pairwise(spans))
 
     # A queued submission's message is not shown to the turns before it.
-    a1, a2, a3 = (m.id for m in s.messages() if m.role == "assistant")
+    a1, a2, a3 = (m.id for m in (await s.transcript()) if m.role == "assistant")
     assert [ids(seen) for seen in model.seen] == [["u1"], ["u1", a1, "u2"], ["u1", a1, "u2", a2, "u3"]]
-    assert ids(s.messages()) == ["u1", a1, "u2", a2, "u3", a3]
+    assert ids(await s.transcript()) == ["u1", a1, "u2", a2, "u3", a3]
     assert [(r.id, r.parent_id) for r in await inst.db.read.active_path(s.id)] == [
         ("u1", None), (a1, "u1"), ("u2", a1), (a2, "u2"), ("u3", a2), (a3, "u3")]
 
@@ -208,7 +208,7 @@ async def test_sessions_of_one_instance_are_independent(open_instance: Any) -> N
     assert not inst.idle
     pause.go.set()
     assert (await settle(a, ra.operation_id)).text == "slow"
-    assert [m.parts[-1].text for m in (a.messages()[-1], b.messages()[-1])] == ["slow", "quick"]  # type: ignore[union-attr]
+    assert [m.parts[-1].text for m in ((await a.transcript())[-1], (await b.transcript())[-1])] == ["slow", "quick"]  # type: ignore[union-attr]
     assert inst.idle
 
 
@@ -265,7 +265,7 @@ async def test_abort_of_a_queued_operation_withdraws_it(open_instance: Any, peek
     assert (await settle(s, r3.operation_id)).text == "a3"
     assert (await settle(s, r1.operation_id)).text == "a1"
     assert peek.message(s.id, "u2") is None
-    assert "u2" not in ids(s.messages())
+    assert "u2" not in ids(await s.transcript())
     assert all("u2" not in ids(seen) for seen in model.seen)
     assert r2.operation_id not in [e.operation_id for e in rec.of(RunStarted)]
 
@@ -282,7 +282,7 @@ async def test_abort_with_no_id_stops_everything_open(open_instance: Any) -> Non
         assert (await settle(s, r.operation_id)).reason == "aborted"
     assert [(await inst.db.read.operation(r.operation_id)).status for r in (r1, r2)] == ["aborted", "aborted"]
     assert s.idle
-    assert ids(s.messages())[0] == "u1" and "u2" not in ids(s.messages())
+    assert ids(await s.transcript())[0] == "u1" and "u2" not in ids(await s.transcript())
 
 
 # ---------------------------------------------------------------- reset
@@ -307,7 +307,7 @@ async def test_reset_clears_the_transcript_and_settles_everything_open(open_inst
     row3 = await inst.db.read.operation(r3.operation_id)
     assert (row3.status, row3.outcome, row3.reason) == ("skipped", "unanswered", "reset")
     assert (await inst.db.read.operation(r2.operation_id)).status == "aborted"
-    assert s.messages() == []
+    assert (await s.transcript()) == []
     assert await inst.db.read.active_path(s.id) == []
     assert (peek.count("messages"), peek.count("streams"), peek.count("stream_chunks")) == (0, 0, 0)
     session_row = await inst.db.read.session(s.id)
@@ -322,7 +322,7 @@ async def test_reset_clears_the_transcript_and_settles_everything_open(open_inst
     r4 = await s.submit([user("u4", "four")])
     assert (await settle(s, r4.operation_id)).text == "fresh"
     assert model.seen[-1] == [dump(user("u4", "four"))]
-    assert ids(s.messages())[0] == "u4" and len(s.messages()) == 2
+    assert ids(await s.transcript())[0] == "u4" and len(await s.transcript()) == 2
     assert model.requests[-1].tools == []  # the remembered client tools went with the reset
 
 
@@ -335,7 +335,7 @@ async def test_reset_of_an_idle_session_publishes_session_reset(open_instance: A
     s.subscribe(rec)
     await s.reset()
     assert rec.events == [SessionReset()]
-    assert s.messages() == []
+    assert (await s.transcript()) == []
 
 
 # ---------------------------------------------------------------- regenerate
@@ -349,12 +349,12 @@ async def test_regenerate_answers_again_on_a_new_branch(open_instance: Any) -> N
     s.subscribe(rec)
     r1 = await s.submit([user("u1", "question")])
     await settle(s, r1.operation_id)
-    old = s.messages()[-1]
+    old = (await s.transcript())[-1]
 
     r2 = await s.submit([], regenerate_from="u1")
     assert (await settle(s, r2.operation_id)).text == "second"
-    new = s.messages()[-1]
-    assert ids(s.messages()) == ["u1", new.id] and new.id != old.id
+    new = (await s.transcript())[-1]
+    assert ids(await s.transcript()) == ["u1", new.id] and new.id != old.id
     assert (await inst.db.read.operation(r2.operation_id)).kind == "regenerate"
     assert [r.id for r in await inst.db.read.children(s.id, "u1")] == [old.id, new.id]
     assert await stored(inst, s.id, old.id) == dump(old)  # the old answer is kept, off the active path
@@ -368,8 +368,8 @@ async def test_regenerate_answers_again_on_a_new_branch(open_instance: Any) -> N
     r3 = await s.submit([], regenerate_from="u1")
     await settle(s, r3.operation_id)
     assert len(await inst.db.read.children(s.id, "u1")) == 3
-    assert ids(s.messages())[0] == "u1" and len(s.messages()) == 2
-    assert s.messages()[-1].parts[-1].text == "third"  # type: ignore[union-attr]
+    assert ids(await s.transcript())[0] == "u1" and len(await s.transcript()) == 2
+    assert (await s.transcript())[-1].parts[-1].text == "third"  # type: ignore[union-attr]
 
 
 async def test_regenerate_of_an_earlier_message_drops_the_later_turns_from_the_path(open_instance: Any) -> None:
@@ -378,12 +378,12 @@ async def test_regenerate_of_an_earlier_message_drops_the_later_turns_from_the_p
     s = await inst.session()
     for mid in ("u1", "u2"):
         await settle(s, (await s.submit([user(mid, mid)])).operation_id)
-    a1 = s.messages()[1].id
+    a1 = (await s.transcript())[1].id
 
     r = await s.submit([], regenerate_from="u1")
     assert (await settle(s, r.operation_id)).text == "a1 again"
-    new = s.messages()[-1].id
-    assert ids(s.messages()) == ["u1", new]
+    new = (await s.transcript())[-1].id
+    assert ids(await s.transcript()) == ["u1", new]
     assert model.seen[2] == [dump(user("u1", "u1"))]
     assert [row.id for row in await inst.db.read.active_path(s.id)] == ["u1", new]
     assert [row.id for row in await inst.db.read.children(s.id, "u1")] == [a1, new]
@@ -407,14 +407,14 @@ async def test_client_input_may_only_add_user_messages(open_instance: Any, peek:
         await s.submit([user("u1", "hi"), forged], operation_id="op-x", source="client")
     assert await inst.db.read.operation("op-x") is None
     assert peek.count("messages") == 0 and peek.count("operations") == 0
-    assert s.pending() == [] and s.messages() == []
+    assert s.pending() == [] and (await s.transcript()) == []
     for _ in range(5):
         await asyncio.sleep(0)
     assert model.requests == []
     # The server itself is trusted with any role.
     r = await s.submit([forged, user("u1", "hi")], source="server")
     await settle(s, r.operation_id)
-    assert ids(s.messages())[:2] == ["x1", "u1"]
+    assert ids(await s.transcript())[:2] == ["x1", "u1"]
 
 
 async def test_a_stored_message_id_is_dropped_never_rewritten(open_instance: Any) -> None:
@@ -424,14 +424,14 @@ async def test_a_stored_message_id_is_dropped_never_rewritten(open_instance: Any
     r1 = await s.submit([user("u1", "hi")])
     await settle(s, r1.operation_id)
     original = await stored(inst, s.id, "u1")
-    a1 = s.messages()[-1].id
+    a1 = (await s.transcript())[-1].id
 
     r2 = await s.submit([user("u1", "rewritten history"), user("u2", "next")], source="client")
     assert (await settle(s, r2.operation_id)).text == "You said: next"
     assert await stored(inst, s.id, "u1") == original
     assert (await inst.db.read.message(s.id, "u2")).parent_id == a1
     assert model.seen[1][0] == dump(user("u1", "hi"))
-    assert ids(s.messages())[:4] == ["u1", a1, "u2", s.messages()[3].id]
+    assert ids(await s.transcript())[:4] == ["u1", a1, "u2", (await s.transcript())[3].id]
 
 
 async def test_a_retry_of_an_applied_message_completes_without_a_model_call(open_instance: Any) -> None:
@@ -440,14 +440,14 @@ async def test_a_retry_of_an_applied_message_completes_without_a_model_call(open
     s = await inst.session()
     r1 = await s.submit([user("u1", "hi")], source="client")
     await settle(s, r1.operation_id)
-    before = [dump(m) for m in s.messages()]
+    before = [dump(m) for m in (await s.transcript())]
     rec = Recorder()
     s.subscribe(rec)
     r2 = await s.submit([user("u1", "hi")], source="client")
     assert r2.accepted
     assert await settle(s, r2.operation_id) == OperationResult("done", "")
     assert len(model.requests) == 1
-    assert [dump(m) for m in s.messages()] == before
+    assert [dump(m) for m in (await s.transcript())] == before
     assert rec.of(OperationSettled) == [OperationSettled(r2.operation_id, "completed", "done", None, ())]
     assert rec.of(MessagePersisted) == []
 
@@ -458,10 +458,10 @@ async def test_a_client_resending_the_whole_transcript_adds_only_its_new_message
     s = await inst.session()
     r1 = await s.submit([user("u1", "hi")], source="client")
     await settle(s, r1.operation_id)
-    transcript = [m.model_copy(deep=True) for m in s.messages()]  # includes the stored assistant answer
+    transcript = [m.model_copy(deep=True) for m in (await s.transcript())]  # includes the stored assistant answer
     r2 = await s.submit([*transcript, user("u2", "more")], source="client")
     assert (await settle(s, r2.operation_id)).text == "You said: more"
-    assert ids(s.messages())[:3] == [*ids(transcript), "u2"]
+    assert ids(await s.transcript())[:3] == [*ids(transcript), "u2"]
 
 
 async def test_a_message_queued_by_an_earlier_submission_is_not_added_twice(open_instance: Any) -> None:
@@ -478,7 +478,7 @@ async def test_a_message_queued_by_an_earlier_submission_is_not_added_twice(open
         await settle(s, r.operation_id)
     assert await settle(s, r3.operation_id) == OperationResult("done", "")
     assert len(model.requests) == 2
-    assert ids(s.messages()).count("u2") == 1
+    assert ids(await s.transcript()).count("u2") == 1
 
 
 async def test_reserved_metadata_keys_are_stripped_from_client_input_only(open_instance: Any) -> None:
@@ -489,7 +489,7 @@ async def test_reserved_metadata_keys_are_stripped_from_client_input_only(open_i
     r = await s.submit([user("u1", "bonjour", metadata=meta)], source="client")
     await settle(s, r.operation_id)
     assert (await stored(inst, s.id, "u1"))["metadata"] == {"lang": "fr"}
-    assert s.messages()[0].metadata == {"lang": "fr"}
+    assert (await s.transcript())[0].metadata == {"lang": "fr"}
     assert model.seen[0][0]["metadata"] == {"lang": "fr"}
 
     r = await s.submit([user("u2", "only reserved", metadata={"channel": "x", "turnMetadata": {}})], source="client")
@@ -516,15 +516,15 @@ async def test_a_reopened_file_has_the_same_active_path(open_instance: Any, db_p
     await settle(s, r.operation_id)
     other = await inst.session("other")
     await settle(other, (await other.submit([user("o1", "elsewhere")])).operation_id)
-    before = [dump(m) for m in s.messages()]
-    before_other = [dump(m) for m in other.messages()]
+    before = [dump(m) for m in (await s.transcript())]
+    before_other = [dump(m) for m in (await other.transcript())]
     assert len(before) == 4
     await inst.close()
 
     model2 = Recording(script(ECHO))
     inst2 = await open_instance(model2)
     s2 = await inst2.session()
-    assert [dump(m) for m in s2.messages()] == before
+    assert [dump(m) for m in (await s2.transcript())] == before
     assert [dump(m) for m in (await inst2.session("other")).messages()] == before_other
     assert s2.idle and s2.pending() == []
     assert await settle(s2, ops[0]) == OperationResult("done", "a1")

@@ -169,7 +169,7 @@ async def test_finish_reason_and_reasoning_parts_come_from_the_model(open_instan
     chunks = chunks_of(rec)
     assert chunks[-1] == {"type": "finish", "finishReason": "length"}
     assert types_of(chunks)[2:5] == ["reasoning-start", "reasoning-delta", "reasoning-end"]
-    assert [p["type"] for p in dump(s.messages()[-1])["parts"]] == ["step-start", "reasoning", "text"]
+    assert [p["type"] for p in dump((await s.transcript())[-1])["parts"]] == ["step-start", "reasoning", "text"]
 
 
 async def test_the_model_gets_the_system_prompt_tools_and_transcript(open_instance: Any) -> None:
@@ -211,7 +211,7 @@ async def test_a_server_tool_runs_between_two_model_calls_in_one_message(open_in
     result = await settle(s, op)
     assert (result.status, result.text) == ("done", "It is sunny in Paris.")
 
-    u, answer = s.messages()
+    u, answer = (await s.transcript())
     assert u.id == "u1"
     assert dump(answer)["parts"] == [
         {"type": "step-start"},
@@ -256,7 +256,7 @@ async def test_a_tool_that_raises_becomes_output_error_and_the_model_goes_on(ope
     inst, s, rec, op = await start(open_instance, model, Agent(tools=[Tool("getWeather", execute=broken)]))
     result = await settle(s, op)
     assert (result.status, result.text) == ("done", "Sorry: no weather for Atlantis")
-    part = s.messages()[-1].parts[1]
+    part = (await s.transcript())[-1].parts[1]
     assert isinstance(part, ToolPart)
     assert (part.state, part.errorText) == ("output-error", "no weather for Atlantis")
     assert {"type": "tool-output-error", "toolCallId": part.toolCallId, "errorText": "no weather for Atlantis"} \
@@ -270,7 +270,7 @@ async def test_a_tool_output_that_is_not_json_becomes_output_error(open_instance
     tool = Tool("weird", execute=lambda: {1, 2})
     _inst, s, _rec, op = await start(open_instance, model, Agent(tools=[tool]))
     assert (await settle(s, op)).text == "ok"
-    part = s.messages()[-1].parts[1]
+    part = (await s.transcript())[-1].parts[1]
     assert isinstance(part, ToolPart) and part.state == "output-error"
     assert "JSON serializable" in (part.errorText or "")
 
@@ -296,7 +296,7 @@ async def test_async_tools_of_one_model_call_run_concurrently(open_instance: Any
     _inst, s, _rec, op = await start(open_instance, model, agent)
     assert (await settle(s, op)).text == "both"
     assert sorted(finished) == ["a", "b"]
-    parts = [p for p in s.messages()[-1].parts if isinstance(p, ToolPart)]
+    parts = [p for p in (await s.transcript())[-1].parts if isinstance(p, ToolPart)]
     assert [(p.toolCallId, p.state, p.output) for p in parts] == [
         ("ca", "output-available", "A"), ("cb", "output-available", "B")]
     # The next model call started only once both had settled.
@@ -405,8 +405,8 @@ async def test_a_stop_as_tool_results_commit_never_parts_a_result_from_its_recor
         outputs = {c["toolCallId"] for c in chunks if c["type"] == "tool-output-available"}
         assert {k for k, v in records.items() if v == "succeeded"} == outputs, (records, outputs)
         if how == "abort":
-            message = peek.message(s.id, s.messages()[-1].id)
-            assert dump(assemble([parse_chunk(c) for c in chunks], s.messages()[-1].id)) == message
+            message = peek.message(s.id, (await s.transcript())[-1].id)
+            assert dump(assemble([parse_chunk(c) for c in chunks], (await s.transcript())[-1].id)) == message
     finally:
         peek.close()
         await inst.close()
@@ -416,7 +416,7 @@ async def test_a_call_to_an_unknown_tool_is_answered_with_an_error(open_instance
     model = FakeModel([*call("c1", "nope"), Finish("tool-calls")], text("t", "ok"))
     _inst, s, _rec, op = await start(open_instance, model)
     await settle(s, op)
-    part = next(p for p in s.messages()[-1].parts if isinstance(p, ToolPart))
+    part = next(p for p in (await s.transcript())[-1].parts if isinstance(p, ToolPart))
     assert part.state == "output-error"
     assert "nope" in (part.errorText or "")
 
@@ -443,7 +443,7 @@ async def test_a_client_tool_call_settles_the_operation_awaiting_the_client(open
     result = await settle(s, op)
     assert (result.status, result.reason) == ("unanswered", "awaiting_client_tool")
     assert len(model.requests) == 1
-    part = s.messages()[-1].parts[1]
+    part = (await s.transcript())[-1].parts[1]
     assert isinstance(part, ToolPart) and (part.toolCallId, part.state) == ("c1", "input-available")
     row = await inst.db.read.operation(op)
     assert (row.status, row.outcome, row.reason) == ("completed", "unanswered", "awaiting_client_tool")
@@ -484,7 +484,7 @@ async def test_a_call_needing_approval_settles_awaiting_approval_without_running
     assert len(model.requests) == 1
     request = [c for c in chunks_of(rec) if c["type"] == "tool-approval-request"]
     assert len(request) == 1 and request[0]["toolCallId"] == "c1" and request[0]["approvalId"]
-    part = s.messages()[-1].parts[1]
+    part = (await s.transcript())[-1].parts[1]
     assert isinstance(part, ToolPart) and part.state == "approval-requested"
     assert part.approval is not None and part.approval.id == request[0]["approvalId"]
     row = await inst.db.read.operation(op)
@@ -514,7 +514,7 @@ async def test_a_model_error_settles_error_and_keeps_the_partial(open_instance: 
 
     row = await inst.db.read.operation(op)
     assert (row.status, row.outcome, row.reason) == ("error", "unanswered", "Model exploded mid-stream")
-    answer = s.messages()[-1]
+    answer = (await s.transcript())[-1]
     assert answer.role == "assistant"
     stored = peek.message(s.id, answer.id)
     assert stored == dump(answer)
@@ -533,7 +533,7 @@ async def test_a_model_error_in_a_later_step_keeps_the_tool_results(open_instanc
     inst, s, _rec, op = await start(open_instance, model, Agent(tools=[weather_tool()]))
     result = await settle(s, op)
     assert result.reason == "rate limited"
-    stored = dump(s.messages()[-1])
+    stored = dump((await s.transcript())[-1])
     assert [p["type"] for p in stored["parts"]] == ["step-start", "tool-getWeather", "step-start", "reasoning"]
     assert stored["parts"][1]["state"] == "output-available"
     assert no_part_streaming(stored)
@@ -572,7 +572,7 @@ async def test_abort_of_a_streaming_model_call_keeps_the_partial(open_instance: 
 
     row = await inst.db.read.operation(op)
     assert (row.status, row.outcome, row.reason) == ("aborted", "unanswered", "aborted")
-    answer = s.messages()[-1]
+    answer = (await s.transcript())[-1]
     stored = peek.message(s.id, answer.id)
     assert stored == dump(answer)
     assert stored["parts"] == [{"type": "step-start"}, {"type": "text", "text": "partial", "state": "done"}]
@@ -614,7 +614,7 @@ async def test_abort_while_server_tools_run_cancels_them(open_instance: Any) -> 
     assert (result.status, result.reason) == ("unanswered", "aborted")
     assert cancelled.is_set()
     assert len(model.requests) == 1
-    stored = dump(s.messages()[-1])
+    stored = dump((await s.transcript())[-1])
     assert stored["parts"][1] == {"type": "text", "text": "Let me check.", "state": "done"}
     assert (await inst.db.read.operation(op)).status == "aborted"
 
@@ -636,7 +636,7 @@ async def test_abort_before_a_server_call_starts_ends_that_call_too(open_instanc
     op = (await s.submit([user("u1", "hi")])).operation_id
     assert (await settle(s, op)).reason == "aborted"
     assert ran == [] and len(model.requests) == 1
-    answer = s.messages()[-1]
+    answer = (await s.transcript())[-1]
     stored = peek.message(s.id, answer.id)
     (tool_part,) = [p for p in stored["parts"] if p["type"] == "tool-ping"]
     assert (tool_part["state"], tool_part["errorText"]) == ("output-error", "The tool call was aborted.")
@@ -656,7 +656,7 @@ async def test_text_of_a_done_result_is_the_text_parts_only(open_instance: Any) 
                        *text("a", "one "), *text("b", "two")])
     _inst, s, _rec, op = await start(open_instance, model)
     assert (await settle(s, op)).text == "one two"
-    parts = [p for p in s.messages()[-1].parts if isinstance(p, TextPart)]
+    parts = [p for p in (await s.transcript())[-1].parts if isinstance(p, TextPart)]
     assert [p.text for p in parts] == ["one ", "two"]
 
 
@@ -675,7 +675,7 @@ async def test_a_call_the_provider_says_was_cut_off_ends_the_turn_with_its_words
     bodies = [json.loads(b) for row in await inst.db.read.streams_of_request(r.operation_id)
               for b in await inst.db.read.chunk_bodies(row.id)]
     assert {"type": "finish", "finishReason": "length"} in bodies
-    assert [m.role for m in s.messages()] == ["user", "assistant"], "what came is kept"
+    assert [m.role for m in (await s.transcript())] == ["user", "assistant"], "what came is kept"
 
 
 async def test_a_failed_model_call_is_logged_and_leaves_no_empty_answer(
@@ -689,4 +689,4 @@ async def test_a_failed_model_call_is_logged_and_leaves_no_empty_answer(
     assert (result.status, result.reason) == ("unanswered", "upstream said 503")
     (line,) = [rec.getMessage() for rec in caplog.records if "model call failed" in rec.getMessage()]
     assert r.operation_id in line and "upstream said 503" in line and "secret plans" not in line
-    assert [m.role for m in s.messages()] == ["user"], "no assistant message without a word in it"
+    assert [m.role for m in (await s.transcript())] == ["user"], "no assistant message without a word in it"

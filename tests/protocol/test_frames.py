@@ -455,6 +455,7 @@ def _text(mid: str, role: str, text: str) -> str:
 
 SENT = [("u1", _text("u1", "user", "hi")), ("a1", _text("a1", "assistant", "Hello!"))]
 NEW = _text("u2", "user", "more")
+SIGNED = [(mid, len(text), hash(text)) for mid, text in SENT]  # what the server keeps of a sent text
 
 
 def _hook_body(texts: list[str]) -> str:
@@ -468,31 +469,31 @@ def test_messages_sent_back_as_sent_are_taken_by_id_without_decoding() -> None:
         asked.append(mid)
         return mid in ("u1", "a1")
 
-    body = parse_chat_request_body(_hook_body([t for _, t in SENT] + [NEW]), known=known, sent=SENT)
+    body = parse_chat_request_body(_hook_body([t for _, t in SENT] + [NEW]), known=known, sent=SIGNED)
     assert body.message_ids == ["u1", "a1", "u2"] and [m.id for m in body.messages] == ["u2"]
     assert asked == ["u2"], "the messages sent back as sent were not even looked at"
-    everything = parse_chat_request_body(_hook_body([t for _, t in SENT]), known=known, sent=SENT)
+    everything = parse_chat_request_body(_hook_body([t for _, t in SENT]), known=known, sent=SIGNED)
     assert everything.message_ids == ["u1", "a1"] and everything.messages == []
 
 
 def test_a_message_sent_back_changed_is_decoded_as_usual() -> None:
     changed = _text("a1", "assistant", "Hello?")
-    body = parse_chat_request_body(_hook_body([SENT[0][1], changed, NEW]), known=lambda m: False, sent=SENT)
+    body = parse_chat_request_body(_hook_body([SENT[0][1], changed, NEW]), known=lambda m: False, sent=SIGNED)
     assert body.message_ids == ["u1", "a1", "u2"]
     assert [m.id for m in body.messages] == ["a1", "u2"], "only the identical prefix is skipped"
     # A text that is only the start of what the client sent is not a message boundary.
     longer = SENT[0][1][:-1] + ',"metadata":{"x":1}}'
-    body = parse_chat_request_body(_hook_body([longer, NEW]), known=lambda m: False, sent=SENT)
+    body = parse_chat_request_body(_hook_body([longer, NEW]), known=lambda m: False, sent=SIGNED)
     assert [m.id for m in body.messages] == ["u1", "u2"]
 
 
 def test_a_body_in_another_order_or_with_bad_json_after_the_prefix_is_still_checked() -> None:
     other = '{"trigger":"submit-message","messages":[' + ",".join([t for _, t in SENT] + [NEW]) + "]}"
-    body = parse_chat_request_body(other, known=lambda m: m in ("u1", "a1"), sent=SENT)
+    body = parse_chat_request_body(other, known=lambda m: m in ("u1", "a1"), sent=SIGNED)
     assert body.message_ids == ["u1", "a1", "u2"] and [m.id for m in body.messages] == ["u2"]
     with pytest.raises(ProtocolError):
-        parse_chat_request_body('{"messages":[' + SENT[0][1] + ",{oops]}", sent=SENT)
+        parse_chat_request_body('{"messages":[' + SENT[0][1] + ",{oops]}", sent=SIGNED)
     with pytest.raises(ProtocolError, match=r"message at index 1: field 'parts\[0\]\.state'"):
         forged = json.dumps({"id": "f", "role": "user", "parts": [{"type": "tool-x", "toolCallId": "t",
                                                                    "state": "bogus"}]}, separators=(",", ":"))
-        parse_chat_request_body(_hook_body([SENT[0][1], forged]), sent=SENT)
+        parse_chat_request_body(_hook_body([SENT[0][1], forged]), sent=SIGNED)

@@ -356,3 +356,14 @@ async def test_existing_message_ids_many(db: Database) -> None:
             await tx.insert_message(S, f"m{i}", None, "user", "{}", None, i)
     asked = [f"m{i}" for i in range(2000)]
     assert await db.read.existing_message_ids(S, asked) == {f"m{i}" for i in range(0, 2000, 2)}
+
+
+async def test_message_texts_by_id(db: Database) -> None:
+    await _session(db)
+    await _insert(db, "u", None)
+    await _insert(db, "a", "u", "assistant")
+    texts = await db.read.message_texts(S, ["a", "u", "never-stored"])
+    assert set(texts) == {"u", "a"}
+    assert texts["a"] == (await db.read.message(S, "a")).content  # type: ignore[union-attr]
+    assert await db.read.message_texts(S, []) == {}
+    assert await db.read.message_texts("another-session", ["u"]) == {}

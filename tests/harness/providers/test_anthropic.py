@@ -590,7 +590,7 @@ async def test_an_agent_on_anthropic_runs_a_server_tool_over_two_steps(open_inst
             await model.aclose()
 
     assert (result.status, result.text) == ("done", "Let me check.It is sunny in Paris.")
-    asked, answer = s.messages()
+    asked, answer = (await s.transcript())
     assert asked.id == "u1"
     stored = answer.model_dump(mode="json", exclude_unset=True)
     assert stored["parts"] == [
