@@ -52,6 +52,7 @@ from ._outcomes import (
 from ._pending import Pending
 from ._recovery import Recovered, recover_operation
 from ._runs import OperationRuns
+from ._session_transcript import SessionTranscript
 from ._turn import Turn
 from ._turn_plan import Outcome, TurnSuspended, Unsettled
 from ._unwritten import UnwrittenEnds
@@ -61,7 +62,7 @@ __all__ = ["Session"]
 
 log = logging.getLogger("think_server.session")
 
-class Session(OperationRuns):
+class Session(SessionTranscript, OperationRuns):
     def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model, *,
                  stream_grace_ms: int = 10 * 60 * 1000, policy: InputPolicy | None = None,
                  work: WorkNotices | None = None, budget: HistoryBudget | None = None) -> None:
@@ -154,77 +155,7 @@ class Session(OperationRuns):
         worker.cancel()
         await asyncio.gather(worker, return_exceptions=True)
 
-    # -- reading --------------------------------------------------------------
-
-    def messages(self) -> list[UIMessage]:
-        """The active transcript (the live list: do not mutate), when all of it is in memory.
-
-        A session keeps only the end of its transcript in memory, and may drop even that
-        to keep within the process's budget: use ``await transcript()``.
-        """
-        history = self._history
-        if history is None or not (history.complete or history.parsed):
-            raise RuntimeError(f"session {self.id!r}: the transcript is not in memory; await transcript()")
-        messages = history.messages
-        self._budget.used(self, history.weight())  # parsed now: it weighs more until the next operation
-        return messages
-
-    async def transcript(self) -> list[UIMessage]:
-        """The active transcript (the live list: do not mutate), older messages read from storage."""
-        history = await self.history()
-        messages = await history.load_messages()
-        self._budget.used(self, history.weight())  # parsed now: it weighs more until the next operation
-        return messages
-
-    async def transcript_json(self) -> str:
-        """The active transcript as a JSON array, as transcript frames and ``get-messages`` carry it."""
-        history = self._history
-        if history is None:  # dropped to keep within the budget: it stays dropped
-            history = await History.load(self.db, self.id, on_unreadable=self._unreadable, fetch=self._message_texts)
-        return await history.json_array()
-
-    async def _message_texts(self, ids: list[str]) -> dict[str, str]:
-        texts = await self.db.read.message_texts(self.id, ids)
-        if len(texts) < len(ids):
-            # SQLite's JSON functions cut an id at a NUL in it: such ids are found along the
-            # active path, where a transcript's messages are.
-            texts.update({row.id: row.content for row in await self.db.read.active_path(self.id)})
-        return texts
-
-    async def history(self) -> History:
-        """The transcript in memory, read back from storage if it was dropped."""
-        history = self._history
-        if history is None:
-            history = await History.load(self.db, self.id, on_unreadable=self._unreadable, fetch=self._message_texts)
-            if self._history is None:  # not loaded by another caller meanwhile
-                self._history = history
-            history = self._history
-        self._budget.used(self, history.weight())
-        return history
-
-    @property
-    def loaded_history(self) -> History | None:
-        """The transcript if it is in memory now (always while an operation runs)."""
-        return self._history
-
-    def drop_history(self) -> bool:
-        """Let go of the transcript unless the session is working; whether it did."""
-        if self._history is None or self._running_id is not None or self._queue or self._pending.reserved:
-            return False
-        self._history = None
-        return True
-
-    def _unreadable(self, message_id: str) -> None:
-        log.warning("session %r: skipping unreadable message %r", self.id, message_id)
-
-    @property
-    def _hist(self) -> History:
-        # The worker's view: an operation holds the transcript in memory while it runs.
-        assert self._history is not None, "the transcript is loaded before an operation runs"
-        return self._history
-
-    async def _messages(self) -> list[UIMessage]:
-        return await self._hist.load_messages()
+    # -- reading (the transcript: see SessionTranscript) ---------------------------
 
     @property
     def running_operation(self) -> str | None:
