@@ -40,6 +40,8 @@ _ROLES = {"user": _USER, "assistant": 1, "system": 2}
 
 #: Reads the JSON texts of stored messages: ids in, {id: text} out.
 Fetch = Callable[[list[str]], Awaitable[dict[str, str]]]
+#: Reads every message the session stores: how many, and their texts joined in the order written.
+Joined = Callable[[], Awaitable[tuple[int, str]]]
 
 
 def parse_text(text: str) -> UIMessage:
@@ -148,9 +150,10 @@ class History:
     :meth:`load_messages` parses the whole path and keeps the result until :meth:`release`.
     """
 
-    def __init__(self, stored_ids: set[str], fetch: Fetch | None = None) -> None:
+    def __init__(self, stored_ids: set[str], fetch: Fetch | None = None, joined: Joined | None = None) -> None:
         self.stored_ids = stored_ids
         self._fetch = fetch
+        self._joined = joined
         self._ids: list[str] = []
         self._roles = bytearray()
         self._sizes = array("q")
@@ -161,8 +164,8 @@ class History:
 
     @classmethod
     async def load(cls, db: Database, session_id: str, *, on_unreadable: Callable[[str], None],
-                   fetch: Fetch | None = None) -> History:
-        history = cls(set(await db.read.message_ids(session_id)), fetch)
+                   fetch: Fetch | None = None, joined: Joined | None = None) -> History:
+        history = cls(set(await db.read.message_ids(session_id)), fetch, joined)
         for row in await db.read.active_path(session_id):
             try:
                 msg = parse_text(row.content)  # checked once here; kept as text
@@ -247,6 +250,14 @@ class History:
 
     async def json_array(self) -> str:
         """The path as a JSON array: what transcript frames and ``get-messages`` carry."""
+        if not self.complete and self._joined is not None:
+            # A conversation without branches is every message stored, in the order written (a
+            # child is written after its parent): one read, joined by SQLite. Any other (a
+            # branch, a message skipped as unreadable, one written and not placed yet) has
+            # more messages stored than its path.
+            count, joined = await self._joined()
+            if count == len(self._ids):
+                return "[" + joined + "]"
         return "[" + ",".join(await self.read_texts()) + "]"
 
     def sent(self) -> Iterator[tuple[str, int, int]]:

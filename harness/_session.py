@@ -529,7 +529,7 @@ class Session(SessionTranscript, OperationRuns):
             if note is not None:
                 await tx.insert_message(self.id, note.id, None, note.role, message_json(note), None, now)
         if note is None:
-            self._history = History(set(), self._message_texts)
+            self._history = History(set(), self._message_texts, self._messages_joined)
             self._budget.used(self, 0)
         else:
             self._history = None

@@ -54,8 +54,12 @@ class SessionTranscript:
         """The active transcript as a JSON array, as transcript frames and ``get-messages`` carry it."""
         history = self._history
         if history is None:  # dropped to keep within the budget: it stays dropped
-            history = await History.load(self.db, self.id, on_unreadable=self._unreadable, fetch=self._message_texts)
+            history = await History.load(self.db, self.id, on_unreadable=self._unreadable, fetch=self._message_texts,
+                                   joined=self._messages_joined)
         return await history.json_array()
+
+    async def _messages_joined(self) -> tuple[int, str]:
+        return await self.db.read.messages_joined(self.id)
 
     async def _message_texts(self, ids: list[str]) -> dict[str, str]:
         texts = await self.db.read.message_texts(self.id, ids)
@@ -69,7 +73,8 @@ class SessionTranscript:
         """The transcript in memory, read back from storage if it was dropped."""
         history = self._history
         if history is None:
-            history = await History.load(self.db, self.id, on_unreadable=self._unreadable, fetch=self._message_texts)
+            history = await History.load(self.db, self.id, on_unreadable=self._unreadable, fetch=self._message_texts,
+                                   joined=self._messages_joined)
             if self._history is None:  # not loaded by another caller meanwhile
                 self._history = history
             history = self._history

@@ -88,6 +88,18 @@ class MessageReads(Access):
         )
         return {r[0]: r[1] for r in rows}
 
+    async def messages_joined(self, session_id: str) -> tuple[int, str]:
+        """How many messages the session stores, and their JSON texts joined by commas, in the
+        order they were first written: a session without branches, its transcript, in one read."""
+        # An aggregate over an ordered subquery: SQLite does not flatten it (that would lose
+        # the order), so the texts are joined in `seq` order.
+        r = await self._fetchone(
+            "SELECT count(*), coalesce(group_concat(content, ','), '') FROM "
+            "(SELECT content FROM messages WHERE session_id = ? ORDER BY seq)",
+            (session_id,),
+        )
+        return (0, "") if r is None else (int(r[0]), str(r[1]))
+
     async def newest_leaf_under(self, session_id: str, message_id: str) -> str | None:
         """The newest childless message in the subtree of ``message_id`` (itself if it has no children)."""
         r = await self._fetchone(

@@ -177,3 +177,24 @@ async def test_older_messages_whose_ids_hold_a_nul_are_read_back(tmp_path: Path)
     assert not history.complete, "the first turn's texts are in storage only"
     assert [m["id"] for m in json.loads(await history.json_array())][:1] == ["odd\x00id"]
     await inst.close()
+
+
+async def test_a_transcript_with_branches_is_read_back_along_its_path(tmp_path: Path) -> None:
+    agent = Agent(model=ScriptedModel(SCRIPT))
+    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
+    s = await inst.session()
+    for i in range(3):
+        receipt = await s.submit([user(i, f"turn {i}")])  # type: ignore[list-item]
+        await s.wait(receipt.operation_id)
+    linear = await (await s.history()).json_array()
+    assert linear == "[" + ",".join(r.content for r in await inst.db.read.active_path(s.id)) + "]"
+    receipt = await s.submit([], regenerate_from="u1")  # a second answer to turn 1: the first stays stored, off the path
+    await s.wait(receipt.operation_id)
+    history = await s.history()
+    assert not history.complete
+    rows = await inst.db.read.active_path(s.id)
+    assert await history.json_array() == "[" + ",".join(r.content for r in rows) + "]"
+    path = json.loads(await history.json_array())
+    assert [m["id"] for m in path][:3] == ["u0", rows[1].id, "u1"] and len(path) == 4
+    assert path[-1]["parts"][-1]["text"] == "You said: turn 1", "the model read u1 back from storage"
+    await inst.close()
