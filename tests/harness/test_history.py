@@ -188,7 +188,7 @@ async def test_a_transcript_with_branches_is_read_back_along_its_path(tmp_path: 
         await s.wait(receipt.operation_id)
     linear = await (await s.history()).json_array()
     assert linear == "[" + ",".join(r.content for r in await inst.db.read.active_path(s.id)) + "]"
-    receipt = await s.submit([], regenerate_from="u1")  # a second answer to turn 1: the first stays stored, off the path
+    receipt = await s.submit([], regenerate_from="u1")  # a second answer to turn 1; the first stays, off the path
     await s.wait(receipt.operation_id)
     history = await s.history()
     assert not history.complete
