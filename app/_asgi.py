@@ -70,6 +70,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     try:
         harness = Harness(agents, data_dir=settings.data_dir, model=_default_model(settings),
                           max_instances=settings.max_actors, idle_timeout_s=settings.idle_timeout_s,
+                          hibernate_after_s=settings.hibernate_after_s,
                           stream_grace_s=settings.stream_grace_s,
                           transcript_memory_mb=settings.transcript_memory_mb,
                           input_policy=settings.input_policy(), recovery_concurrency=settings.recovery_concurrency)

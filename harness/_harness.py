@@ -44,13 +44,16 @@ class Harness:
 
     ``model`` (a :class:`Model` or a spec such as ``"openai:gpt-4.1-mini"``) serves every agent
     that names none. Instances open on first use and close after ``idle_timeout_s`` without
-    use; at most ``max_instances`` are open at once. Work a crash left open resumes in the
-    background when the harness starts (``recovery_concurrency`` instances at a time). Schedules
-    run from :meth:`start` to :meth:`close`, a schedule missed while stopped once at start.
+    use; after ``hibernate_after_s`` (0: never) they let go of their file's connection and their
+    transcripts, and open it again at their next use. At most ``max_instances`` are open at
+    once. Work a crash left open resumes in the background when the harness starts
+    (``recovery_concurrency`` instances at a time). Schedules run from :meth:`start` to
+    :meth:`close`, a schedule missed while stopped once at start.
     """
 
     def __init__(self, agents: Mapping[str, Agent], *, data_dir: str | os.PathLike[str] = "data",
                  model: Model | str | None = None, max_instances: int = 1000, idle_timeout_s: float = 300.0,
+                 hibernate_after_s: float = 30.0,
                  stream_grace_s: float = 600.0, transcript_memory_mb: float = 128,
                  input_policy: InputPolicy | None = None, recovery_concurrency: int = 8,
                  clock: Clock | None = None) -> None:
@@ -69,6 +72,7 @@ class Harness:
         self.clock = clock or Clock()
         self.registry = InstanceRegistry(
             self.data_dir, self.agents, self.models, max_instances=max_instances, idle_timeout_s=idle_timeout_s,
+            hibernate_after_s=hibernate_after_s,
             stream_grace_ms=int(stream_grace_s * 1000), policy=input_policy or InputPolicy(),
             budget=HistoryBudget(int(transcript_memory_mb * 1024 * 1024)), clock=self.clock)
         self.recovery = StartupRecovery(self.registry, recovery_concurrency)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -172,6 +173,21 @@ class Instance:
     def idle(self) -> bool:
         """No operation running or queued in any loaded session, and nobody holding it."""
         return not self._holds and all(s.idle for s in self._sessions.values())
+
+    async def hibernate(self) -> bool:
+        """If idle: let go of the sessions' transcripts and close the file's connection (the next
+        use opens it again); whether it did. What SQLite holds for an open file (its prepared
+        statements, mostly) is most of what an idle instance costs, and three file descriptors."""
+        if not self.idle:
+            return False
+        for s in self._sessions.values():
+            if s.drop_history():
+                self.budget.released(s)
+        try:
+            return await self.db.sleep()
+        except sqlite3.Error as exc:  # closing checkpoints the WAL: a full disk, say
+            log.warning("instance %s/%s: closing its file to hibernate failed: %s", self.agent_name, self.name, exc)
+            return False
 
     async def close(self) -> None:
         for s in self._sessions.values():

@@ -50,7 +50,7 @@ class CapacityError(RuntimeError):
 class InstanceRegistry:
     def __init__(self, data_dir: Path, agents: Mapping[str, Agent], models: Mapping[str, Model], *,
                  max_instances: int, idle_timeout_s: float, stream_grace_ms: int, policy: InputPolicy,
-                 budget: HistoryBudget, clock: Clock) -> None:
+                 budget: HistoryBudget, clock: Clock, hibernate_after_s: float = 0.0) -> None:
         #: The transcripts all open instances keep in memory, together.
         self.history_budget = budget
         self._stream_grace_ms = stream_grace_ms
@@ -63,6 +63,7 @@ class InstanceRegistry:
         #: Models turns choose by a spec string at run time (a hook, a model function), closed with the registry.
         self.model_cache = ModelCache()
         self._idle_timeout_s = idle_timeout_s
+        self._hibernate_after_s = hibernate_after_s
         #: Called with each instance as it opens, before its work resumes (a host attaches here).
         self.on_open: list[Callable[[Instance], None]] = []
         #: Called with each instance once it is closed.
@@ -303,10 +304,23 @@ class InstanceRegistry:
             self._sweeper = asyncio.create_task(self._sweep_loop())
 
     async def _sweep_loop(self) -> None:
-        interval = max(0.05, min(30.0, self._idle_timeout_s / 2))
+        hibernate = self._hibernate_after_s
+        interval = max(0.05, min(30.0, self._idle_timeout_s / 2, hibernate / 2 if hibernate > 0 else 30.0))
         while self._open and not self._closed:
             await asyncio.sleep(interval)
             await self.close_idle(time.monotonic() - self._idle_timeout_s)
+            if hibernate > 0:
+                await self.hibernate_idle(time.monotonic() - hibernate)
+
+    async def hibernate_idle(self, unused_since: float) -> int:
+        """Let instances idle and unused since ``unused_since`` (monotonic seconds) close their
+        files and drop their transcripts; they stay open. How many did."""
+        slept = 0
+        for key, instance in list(self._open.items()):
+            if (self._evictable(key, instance) and instance.last_used <= unused_since
+                    and not instance.db.asleep and await instance.hibernate()):
+                slept += 1
+        return slept
 
     async def close_idle(self, unused_since: float) -> int:
         """Close instances idle and unused since ``unused_since`` (monotonic seconds)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 import aiosqlite
 
 from . import _faults
-from ._base import Params
+from ._base import Link, Params
 from ._lanes import LaneConnection
 from ._messages import MessageReads, MessageWrites
 from ._operations import OperationReads, OperationWrites
@@ -48,6 +48,18 @@ WAL_SIZE_LIMIT = 1024 * 1024
 #: a test); within this process the file has one connection and its writes queue in order.
 BUSY_WAIT_MS = 5000
 
+# Each connection's settings, set by one script when it opens (one trip to the file's thread).
+# WAL + synchronous=NORMAL: a commit survives a killed process (not a power cut) without an
+# fsync per commit. A server holds hundreds of files open: each keeps a small page cache (the
+# OS caches the file anyway) and a small WAL, checkpointed every 1 MiB and cut back after each
+# checkpoint. Once migrated, a write does not wait inside SQLite (it may run on the event
+# loop): Database._begin waits for another process's lock itself, off the loop.
+_SETTINGS = (
+    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
+    f"PRAGMA busy_timeout={{busy}}; PRAGMA cache_size=-{CACHE_KIB}; "
+    f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}; PRAGMA journal_size_limit={WAL_SIZE_LIMIT};"
+)
+
 
 class StorageError(Exception):
     """The file cannot be used: newer schema, unreadable, not a database, another application's."""
@@ -69,8 +81,8 @@ class Tx(Reader, MessageWrites, OperationWrites, ScheduleWrites, SessionWrites, 
 class _FaultyTx(Tx):
     """A Tx that notes what it wrote, and may die after a write (test-only: ``_faults``)."""
 
-    def __init__(self, conn: aiosqlite.Connection, plan: _faults.KillPlan) -> None:
-        super().__init__(conn)
+    def __init__(self, link: Link, plan: _faults.KillPlan) -> None:
+        super().__init__(link)
         self.plan = plan
         self.writes: list[str] = []
 
@@ -84,14 +96,66 @@ class _FaultyTx(Tx):
 
 
 class Database:
+    """One instance's file: its reads (``read``), its state changes (``transaction()``).
+
+    An idle file may :meth:`sleep`: its connection closes, giving back what SQLite held for
+    it (the prepared statements, most of an idle instance's memory, and three file
+    descriptors); the next statement opens it again (:meth:`wake`).
+    """
+
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
-        self._conn = conn
+        self.conn: aiosqlite.Connection | None = conn
         self.path = path
-        self.read = Reader(conn)
+        #: Statements under way outside a transaction (the file does not sleep under them).
+        self.users = 0
+        self.read = Reader(self)
         plan = _faults.ACTIVE
-        self._faulty = None if plan is None else _FaultyTx(conn, plan)
-        self._tx: Tx = self._faulty or Tx(conn)
+        self._faulty = None if plan is None else _FaultyTx(self, plan)
+        self._tx: Tx = self._faulty or Tx(self)
         self._lock = asyncio.Lock()
+        self._waking: asyncio.Future[aiosqlite.Connection] | None = None
+        self._closed = False
+
+    @property
+    def asleep(self) -> bool:
+        return self.conn is None
+
+    async def wake(self) -> aiosqlite.Connection:
+        """The open connection; opened again if the file sleeps (once, for every caller)."""
+        if self.conn is not None:
+            return self.conn
+        if self._closed:
+            raise StorageError(f"{self.path.name} is closed", Problem.DAMAGED)
+        if self._waking is None:
+            self._waking = asyncio.ensure_future(self._reopen())
+        waking = self._waking
+        try:
+            return await asyncio.shield(waking)
+        finally:
+            if self._waking is waking and waking.done():
+                self._waking = None
+
+    async def _reopen(self) -> aiosqlite.Connection:
+        try:
+            conn = await connect(self.path)
+        except sqlite3.Error as exc:
+            raise _open_error(self.path, exc) from exc
+        try:
+            await conn.executescript(_SETTINGS.format(busy=0))
+        except BaseException:
+            await conn.close()
+            raise
+        self.conn = conn
+        return conn
+
+    async def sleep(self) -> bool:
+        """Close the connection if nothing uses it (no statement, no transaction); whether it did."""
+        conn = self.conn
+        if conn is None or self.users or self._lock.locked() or self._waking is not None:
+            return False
+        self.conn = None  # from here on, a statement opens it again
+        await conn.close()
+        return True
 
     @classmethod
     async def open(cls, path: Path) -> Database:
@@ -106,19 +170,10 @@ class Database:
             version = await _our_version(conn, path)
             if version == 0:  # a new file the template could not make
                 await conn.execute_fetchall(NEW_FILE_PRAGMA)
-            # WAL + synchronous=NORMAL: a commit survives a killed process (not a
-            # power cut) without an fsync per commit. A server holds hundreds of files
-            # open: each keeps a small page cache (the OS caches the file anyway) and a
-            # small WAL, checkpointed every 1 MiB and cut back after each checkpoint.
-            # One script, one trip to the file's thread; each statement runs to its end (one left
-            # with a row to read would stay "in progress" and stop a migration's COMMIT). Once
-            # migrated, a write does not wait inside SQLite (it may run on the event loop):
-            # Database._begin waits for another process's lock itself, off the loop.
+            # One script (_SETTINGS), one trip to the file's thread; each statement runs to its end (one
+            # left with a row to read would stay "in progress" and stop a migration's COMMIT).
             migrated = version == SCHEMA_VERSION
-            await conn.executescript(
-                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
-                f"PRAGMA busy_timeout={0 if migrated else BUSY_WAIT_MS}; PRAGMA cache_size=-{CACHE_KIB}; "
-                f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}; PRAGMA journal_size_limit={WAL_SIZE_LIMIT};")
+            await conn.executescript(_SETTINGS.format(busy=0 if migrated else BUSY_WAIT_MS))
             if not migrated:
                 await _migrate(conn, version)
                 await conn.execute_fetchall("PRAGMA busy_timeout=0")
@@ -133,60 +188,63 @@ class Database:
     async def transaction(self) -> AsyncIterator[Tx]:
         """One state change: everything inside commits together or not at all."""
         async with self._lock:
-            if self._conn.in_transaction:
+            conn = self.conn or await self.wake()
+            if conn.in_transaction:
                 # A COMMIT that failed without SQLite rolling back (it does for a full disk
                 # or an I/O error, not for every error): start clean, not nested.
-                await _rollback(self._conn)
-            begin = asyncio.ensure_future(self._begin())
+                await _rollback(conn)
+            begin = asyncio.ensure_future(self._begin(conn))
             try:
                 # Shielded: a cancelled caller must not leave a BEGIN running that nobody owns.
                 await asyncio.shield(begin)
             except BaseException:
                 with contextlib.suppress(BaseException):
                     await begin
-                if self._conn.in_transaction:
-                    await self._conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    await conn.execute("ROLLBACK")
                 raise
             faulty = self._faulty  # None unless THINK_FAULTS is set (tests only)
             if faulty is not None:
                 faulty.writes = []
                 faulty.plan.point("begin", faulty.writes)
-            _writing(self._conn, True)  # the write lock is ours: the statements run on the loop
+            _writing(conn, True)  # the write lock is ours: the statements run on the loop
             try:
                 try:
                     yield self._tx
                 except BaseException:
-                    await _rollback(self._conn)
+                    await _rollback(conn)
                     raise
                 if faulty is not None:
                     faulty.plan.point("before_commit", faulty.writes)
-                await _commit(self._conn)
+                await _commit(conn)
             finally:
-                _writing(self._conn, False)
+                _writing(conn, False)
             if faulty is not None:
                 faulty.plan.point("after_commit", faulty.writes)
 
-    async def _begin(self) -> None:
+    @staticmethod
+    async def _begin(conn: aiosqlite.Connection) -> None:
         """``BEGIN IMMEDIATE``: on the loop when the write lock is free (it is, unless another process
         writes the file), else waited for on a worker thread, for as long as ``BUSY_WAIT_MS``."""
-        _writing(self._conn, True)
+        _writing(conn, True)
         try:
-            await self._conn.execute("BEGIN IMMEDIATE")  # busy_timeout 0: never waits on the loop
+            await conn.execute("BEGIN IMMEDIATE")  # busy_timeout 0: never waits on the loop
             return
         except sqlite3.OperationalError as exc:
             if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
                 raise
         finally:
-            _writing(self._conn, False)
-        await self._conn.execute_fetchall(f"PRAGMA busy_timeout={BUSY_WAIT_MS}")  # it answers a row
+            _writing(conn, False)
+        await conn.execute_fetchall(f"PRAGMA busy_timeout={BUSY_WAIT_MS}")  # it answers a row
         try:
-            await self._conn.execute("BEGIN IMMEDIATE")
+            await conn.execute("BEGIN IMMEDIATE")
         finally:
-            await self._conn.execute_fetchall("PRAGMA busy_timeout=0")
+            await conn.execute_fetchall("PRAGMA busy_timeout=0")
 
     async def shrink_memory(self) -> None:
         """Let SQLite free what it can of this connection's memory (its page cache, mostly)."""
-        await self._conn.execute_fetchall("PRAGMA shrink_memory")
+        if self.conn is not None:  # a file asleep holds nothing
+            await self.conn.execute_fetchall("PRAGMA shrink_memory")
 
     async def reclaim_free_pages(self) -> None:
         """Give the pages deleted rows left free back to the file system (files made with
@@ -194,11 +252,15 @@ class Database:
         holds, not the most it ever held. Its own write transaction, after the one that deleted:
         the pragma frees a page per step, and only a script runs it to the end."""
         async with self._lock:
-            await self._conn.executescript("PRAGMA incremental_vacuum;")
+            conn = self.conn or await self.wake()
+            await conn.executescript("PRAGMA incremental_vacuum;")
 
     async def close(self) -> None:
         async with self._lock:
-            await self._conn.close()
+            self._closed = True
+            conn, self.conn = self.conn, None
+            if conn is not None:
+                await conn.close()
 
 
 def _writing(conn: aiosqlite.Connection, on: bool) -> None:

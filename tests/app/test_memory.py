@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
 
 from tests.app.test_thinkchat import AGENT, get_messages, send_turn, text_of, url
 from tests.conftest import Client, chat_request, is_done
@@ -82,3 +85,42 @@ async def test_older_texts_live_on_disk_and_every_transcript_frame_is_whole(serv
     assert [text_of(m) for m in await get_messages(srv, "long-talk")] == [*said, "one more", "You said: one more"]
     await b.close()
     await c.close()
+
+
+def _open_files(name: str) -> list[str]:
+    """The files of this process whose path holds ``name`` (the server runs in it)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if name in target:
+                found.append(target)
+    return found
+
+
+async def test_an_idle_instance_hibernates_and_wakes_at_its_next_use(serve) -> None:
+    srv = await serve(hibernate_after_s=0.2)
+    c = await Client.open(url(srv, "sleeper"))
+    _, done, _ = await send_turn(c, "hi")
+    assert done["outcome"] == "completed"
+    shown = await get_messages(srv, "sleeper")
+    actor = srv.app.state.host.get(AGENT, "sleeper")
+    instance = actor.instance
+    assert not instance.db.asleep and _open_files("sleeper."), "in use: its file is open"
+    await c.close()
+    for _ in range(200):
+        if instance.db.asleep:
+            break
+        await asyncio.sleep(0.02)
+    assert instance.db.asleep, "idle past THINK_HIBERNATE_AFTER_S: its file closed"
+    assert _open_files("sleeper.") == [], "no descriptor left: the file, -wal, -shm"
+    assert actor.chats[""].session.loaded_history is None, "its transcript let go of"
+    assert srv.app.state.host.get(AGENT, "sleeper") is actor, "still open"
+    # The next use opens the file again: the whole transcript, and a turn that goes on from it.
+    b = await Client.open(url(srv, "sleeper"))
+    first = await b.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages")
+    assert first["messages"] == shown
+    _, done, _ = await send_turn(b, "hi", history=shown)
+    assert done["outcome"] == "completed" and not instance.db.asleep
+    assert [text_of(m) for m in await get_messages(srv, "sleeper")] == ["hi", "Hello!", "hi", "Hello!"]
+    await b.close()

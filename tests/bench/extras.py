@@ -153,11 +153,14 @@ async def turn_cost(work: Path, *, history: int, sample: int) -> dict[str, Any]:
 # ---------------------------------------------------------------- memory per open idle instance
 
 
-async def idle_instances(work: Path, *, count: int, concurrency: int = 8) -> dict[str, Any]:
-    print(f"\n== idle instances: server RSS, fds and threads per open idle instance ({count} instances, "
-          f"one \"hi\" turn each, sockets closed)", flush=True)
+async def idle_instances(work: Path, *, count: int, hibernated: bool, concurrency: int = 8) -> dict[str, Any]:
+    print(f"\n== idle instances{', hibernated' if hibernated else ''}: server RSS, fds and threads per open idle "
+          f"instance ({count} instances, one \"hi\" turn each, sockets closed"
+          f"{'; THINK_HIBERNATE_AFTER_S=2, measured once their files closed' if hibernated else ''})", flush=True)
     tally = Tally()
-    async with serve(work, **LOAD_SETTINGS) as server:
+    # Hibernation off for the first figure (what an instance costs with its file open), after
+    # 2 s for the second (the sweep looks every second).
+    async with serve(work, hibernate_after_s="2" if hibernated else "0", **LOAD_SETTINGS) as server:
 
         async def touch(names: list[str]) -> None:
             queue = list(reversed(names))
@@ -179,13 +182,21 @@ async def idle_instances(work: Path, *, count: int, concurrency: int = 8) -> dic
                     "transcript_bytes": metric(server, "think_transcript_memory_bytes"),
                     "sqlite_bytes": metric(server, "think_sqlite_memory_bytes")}
 
+        async def settled() -> None:
+            await asyncio.sleep(2)
+            if hibernated:  # every file closed: their descriptors are gone
+                for _ in range(30):
+                    if server.fds() < 200:
+                        break
+                    await asyncio.sleep(0.5)
+
         await touch([f"warm-{i}" for i in range(50)])  # imports, caches, the allocator's first arenas
-        await asyncio.sleep(2)
+        await settled()
         before = sample()
         t0 = time.perf_counter()
         await touch([f"idle-{i}" for i in range(count)])
         took = time.perf_counter() - t0
-        await asyncio.sleep(2)
+        await settled()
         after = sample()
         check(tally)
     opened = after["open"] - before["open"]
@@ -196,7 +207,8 @@ async def idle_instances(work: Path, *, count: int, concurrency: int = 8) -> dic
         return round((after[key] - before[key]) / opened * scale, 2)
 
     out = {
-        "instances": count, "opened": opened, "seconds": round(took, 1), "before": before, "after": after,
+        "instances": count, "hibernated": hibernated, "opened": opened, "seconds": round(took, 1),
+        "before": before, "after": after,
         "rss_kb_per_instance": per("rss_kb"), "fds_per_instance": per("fds"), "threads_per_instance": per("threads"),
         "transcript_kb_per_instance": per("transcript_bytes", 1 / 1024),
         "sqlite_kb_per_instance": per("sqlite_bytes", 1 / 1024), "target_kb": TARGET_IDLE_KB,
@@ -330,7 +342,9 @@ async def _main(argv: list[str]) -> int:
                 if part == "turn":
                     results["turn_cost"] = await turn_cost(work / "turn", history=history, sample=sample)
                 elif part == "idle":
-                    results["idle"] = await idle_instances(work / "idle", count=count)
+                    results["idle"] = await idle_instances(work / "idle", count=count, hibernated=False)
+                    results["idle_hibernated"] = await idle_instances(work / "idle-hibernated", count=count,
+                                                                      hibernated=True)
                 else:
                     results["disk"] = await disk(work / "disk", chat_turns=history,
                                                  flood_turns=10 if not args.quick else 3)

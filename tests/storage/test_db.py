@@ -477,3 +477,37 @@ async def test_commit_survives_sigkill_and_open_transaction_does_not(db_path: Pa
         # The dead writer's lock is gone.
         await _add_operation(db, "after-crash")
         assert await db.read.operation("after-crash") is not None
+
+
+async def test_an_idle_file_sleeps_and_the_next_statement_wakes_it(tmp_path: Path) -> None:
+    path = tmp_path / "sleepy.sqlite3"
+    db = await Database.open(path)
+    async with db.transaction() as tx:
+        await tx.ensure_session("s", 1)
+        await tx.insert_message("s", "u1", None, "user", '{"id":"u1","role":"user","parts":[]}', None, 1)
+    assert await db.sleep() and db.asleep
+    assert not (tmp_path / "sleepy.sqlite3-wal").exists(), "the last connection closed: WAL checkpointed away"
+    assert [r.id for r in await db.read.active_path("s")] == ["u1"], "a read wakes it"
+    assert not db.asleep
+    assert await db.sleep()
+    async with db.transaction() as tx:  # so does a transaction
+        await tx.insert_message("s", "a1", "u1", "assistant", '{"id":"a1","role":"assistant","parts":[]}', None, 2)
+    assert [r.id for r in await db.read.active_path("s")] == ["u1", "a1"]
+    await db.close()
+
+
+async def test_a_file_does_not_sleep_under_a_statement_or_a_transaction(tmp_path: Path) -> None:
+    db = await Database.open(tmp_path / "busy.sqlite3")
+    async with db.transaction() as tx:
+        await tx.ensure_session("s", 1)
+        assert not await db.sleep(), "a transaction is open"
+    reads = [asyncio.ensure_future(db.read.active_path("s")) for _ in range(20)]
+    await asyncio.sleep(0)  # the reads are under way
+    assert not await db.sleep(), "statements are under way"
+    assert all(r == [] for r in await asyncio.gather(*reads))
+    # Many callers waking it at once open one connection.
+    assert await db.sleep()
+    rows = await asyncio.gather(*(db.read.active_path("s") for _ in range(20)))
+    assert rows == [[]] * 20 and not db.asleep
+    await db.close()
+    assert not await db.sleep()

@@ -64,7 +64,7 @@ async def test_the_statements_of_a_write_transaction_run_on_the_loop_thread(tmp_
     checked by the thread that runs SQLite's calls, seen from a function SQLite calls back."""
     db = await Database.open(tmp_path / "inline.sqlite3")
     seen: list[str] = []
-    conn = db._conn
+    conn = await db.wake()
     await conn.create_function("where_am_i", 0, lambda: seen.append(threading.current_thread().name) or 1)
     try:
         await conn.execute("SELECT where_am_i()")  # outside a transaction: on a worker
