@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from storage import StorageError, WorkIndex, instance_db_path, problem_of
+from storage import StorageError, WorkIndex, instance_db_path, problem_of, trim_heap
 
 from ._agent import Agent
 from ._clock import Clock
@@ -320,6 +320,8 @@ class InstanceRegistry:
             if (self._evictable(key, instance) and instance.last_used <= unused_since
                     and not instance.db.asleep and await instance.hibernate()):
                 slept += 1
+        if slept:
+            trim_heap()
         return slept
 
     async def close_idle(self, unused_since: float) -> int:

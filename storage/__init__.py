@@ -6,7 +6,7 @@ Open a file with :meth:`Database.open`; change it only inside
 
 from ._db import Database, Reader, StorageError, Tx
 from ._index import WorkIndex
-from ._memory import sqlite_memory_used
+from ._memory import sqlite_memory_used, trim_heap
 from ._messages import MessageRow
 from ._operations import OperationRow
 from ._paths import InvalidNameError, instance_db_path, validate_agent_name, validate_instance_name
@@ -37,6 +37,7 @@ __all__ = [
     "instance_db_path",
     "problem_of",
     "sqlite_memory_used",
+    "trim_heap",
     "validate_agent_name",
     "validate_instance_name",
 ]

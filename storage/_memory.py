@@ -1,4 +1,5 @@
-"""How much memory SQLite holds in this process (page caches, statements), for metrics."""
+"""How much memory SQLite holds in this process (page caches, statements), for metrics; and
+giving what closed files freed back to the system."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import functools
 import sqlite3
 from collections.abc import Callable
 
-__all__ = ["sqlite_memory_used"]
+__all__ = ["sqlite_memory_used", "trim_heap"]
 
 
 @functools.cache
@@ -31,3 +32,27 @@ def sqlite_memory_used() -> int | None:
     """Bytes SQLite has allocated in this process now, or None where the library cannot be reached."""
     counter = _counter()
     return None if counter is None else counter()
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        fn = ctypes.CDLL(None).malloc_trim  # glibc's; musl and other platforms have none
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_size_t]
+    return lambda pad: int(fn(pad))
+
+
+def trim_heap() -> bool:
+    """Give the heap's free memory back to the system (glibc's ``malloc_trim``); whether it could.
+
+    What SQLite frees when files close (their statements, their caches) stays in malloc's free
+    lists, counted in the process's RSS, until something reuses it; after many files closed at
+    once, handing it back makes RSS say what the server holds."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
