@@ -161,6 +161,7 @@ class History:
         self._texts: list[str | None] = []
         self._parsed: list[UIMessage] | None = None  # in step with the path while held
         self._held = 0  # bytes of the texts in memory
+        self._missing = 0  # texts of the path in storage only
 
     @classmethod
     async def load(cls, db: Database, session_id: str, *, on_unreadable: Callable[[str], None],
@@ -215,13 +216,12 @@ class History:
                 break  # the ones before were let go of already
             self._held -= len(text)
             self._texts[i] = None
+            self._missing += 1
 
     @property
     def complete(self) -> bool:
         """Whether every text of the path is in memory."""
-        # Texts are let go of from the last user message back to the first: the first is
-        # held only if none was.
-        return not self._texts or self._texts[0] is not None
+        return not self._missing
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -304,10 +304,13 @@ class History:
         """The message at ``index``, changed (same id)."""
         text = dump_message_text(msg)
         old = self._texts[index]
-        self._held += len(text) - (len(old) if old is not None else 0)
-        self._texts[index] = text
         self._sizes[index] = len(text)
         self._hashes[index] = hash(text)
+        # One in storage only stays there: storage has its new text already (a message is
+        # placed once written), and the texts in memory stay the path's end.
+        if old is not None:
+            self._held += len(text) - len(old)
+            self._texts[index] = text
         if self._parsed is not None:
             self._parsed[index] = msg
 
@@ -323,7 +326,9 @@ class History:
             self._drop(i + 1)
 
     def _drop(self, keep: int) -> None:
-        self._held -= sum(len(t) for t in self._texts[keep:] if t is not None)
+        dropped = self._texts[keep:]
+        self._held -= sum(len(t) for t in dropped if t is not None)
+        self._missing -= sum(t is None for t in dropped)
         del self._ids[keep:]
         del self._roles[keep:]
         del self._sizes[keep:]

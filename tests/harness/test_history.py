@@ -198,3 +198,23 @@ async def test_a_transcript_with_branches_is_read_back_along_its_path(tmp_path: 
     assert [m["id"] for m in path][:3] == ["u0", rows[1].id, "u1"] and len(path) == 4
     assert path[-1]["parts"][-1]["text"] == "You said: turn 1", "the model read u1 back from storage"
     await inst.close()
+
+
+async def test_an_older_message_changed_stays_in_storage_and_the_transcript_whole(tmp_path: Path) -> None:
+    agent = Agent(model=ScriptedModel(SCRIPT))
+    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
+    s = await inst.session()
+    for i in range(3):
+        receipt = await s.submit([user(i, f"turn {i}")])  # type: ignore[list-item]
+        await s.wait(receipt.operation_id)
+    history = await s.history()
+    first = parse_message({"id": "u0", "role": "user", "parts": [{"type": "text", "text": "turn 0, edited"}]})
+    async with inst.db.transaction() as tx:  # as an answer to an old tool call writes it, then places it
+        await tx.update_message(s.id, "u0", json.dumps(first.model_dump(mode="json", exclude_unset=True)), 9)
+    history.replace(0, first)
+    assert not history.complete and history._texts[0] is None, "it stays in storage"
+    texts = [message_text(m) for m in await s.transcript()]
+    assert texts[0] == "turn 0, edited" and len(texts) == 6
+    path = json.loads(await history.json_array())
+    assert [m["id"] for m in path] == history.ids and path[0]["parts"][0]["text"] == "turn 0, edited"
+    await inst.close()
