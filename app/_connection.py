@@ -127,6 +127,7 @@ class Connection:
         self._max_bytes = max_queue_bytes
         self._on_too_slow = on_too_slow
         self._queue: collections.deque[_Item] = collections.deque()
+        self._later_sizes: dict[int, int] = {}  # bytes counted for frames made while queued
         self._wakeup = asyncio.Event()
         self._closer: asyncio.Task[None] | None = None
         self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer:{connection_id}")
@@ -156,8 +157,9 @@ class Connection:
         self._wakeup.set()
 
     def send_later(self, later: Later) -> None:
-        """Queue a frame that is still being made; never blocks. It counts as a frame (its
-        bytes are not known yet: a transcript counts at most half the byte bound anyway)."""
+        """Queue a frame that is still being made; never blocks. It counts as a frame at once,
+        and its bytes once it is made (a client that does not read is still closed: the
+        transcripts it is sent are as bounded as any frame)."""
         if self.state is not ConnectionState.OPEN:
             return
         if self.queued_frames >= self._max_frames:
@@ -166,7 +168,22 @@ class Connection:
         self._queue.append(later)
         self.queued_frames += 1
         self.peak_frames = max(self.peak_frames, self.queued_frames)
+        later.text.add_done_callback(lambda made: self._later_made(later, made))
         self._wakeup.set()
+
+    def _later_made(self, later: Later, made: asyncio.Future[str]) -> None:
+        # Before the writer takes it (it was queued before the writer waited for it).
+        if self.state is not ConnectionState.OPEN or made.cancelled() or made.exception() is not None:
+            return
+        if not any(item is later for item in self._queue):
+            return  # the writer took it already, or the queue was dropped
+        size = self._counted(made.result())
+        if self.queued_bytes + size > self._max_bytes:
+            self._close_too_slow(f"{self.queued_frames} frames / {self.queued_bytes} bytes not read")
+            return
+        self._later_sizes[id(later)] = size
+        self.queued_bytes += size
+        self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
 
     def _counted(self, text: str) -> int:
         # The length of the text stands for its bytes (equal for ASCII JSON), but one frame
@@ -221,6 +238,7 @@ class Connection:
         # A replay being written is counted until the writer lets go of it.
         self.pending_replays -= sum(1 for item in self._queue if isinstance(item, Replay))
         self._queue.clear()
+        self._later_sizes.clear()
         self._following = None
         self.queued_frames = self.queued_bytes = 0
 
@@ -256,6 +274,7 @@ class Connection:
                 self.pending_replays -= 1
         elif isinstance(item, Later):
             self.queued_frames -= 1
+            self.queued_bytes -= self._later_sizes.pop(id(item), 0)
             text = await self._made(item)
             if text is not None:
                 await self.ws.send_text(text)

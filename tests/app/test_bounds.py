@@ -340,6 +340,35 @@ async def test_a_client_that_never_reads_is_closed_as_too_slow_while_others_chat
         raw.transport.abort()
 
 
+async def test_transcripts_a_client_does_not_read_count_against_the_byte_bound(serve) -> None:
+    """Transcript frames are read from storage after they are queued; once made, their bytes
+    count like any frame's. Before, they counted as frames only: a tab that did not read
+    beside one that chatted held every transcript of every turn until 100,000 frames."""
+    bound = 256 * 1024
+    srv = await serve(**NO_RATE_LIMIT, max_send_queue=100_000, max_send_queue_bytes=bound)
+    host = srv.app.state.host
+    pk = str(uuid.uuid4())
+    raw = await open_non_reader(srv, url(srv, "shared-tab", pk))
+    await until(lambda: (a := host.get(AGENT, "shared-tab")) is not None and "" in a.chats
+                and pk in a.chats[""].connections)
+    conn = host.get(AGENT, "shared-tab").chats[""].connections[pk]
+    tab = await Client.open(url(srv, "shared-tab"))
+    try:
+        for _ in range(12):  # each turn sends the other tab the transcript twice, 64 KiB longer each time
+            _, done, _ = await send_turn(tab, "hi " + "q" * 64 * 1024, timeout=30)
+            assert done["outcome"] == "completed"
+            if conn.too_slow:
+                break
+        await until(lambda: conn.too_slow, timeout=30)
+        assert conn.close_code == 1013
+        assert conn.peak_bytes <= bound and conn.peak_frames < 100, (conn.peak_bytes, conn.peak_frames)
+        _, done, _ = await send_turn(tab, "hi", timeout=30)
+        assert done["outcome"] == "completed", "the tab that reads chats on"
+    finally:
+        await tab.close()
+        raw.transport.abort()
+
+
 async def test_a_client_that_asks_for_replays_it_does_not_read_is_closed_as_too_slow(serve) -> None:
     script = {"rules": [{"match": "long", "steps": LONG["rules"][0]["steps"]},
                         {"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]}
