@@ -85,7 +85,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     if budget.capped:
         registry.cap(budget.max_instances, fd_limit)
     recovery = harness.recovery
-    metrics = Metrics(lambda: len(registry), lambda: registry.history_budget.total)
+    metrics = Metrics(lambda: len(registry), lambda: registry.history_budget.total, registry.hibernating)
     host = ChatHost(harness, on_event=metrics.on_event)
     auth = Authenticator(settings)
 

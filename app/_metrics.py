@@ -23,11 +23,16 @@ _LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
 class Metrics:
-    def __init__(self, open_actors: Callable[[], int], transcript_bytes: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, open_actors: Callable[[], int], transcript_bytes: Callable[[], int] = lambda: 0,
+                 hibernating_actors: Callable[[], int] = lambda: 0) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.actors = Gauge("think_open_actors", "Agent instances open in this process", registry=r)
         self.actors.set_function(lambda: float(open_actors()))
+        hibernating = Gauge("think_hibernating_actors",
+                            "Open agent instances whose file is closed until their next use (THINK_HIBERNATE_AFTER_S)",
+                            registry=r)
+        hibernating.set_function(lambda: float(hibernating_actors()))
         self.connections = Gauge("think_connections", "Open WebSocket connections", registry=r)
         transcripts = Gauge("think_transcript_memory_bytes",
                             "Memory the transcripts of open conversations hold, about (THINK_TRANSCRIPT_MEMORY_MB)",

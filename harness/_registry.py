@@ -335,6 +335,10 @@ class InstanceRegistry:
     def __len__(self) -> int:
         return len(self._open)
 
+    def hibernating(self) -> int:
+        """Open instances whose file is closed until their next use."""
+        return sum(1 for instance in self._open.values() if instance.db.asleep)
+
     async def close(self) -> None:
         self._closed = True
         if self._sweeper is not None:

@@ -7,6 +7,8 @@ import contextlib
 import json
 import os
 
+import httpx
+
 from tests.app.test_thinkchat import AGENT, get_messages, send_turn, text_of, url
 from tests.conftest import Client, chat_request, is_done
 
@@ -115,6 +117,8 @@ async def test_an_idle_instance_hibernates_and_wakes_at_its_next_use(serve) -> N
     assert instance.db.asleep, "idle past THINK_HIBERNATE_AFTER_S: its file closed"
     assert _open_files("sleeper.") == [], "no descriptor left: the file, -wal, -shm"
     assert actor.chats[""].session.loaded_history is None, "its transcript let go of"
+    async with httpx.AsyncClient(base_url=srv.base) as http:
+        assert "think_hibernating_actors 1.0" in (await http.get("/metrics")).text
     assert srv.app.state.host.get(AGENT, "sleeper") is actor, "still open"
     # The next use opens the file again: the whole transcript, and a turn that goes on from it.
     b = await Client.open(url(srv, "sleeper"))
