@@ -142,6 +142,8 @@ class Database:
             raise _open_error(self.path, exc) from exc
         try:
             await conn.executescript(_SETTINGS.format(busy=0))
+            if self._closed:  # closed while it opened: this connection must not outlive it
+                raise StorageError(f"{self.path.name} is closed", Problem.DAMAGED)
         except BaseException:
             await conn.close()
             raise

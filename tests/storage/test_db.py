@@ -518,3 +518,16 @@ async def test_a_file_does_not_sleep_under_a_statement_or_a_transaction(tmp_path
 def test_the_heap_can_be_trimmed_on_this_platform() -> None:
     # glibc (the server's Docker image, CI): what closed files freed goes back to the system.
     assert storage.trim_heap() is (sys.platform == "linux" and "glibc" in " ".join(platform.libc_ver()))
+
+
+async def test_a_file_closed_while_it_wakes_stays_closed(tmp_path: Path) -> None:
+    db = await Database.open(tmp_path / "closing.sqlite3")
+    assert await db.sleep()
+    waking = asyncio.ensure_future(db.read.active_path("s"))
+    await asyncio.sleep(0)  # the reopen is under way
+    await db.close()
+    with pytest.raises(StorageError, match="closed"):
+        await waking
+    assert db.asleep, "no connection left open behind the close"
+    with pytest.raises(StorageError, match="closed"):
+        await db.read.active_path("s")
