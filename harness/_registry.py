@@ -310,7 +310,10 @@ class InstanceRegistry:
             await asyncio.sleep(interval)
             await self.close_idle(time.monotonic() - self._idle_timeout_s)
             if hibernate > 0:
-                await self.hibernate_idle(time.monotonic() - hibernate)
+                try:
+                    await self.hibernate_idle(time.monotonic() - hibernate)
+                except Exception:  # housekeeping: the sweep that closes idle instances goes on
+                    log.exception("hibernating idle instances failed")
 
     async def hibernate_idle(self, unused_since: float) -> int:
         """Let instances idle and unused since ``unused_since`` (monotonic seconds) close their
