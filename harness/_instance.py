@@ -92,6 +92,8 @@ class Instance:
 
     async def recover(self) -> None:
         """Load every session with work a dead process left open: it runs again."""
+        if self.db.fresh:  # a file made just now: no work in it
+            return
         for session_id in await self.db.read.sessions_with_open_work():
             await self.session(session_id)
 

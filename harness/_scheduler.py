@@ -92,7 +92,7 @@ class Scheduler:
     async def sync(self, key: _Key, instance: Instance) -> None:
         """After schedules of the instance changed or ran: its wake is when its earliest one is due."""
         async with self._lock:
-            at = await instance.db.read.next_schedule_at()
+            at = None if instance.db.fresh else await instance.db.read.next_schedule_at()
             if self.wakes.get(key) == at:
                 return
             if at is None:

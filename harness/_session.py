@@ -102,6 +102,9 @@ class Session(SessionTranscript, OperationRuns):
 
     async def load(self) -> None:
         """Read a freshly opened file: recover what a dead process left running, then the transcript."""
+        if self.db.fresh:  # a file made empty just now: nothing to read, nothing to sweep
+            self._history = History(set(), self._message_texts, self._messages_joined)
+            return
         for op in await self.db.read.open_operations(self.id):
             if op.status == "running":
                 await self._recover(op)
@@ -205,12 +208,14 @@ class Session(SessionTranscript, OperationRuns):
         (``continue_last``) another model call continuing the last assistant message."""
         # The caller's id, even "": its terminal frame must name the id the client sent.
         op_id = operation_id if operation_id is not None else self.clock.new_id()
-        existing = await self.db.read.operation(op_id)
+        empty = self.db.fresh  # a file made just now holds no operation and no message
+        existing = None if empty else await self.db.read.operation(op_id)
         if existing is not None:
             return Receipt(op_id, existing.session_id, accepted=False)
         # Messages the session knows (stored on any branch, streaming, or queued) are dropped,
         # never rewritten. Memory knows nearly all of them; the file has the final word.
-        stored = await self.db.read.existing_message_ids(self.id, [m.id for m in messages if not self.knows(m.id)])
+        stored = set() if empty else await self.db.read.existing_message_ids(
+            self.id, [m.id for m in messages if not self.knows(m.id)])
         # No await from here until the new ids are reserved: a concurrent submission sees them.
         fresh: dict[str, UIMessage] = {}
         for m in messages:

@@ -115,6 +115,9 @@ class Database:
         self._lock = asyncio.Lock()
         self._waking: asyncio.Future[aiosqlite.Connection] | None = None
         self._closed = False
+        #: Made empty by this open, and nothing written since: every read would find nothing
+        #: (a new instance skips them: they are most of its activation's trips to SQLite).
+        self.fresh = False
 
     @property
     def asleep(self) -> bool:
@@ -161,15 +164,16 @@ class Database:
 
     @classmethod
     async def open(cls, path: Path) -> Database:
-        await asyncio.to_thread(_prepare, path)
+        made = await asyncio.to_thread(_prepare, path)
         # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change.
         try:
             conn = await connect(path)
         except sqlite3.Error as exc:
             raise _open_error(path, exc) from exc
         try:
-            # Before anything writes (WAL mode rewrites the header): a file that is not ours stays as it is.
-            version = await _our_version(conn, path)
+            # Before anything writes (WAL mode rewrites the header): a file that is not ours stays as it
+            # is. One just made from the template is ours, and migrated.
+            version = SCHEMA_VERSION if made else await _our_version(conn, path)
             if version == 0:  # a new file the template could not make
                 await conn.execute_fetchall(NEW_FILE_PRAGMA)
             # One script (_SETTINGS), one trip to the file's thread; each statement runs to its end (one
@@ -184,12 +188,15 @@ class Database:
             if isinstance(exc, sqlite3.Error):
                 raise _open_error(path, exc) from exc
             raise
-        return cls(conn, path)
+        db = cls(conn, path)
+        db.fresh = made
+        return db
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
         """One state change: everything inside commits together or not at all."""
         async with self._lock:
+            self.fresh = False
             conn = self.conn or await self.wake()
             if conn.in_transaction:
                 # A COMMIT that failed without SQLite rolling back (it does for a full disk
@@ -347,10 +354,10 @@ async def _our_version(conn: aiosqlite.Connection, path: Path) -> int:
     return version
 
 
-def _prepare(path: Path) -> None:
-    """The file's directory, and a new file made from the template when there is none."""
+def _prepare(path: Path) -> bool:
+    """The file's directory, and a new file made from the template when there is none; whether it made one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    create_from_template(path, MIGRATIONS)
+    return create_from_template(path, MIGRATIONS)
 
 
 async def _migrate(conn: aiosqlite.Connection, version: int) -> None:

@@ -531,3 +531,17 @@ async def test_a_file_closed_while_it_wakes_stays_closed(tmp_path: Path) -> None
     assert db.asleep, "no connection left open behind the close"
     with pytest.raises(StorageError, match="closed"):
         await db.read.active_path("s")
+
+
+async def test_a_file_made_by_its_open_is_fresh_until_its_first_write(tmp_path: Path) -> None:
+    path = tmp_path / "new.sqlite3"
+    db = await Database.open(path)
+    assert db.fresh, "made from the template just now: its readers may skip reading"
+    assert await db.read.active_path("s") == [] and db.fresh, "a read does not change it"
+    async with db.transaction() as tx:
+        await tx.ensure_session("s", 1)
+    assert not db.fresh
+    await db.close()
+    again = await Database.open(path)
+    assert not again.fresh, "a file that was there already is read"
+    await again.close()
