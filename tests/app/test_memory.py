@@ -115,6 +115,10 @@ async def test_an_idle_instance_hibernates_and_wakes_at_its_next_use(serve) -> N
             break
         await asyncio.sleep(0.02)
     assert instance.db.asleep, "idle past THINK_HIBERNATE_AFTER_S: its file closed"
+    for _ in range(200):  # the close itself runs on an SQLite thread (it checkpoints the WAL)
+        if not _open_files("sleeper."):
+            break
+        await asyncio.sleep(0.02)
     assert _open_files("sleeper.") == [], "no descriptor left: the file, -wal, -shm"
     assert actor.chats[""].session.loaded_history is None, "its transcript let go of"
     async with httpx.AsyncClient(base_url=srv.base) as http:
