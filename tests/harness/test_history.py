@@ -17,6 +17,7 @@ from harness import (
     ModelEvent,
     ModelRequest,
     ScriptedModel,
+    Session,
     TextDelta,
     TextEnd,
     TextStart,
@@ -179,13 +180,19 @@ async def test_older_messages_whose_ids_hold_a_nul_are_read_back(tmp_path: Path)
     await inst.close()
 
 
-async def test_a_transcript_with_branches_is_read_back_along_its_path(tmp_path: Path) -> None:
+async def _three_turns(tmp_path: Path) -> tuple[Instance, Session]:
+    """An instance whose root session had three turns: "turn i", answered "You said: turn i"."""
     agent = Agent(model=ScriptedModel(SCRIPT))
     inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
     s = await inst.session()
     for i in range(3):
         receipt = await s.submit([user(i, f"turn {i}")])  # type: ignore[list-item]
         await s.wait(receipt.operation_id)
+    return inst, s
+
+
+async def test_a_transcript_with_branches_is_read_back_along_its_path(tmp_path: Path) -> None:
+    inst, s = await _three_turns(tmp_path)
     linear = await (await s.history()).json_array()
     assert linear == "[" + ",".join(r.content for r in await inst.db.read.active_path(s.id)) + "]"
     receipt = await s.submit([], regenerate_from="u1")  # a second answer to turn 1; the first stays, off the path
@@ -201,12 +208,7 @@ async def test_a_transcript_with_branches_is_read_back_along_its_path(tmp_path: 
 
 
 async def test_an_older_message_changed_stays_in_storage_and_the_transcript_whole(tmp_path: Path) -> None:
-    agent = Agent(model=ScriptedModel(SCRIPT))
-    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
-    s = await inst.session()
-    for i in range(3):
-        receipt = await s.submit([user(i, f"turn {i}")])  # type: ignore[list-item]
-        await s.wait(receipt.operation_id)
+    inst, s = await _three_turns(tmp_path)
     history = await s.history()
     first = parse_message({"id": "u0", "role": "user", "parts": [{"type": "text", "text": "turn 0, edited"}]})
     async with inst.db.transaction() as tx:  # as an answer to an old tool call writes it, then places it
