@@ -177,7 +177,17 @@ class ModelError(Exception):
 
 
 class Model(abc.ABC):
-    """A model provider. Subclasses implement :meth:`stream`."""
+    """A model provider. Subclasses implement :meth:`stream`.
+
+    A session keeps only the end of its transcript in memory; before a call the harness reads
+    the rest from storage, so ``request.messages`` holds all of it. A model that reads the
+    transcript back from its end only (as far as the last user message) may set
+    ``reads_from_end = True``: the older messages are then not read, and reading one raises
+    ``LookupError`` until ``await request.messages.load()``.
+    """
+
+    #: Whether the model reads ``request.messages`` back from the end only (see above).
+    reads_from_end: bool = False
 
     @abc.abstractmethod
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:

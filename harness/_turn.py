@@ -368,7 +368,7 @@ class Turn:
         messages = context.messages(tail)
         # The older texts are in storage. A model that reads back from the end (the scripted one)
         # finds what it reads in memory; any other, or a before_turn hook, may read all of it.
-        from_end = getattr(self._model, "reads_from_end", False) and self._hooks.agent.before_turn is None
+        from_end = self._model.reads_from_end and self._hooks.agent.before_turn is None
         await messages.load(context.last_user() if from_end else 0)
         return ModelRequest(messages=messages, system=self._system, tools=tools)
 
