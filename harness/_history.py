@@ -161,7 +161,6 @@ class History:
         self._texts: list[str | None] = []
         self._parsed: list[UIMessage] | None = None  # in step with the path while held
         self._held = 0  # bytes of the texts in memory
-        self._missing = 0  # texts of the path in storage only
 
     @classmethod
     async def load(cls, db: Database, session_id: str, *, on_unreadable: Callable[[str], None],
@@ -216,12 +215,11 @@ class History:
                 break  # the ones before were let go of already
             self._held -= len(text)
             self._texts[i] = None
-            self._missing += 1
 
     @property
     def complete(self) -> bool:
         """Whether every text of the path is in memory."""
-        return not self._missing
+        return None not in self._texts
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -326,9 +324,7 @@ class History:
             self._drop(i + 1)
 
     def _drop(self, keep: int) -> None:
-        dropped = self._texts[keep:]
-        self._held -= sum(len(t) for t in dropped if t is not None)
-        self._missing -= sum(t is None for t in dropped)
+        self._held -= sum(len(t) for t in self._texts[keep:] if t is not None)
         del self._ids[keep:]
         del self._roles[keep:]
         del self._sizes[keep:]

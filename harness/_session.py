@@ -103,7 +103,7 @@ class Session(SessionTranscript, OperationRuns):
     async def load(self) -> None:
         """Read a freshly opened file: recover what a dead process left running, then the transcript."""
         if self.db.fresh:  # a file made empty just now: nothing to read, nothing to sweep
-            self._history = History(set(), self._message_texts, self._messages_joined)
+            self._history = self._new_history()
             return
         for op in await self.db.read.open_operations(self.id):
             if op.status == "running":
@@ -534,7 +534,7 @@ class Session(SessionTranscript, OperationRuns):
             if note is not None:
                 await tx.insert_message(self.id, note.id, None, note.role, message_json(note), None, now)
         if note is None:
-            self._history = History(set(), self._message_texts, self._messages_joined)
+            self._history = self._new_history()
             self._budget.used(self, 0)
         else:
             self._history = None

@@ -54,27 +54,28 @@ class SessionTranscript:
         """The active transcript as a JSON array, as transcript frames and ``get-messages`` carry it."""
         history = self._history
         if history is None:  # dropped to keep within the budget: it stays dropped
-            history = await History.load(self.db, self.id, on_unreadable=self._unreadable, fetch=self._message_texts,
-                                   joined=self._messages_joined)
+            history = await self._read_history()
         return await history.json_array()
+
+    async def _read_history(self) -> History:
+        return await History.load(self.db, self.id, on_unreadable=self._unreadable, fetch=self._message_texts,
+                                  joined=self._messages_joined)
+
+    def _new_history(self) -> History:
+        """The history of a session with nothing stored."""
+        return History(set(), self._message_texts, self._messages_joined)
 
     async def _messages_joined(self) -> tuple[int, str]:
         return await self.db.read.messages_joined(self.id)
 
     async def _message_texts(self, ids: list[str]) -> dict[str, str]:
-        texts = await self.db.read.message_texts(self.id, ids)
-        if len(texts) < len(ids):
-            # SQLite's JSON functions cut an id at a NUL in it: such ids are found along the
-            # active path, where a transcript's messages are.
-            texts.update({row.id: row.content for row in await self.db.read.active_path(self.id)})
-        return texts
+        return await self.db.read.message_texts(self.id, ids)
 
     async def history(self) -> History:
         """The transcript in memory, read back from storage if it was dropped."""
         history = self._history
         if history is None:
-            history = await History.load(self.db, self.id, on_unreadable=self._unreadable, fetch=self._message_texts,
-                                   joined=self._messages_joined)
+            history = await self._read_history()
             if self._history is None:  # not loaded by another caller meanwhile
                 self._history = history
             history = self._history

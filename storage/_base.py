@@ -22,49 +22,45 @@ class Link(Protocol):
     async def wake(self) -> aiosqlite.Connection: ...
 
 
-class Access:
-    """Statements run on the link's connection. Subclasses group them by concern."""
+class _InUse:
+    """The link's connection, opened if the file sleeps, counted in ``users`` while a statement
+    runs on it: the file does not go to sleep under a statement. A class, not a generator: it
+    is entered for every statement."""
+
+    __slots__ = ("_link",)
 
     def __init__(self, link: Link) -> None:
         self._link = link
 
-    async def _fetchall(self, sql: str, params: Params = ()) -> list[aiosqlite.Row]:
-        link = self._link
-        conn = link.conn or await link.wake()
-        link.users += 1  # counted from here: the file does not go to sleep under a statement
-        try:
-            async with conn.execute(sql, params) as cur:
-                return list(await cur.fetchall())
-        finally:
-            link.users -= 1
-
-    async def _fetchone(self, sql: str, params: Params = ()) -> aiosqlite.Row | None:
+    async def __aenter__(self) -> aiosqlite.Connection:
         link = self._link
         conn = link.conn or await link.wake()
         link.users += 1
-        try:
-            async with conn.execute(sql, params) as cur:
-                return await cur.fetchone()
-        finally:
-            link.users -= 1
+        return conn
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._link.users -= 1
+
+
+class Access:
+    """Statements run on the link's connection. Subclasses group them by concern."""
+
+    def __init__(self, link: Link) -> None:
+        self._in_use = _InUse(link)
+
+    async def _fetchall(self, sql: str, params: Params = ()) -> list[aiosqlite.Row]:
+        async with self._in_use as conn, conn.execute(sql, params) as cur:
+            return list(await cur.fetchall())
+
+    async def _fetchone(self, sql: str, params: Params = ()) -> aiosqlite.Row | None:
+        async with self._in_use as conn, conn.execute(sql, params) as cur:
+            return await cur.fetchone()
 
     async def _execute(self, sql: str, params: Params = ()) -> int:
         """Run one statement; the number of rows it changed."""
-        link = self._link
-        conn = link.conn or await link.wake()
-        link.users += 1
-        try:
-            async with conn.execute(sql, params) as cur:
-                return cur.rowcount
-        finally:
-            link.users -= 1
+        async with self._in_use as conn, conn.execute(sql, params) as cur:
+            return cur.rowcount
 
     async def _executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        link = self._link
-        conn = link.conn or await link.wake()
-        link.users += 1
-        try:
+        async with self._in_use as conn:
             await conn.executemany(sql, rows)
-        finally:
-            link.users -= 1
-

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +46,10 @@ ORDER BY path.depth DESC
 """
 
 
+_ID_BATCH = 500
+_ID_SLOTS = ", ".join("?" * _ID_BATCH)
+
+
 def _row(r: Any) -> MessageRow:
     return MessageRow(r[0], r[1], r[2], r[3], r[4], r[5])
 
@@ -68,25 +71,23 @@ class MessageReads(Access):
 
     async def existing_message_ids(self, session_id: str, ids: list[str]) -> set[str]:
         """Which of ``ids`` are stored in the session, on any branch."""
-        if not ids:
-            return set()
-        # One statement whatever the count: a placeholder per id would prepare (and cache) a
-        # new statement for every length of list a client sends.
-        rows = await self._fetchall(
-            "SELECT id FROM messages WHERE session_id = ? AND id IN (SELECT value FROM json_each(?))",
-            (session_id, json.dumps(ids)),
-        )
-        return {r[0] for r in rows}
+        return {r[0] for r in await self._by_ids("id", session_id, ids)}
 
     async def message_texts(self, session_id: str, ids: list[str]) -> dict[str, str]:
         """The JSON text of each of ``ids`` stored in the session: {id: text}."""
-        if not ids:
-            return {}
-        rows = await self._fetchall(
-            "SELECT id, content FROM messages WHERE session_id = ? AND id IN (SELECT value FROM json_each(?))",
-            (session_id, json.dumps(ids)),
-        )
-        return {r[0]: r[1] for r in rows}
+        return {r[0]: r[1] for r in await self._by_ids("id, content", session_id, ids)}
+
+    async def _by_ids(self, columns: str, session_id: str, ids: list[str]) -> list[Any]:
+        # Batches of a fixed width, the rest of the last one NULL: one prepared statement per
+        # column list whatever the count (a placeholder per id would cache a statement for
+        # every length a client sends), and ids bound as they are (SQLite's JSON functions cut
+        # an id at a NUL in it).
+        rows: list[Any] = []
+        sql = f"SELECT {columns} FROM messages WHERE session_id = ? AND id IN ({_ID_SLOTS})"
+        for start in range(0, len(ids), _ID_BATCH):
+            batch = ids[start:start + _ID_BATCH]
+            rows += await self._fetchall(sql, (session_id, *batch, *[None] * (_ID_BATCH - len(batch))))
+        return rows
 
     async def messages_joined(self, session_id: str) -> tuple[int, str]:
         """How many messages the session stores, and their JSON texts joined by commas, in the
