@@ -180,3 +180,12 @@ def test_the_python_schedules_example_runs(tmp_path: Path, monkeypatch: pytest.M
     listed = ast.literal_eval(ids)
     assert len(listed) == 3 and listed[1] == "daily-summary", "due in 10 minutes, then 08:00, then 2030"
     assert cancelled == "True"
+
+
+def test_the_own_model_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "own_model.py"
+    script.write_text(python_block("class LastWords(Model)"))
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(script), run_name="__main__")
+    assert capsys.readouterr().out.splitlines() == ["1 messages; you said: hello", "3 messages; you said: again"]
