@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import sys
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -178,7 +179,13 @@ def test_the_python_schedules_example_runs(tmp_path: Path, monkeypatch: pytest.M
     next_run, ids, cancelled = capsys.readouterr().out.splitlines()
     assert next_run.endswith("T08:00:00.000Z")
     listed = ast.literal_eval(ids)
-    assert len(listed) == 3 and listed[1] == "daily-summary", "due in 10 minutes, then 08:00, then 2030"
+    # Listed by when they are due: the one in 10 minutes, and the next 08:00 UTC, in the order
+    # the clock puts them (from 07:50 on, 08:00 comes first); the one in 2030 last.
+    now = datetime.now(UTC)
+    eight = now.replace(hour=8, minute=0, second=0, microsecond=0)
+    eight += timedelta(days=1) if eight <= now else timedelta()
+    daily_at = 1 if now + timedelta(minutes=10) < eight else 0
+    assert len(listed) == 3 and listed[daily_at] == "daily-summary", listed
     assert cancelled == "True"
 
 

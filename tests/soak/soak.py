@@ -65,10 +65,12 @@ def metric(server: Server, name: str, label: str = "") -> float:
 # ---------------------------------------------------------------- chat soak
 
 
-async def chat(work: Path, *, sockets: int, seconds: float, warmup: float, sample: float) -> Report:
+async def chat(work: Path, *, sockets: int, seconds: float, warmup: float, sample: float,
+               rss_limit: bool = True) -> Report:
     """``sockets`` conversations on distinct instances, each sending paced flood turns back to back.
 
-    Holds: RSS growth after warm-up under 5 %, no error frame, no failed turn.
+    Holds: RSS growth after warm-up under 5 % (``rss_limit``: a run of seconds has no
+    warm-up to speak of, and memory is a full-size run's figure), no error frame, no failed turn.
     """
     report = Report("chat")
     async with serve(work, max_actors=str(max(1000, sockets * 2)), max_sockets_per_address=str(sockets + 10),
@@ -126,7 +128,7 @@ async def chat(work: Path, *, sockets: int, seconds: float, warmup: float, sampl
             growth = (end_rss - base_rss) / base_rss * 100
             report.figures.update(rss_after_warmup_mb=base_rss, rss_end_mb=end_rss, growth_pct=growth)
             report.say(f"RSS after warm-up {base_rss:.1f} MB, at the end {end_rss:.1f} MB: {growth:+.1f} %")
-            if growth >= 5:
+            if growth >= 5 and rss_limit:
                 report.problems.append(f"RSS grew {growth:.1f} % after warm-up (limit 5 %)")
         report.figures.update(turns=tally.turns, deltas=tally.deltas, disk_mb=server.disk_mb())
         report.say(f"{tally.turns} turns, {tally.deltas} deltas, {len(tally.failures)} failures")
