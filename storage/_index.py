@@ -6,6 +6,10 @@ instances a crash or a shutdown left with work, without opening every file.
 A mark without work (a crash between the two) costs one reopen; work without
 a mark cannot happen.
 
+Writes made while another is in flight wait for it and then go together, in one
+transaction: fifty turns starting at once would otherwise queue fifty commits one after
+the other, each a trip to an SQLite thread, and their first chunks with them.
+
 Wakes follow the same rule for schedules: an instance's wake (the time its
 earliest schedule is due) is lowered before a schedule is written and raised
 only after one ran or was cancelled, so the index may wake an instance early
@@ -19,7 +23,9 @@ import contextlib
 import os
 import sqlite3
 import time
+from itertools import groupby
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 
@@ -36,6 +42,8 @@ class WorkIndex:
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self._conn = conn
         self._lock = asyncio.Lock()
+        self._queued: list[tuple[str, tuple[Any, ...], asyncio.Future[None]]] = []
+        self._writer: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, data_dir: Path) -> WorkIndex:
@@ -81,16 +89,14 @@ class WorkIndex:
         return aside
 
     async def mark(self, agent: str, name: str, now: int) -> None:
-        async with self._lock:
-            await self._conn.execute(
-                "INSERT INTO active_instances (agent, name, marked_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (agent, name) DO NOTHING",
-                (agent, name, now),
-            )
+        await self._write(
+            "INSERT INTO active_instances (agent, name, marked_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (agent, name) DO NOTHING",
+            (agent, name, now),
+        )
 
     async def unmark(self, agent: str, name: str) -> None:
-        async with self._lock:
-            await self._conn.execute("DELETE FROM active_instances WHERE agent = ? AND name = ?", (agent, name))
+        await self._write("DELETE FROM active_instances WHERE agent = ? AND name = ?", (agent, name))
 
     async def marked(self) -> list[tuple[str, str]]:
         try:
@@ -101,15 +107,14 @@ class WorkIndex:
 
     async def set_wake(self, agent: str, name: str, wake_at: int | None) -> None:
         """When the instance next has a schedule due (ms); None: it has none."""
-        async with self._lock:
-            if wake_at is None:
-                await self._conn.execute("DELETE FROM wakes WHERE agent = ? AND name = ?", (agent, name))
-            else:
-                await self._conn.execute(
-                    "INSERT INTO wakes (agent, name, wake_at) VALUES (?, ?, ?) "
-                    "ON CONFLICT (agent, name) DO UPDATE SET wake_at = excluded.wake_at",
-                    (agent, name, wake_at),
-                )
+        if wake_at is None:
+            await self._write("DELETE FROM wakes WHERE agent = ? AND name = ?", (agent, name))
+        else:
+            await self._write(
+                "INSERT INTO wakes (agent, name, wake_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (agent, name) DO UPDATE SET wake_at = excluded.wake_at",
+                (agent, name, wake_at),
+            )
 
     async def wakes(self) -> list[tuple[str, str, int]]:
         """Every instance with a schedule: (agent, name, when it next wakes), the earliest first."""
@@ -120,5 +125,50 @@ class WorkIndex:
             raise StorageError(f"cannot read the work index: {exc}", problem_of(exc) or Problem.DAMAGED) from exc
 
     async def close(self) -> None:
+        while self._writer is not None and not self._writer.done():
+            await asyncio.wait([self._writer])
         async with self._lock:
             await self._conn.close()
+
+    async def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        """One statement, committed with whatever else was asked for meanwhile, in order."""
+        done = asyncio.get_running_loop().create_future()
+        self._queued.append((sql, params, done))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_queued())
+        await done
+
+    async def _write_queued(self) -> None:
+        while self._queued:
+            batch, self._queued = self._queued, []
+            try:
+                async with self._lock:
+                    await self._commit(batch)
+            except Exception as exc:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+            except BaseException:
+                for _, _, done in batch + self._queued:
+                    done.cancel()
+                raise
+            else:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+
+    async def _commit(self, batch: list[tuple[str, tuple[Any, ...], asyncio.Future[None]]]) -> None:
+        if len(batch) == 1:
+            sql, params, _ = batch[0]
+            await self._conn.execute(sql, params)  # autocommit: one trip to the thread
+            return
+        await self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, same in groupby(batch, key=lambda write: write[0]):
+                await self._conn.executemany(sql, [params for _, params, _ in same])
+            await self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    await self._conn.execute("ROLLBACK")
+            raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
@@ -88,3 +89,41 @@ async def test_an_index_from_before_schedules_gains_its_wakes(tmp_path: Path) ->
         assert await index.marked() == [("chat", "old")]
         await index.set_wake("chat", "old", 7)
         assert await index.wakes() == [("chat", "old", 7)]
+
+
+async def test_writes_made_together_commit_together_in_order(tmp_path: Path) -> None:
+    async with _index(tmp_path) as index:
+        names = [f"n{i}" for i in range(50)]
+        await asyncio.gather(
+            *(index.mark("chat", n, i) for i, n in enumerate(names)),
+            index.unmark("chat", "n3"),  # after its mark, in the same batch: gone
+            index.set_wake("chat", "n7", 1_000),
+            index.unmark("chat", "n9"),
+            index.mark("chat", "n9", 99),  # unmarked, then marked again: kept
+        )
+        marked = [name for _, name in await index.marked()]
+        assert marked == [n for n in names if n not in ("n3", "n9")] + ["n9"]  # n9 marked again, at 99
+    async with _index(tmp_path) as index:  # committed, not just visible to the connection
+        assert len(await index.marked()) == 49
+        assert await index.wakes() == [("chat", "n7", 1_000)]
+
+
+async def test_a_batch_that_fails_fails_every_write_in_it(tmp_path: Path) -> None:
+    async with _index(tmp_path) as index:
+        await index.mark("chat", "before", 1)
+        other = sqlite3.connect(tmp_path / INDEX_FILE)
+        other.execute("DROP TABLE wakes")
+        other.commit()
+        results = await asyncio.gather(
+            index.mark("chat", "a", 2), index.mark("chat", "b", 3), index.set_wake("chat", "a", 5),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, sqlite3.OperationalError) for r in results), results
+        assert [name for _, name in await index.marked()] == ["before"]  # a and b were rolled back
+        other.execute("CREATE TABLE wakes (agent TEXT NOT NULL, name TEXT NOT NULL, "
+                      "wake_at INTEGER NOT NULL, PRIMARY KEY (agent, name))")
+        other.commit()
+        other.close()
+        await index.mark("chat", "c", 4)  # the index still works
+        await index.set_wake("chat", "c", 6)
+        assert [name for _, name in await index.marked()] == ["before", "c"]
