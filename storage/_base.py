@@ -48,18 +48,24 @@ class Access:
     def __init__(self, link: Link) -> None:
         self._in_use = _InUse(link)
 
+    # One trip to the file's thread each: aiosqlite's ``execute`` then ``fetchall`` then the
+    # cursor's close are three, and a read that waits behind fifty busy files pays each.
     async def _fetchall(self, sql: str, params: Params = ()) -> list[aiosqlite.Row]:
-        async with self._in_use as conn, conn.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        async with self._in_use as conn:
+            return list(await conn.execute_fetchall(sql, params))
 
     async def _fetchone(self, sql: str, params: Params = ()) -> aiosqlite.Row | None:
-        async with self._in_use as conn, conn.execute(sql, params) as cur:
-            return await cur.fetchone()
+        """The first row of a statement that answers at most one (a key, an aggregate, LIMIT 1)."""
+        async with self._in_use as conn:
+            rows = await conn.execute_fetchall(sql, params)
+        return next(iter(rows), None)
 
     async def _execute(self, sql: str, params: Params = ()) -> int:
         """Run one statement; the number of rows it changed."""
-        async with self._in_use as conn, conn.execute(sql, params) as cur:
-            return cur.rowcount
+        async with self._in_use as conn:
+            cur = await conn.execute(sql, params)
+        # Not closed: a finished statement holds nothing, and the close would be one more trip.
+        return cur.rowcount
 
     async def _executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         async with self._in_use as conn:
