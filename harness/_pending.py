@@ -30,6 +30,9 @@ class Pending:
         self._inputs: dict[str, list[str]] = {}  # operation -> the message ids it adds
         self._ids: set[str] = set()  # the same ids, for lookups
         self._answers: dict[str, Answer] = {}  # operation -> the answer it gives
+        # operation -> (kind, input JSON) as this process wrote them: the worker need not read back
+        # the row of an operation it queued itself (its status stays pending while it is queued).
+        self._written: dict[str, tuple[str, str]] = {}
         #: Operations being written, not queued yet: they hold a place in the queue.
         self.reserved: set[str] = set()
 
@@ -44,6 +47,15 @@ class Pending:
         """The operation ran, or left the queue: what it carried is stored by now, or never will be."""
         self._ids.difference_update(self._inputs.pop(op_id, ()))
         self._answers.pop(op_id, None)
+        self._written.pop(op_id, None)
+
+    def wrote(self, op_id: str, kind: str, input_json: str) -> None:
+        """The operation's row is committed, pending, with this kind and input."""
+        self._written[op_id] = (kind, input_json)
+
+    def written(self, op_id: str) -> tuple[str, str] | None:
+        """(kind, input JSON) of an operation this process queued, while it is still queued."""
+        return self._written.get(op_id)
 
     def holds_message(self, message_id: str) -> bool:
         return message_id in self._ids

@@ -36,6 +36,7 @@ from ._json import dumps, message_json
 from ._model import Model
 from ._models import ModelCache
 from ._outcomes import INTERNAL_ERROR, OperationResult, describe_reason, result_of, storage_failure
+from ._pending import Pending
 from ._recovery import Recovered
 from ._tools import Tool
 from ._turn import Turn
@@ -68,6 +69,7 @@ class OperationRuns:
     _waiters: dict[str, list[asyncio.Future[OperationResult]]]
     _hook_tasks: set[asyncio.Task[None]]
     _unwritten: UnwrittenEnds
+    _pending: Pending
     last_terminal: dict[str, Any] | None
 
     if TYPE_CHECKING:  # the session's, used here
@@ -79,17 +81,23 @@ class OperationRuns:
         def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None: ...
 
     async def _run(self, op_id: str) -> None:
-        row = await self.db.read.operation(op_id)
-        if row is None or row.status not in ("pending", "running"):
-            return
+        written = self._pending.written(op_id)
+        row: OperationRow | None = None
+        if written is not None:  # queued by this process: pending, as written
+            kind, input_json = written
+        else:
+            row = await self.db.read.operation(op_id)
+            if row is None or row.status not in ("pending", "running"):
+                return
+            kind, input_json = row.kind, row.input_json
         await self.history()  # held until the operation is done: drop_history() refuses while it runs
-        payload = json.loads(row.input_json)
+        payload = json.loads(input_json)
         recovered = self._recovered.pop(op_id, None)
-        if recovered is not None:
+        if recovered is not None and row is not None:  # left by a dead process: never one written here
             await self._resume(row, recovered)
-        elif row.kind in ("tool_result", "approval"):
+        elif kind in ("tool_result", "approval"):
             await self._run_answer(op_id, Answer.from_json(payload["answer"]), bool(payload.get("autoContinue")))
-        elif row.kind == "continue":
+        elif kind == "continue":
             await self._run_continue(op_id)
         else:
             new_messages = [parse_message(m) for m in payload.get("messages", [])]

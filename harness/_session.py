@@ -223,8 +223,8 @@ class Session(SessionTranscript, OperationRuns):
                 fresh.setdefault(m.id, m)  # the first of two messages with one id wins
         new = check_client_messages(list(fresh.values()), self.policy) if source == "client" else list(fresh.values())
         kind = "regenerate" if regenerate_from is not None else "continue" if continue_last else "input"
-        payload = {"messages": [m.model_dump(mode="json", exclude_unset=True) for m in new],
-                   "regenerate_from": regenerate_from}
+        payload = dumps({"messages": [m.model_dump(mode="json", exclude_unset=True) for m in new],
+                         "regenerate_from": regenerate_from})
         options = {"client_tools": client_tools, "body": body}
         self._check_room()
         with self._pending.reservation(op_id, [m.id for m in new]) as held:
@@ -233,7 +233,7 @@ class Session(SessionTranscript, OperationRuns):
             async with self.db.transaction() as tx:
                 await tx.ensure_session(self.id, now)
                 ends_written = await self._unwritten.write_in(tx)
-                if not await tx.insert_operation(op_id, self.id, kind, source, dumps(payload), dumps(options), now):
+                if not await tx.insert_operation(op_id, self.id, kind, source, payload, dumps(options), now):
                     return Receipt(op_id, self.id, accepted=False)
                 if client_tools is not None:
                     await tx.set_client_tools(self.id, dumps(client_tools) if client_tools else None, now)
@@ -241,6 +241,7 @@ class Session(SessionTranscript, OperationRuns):
                 await tx.set_last_terminal(self.id, None, now)
             ends_written()
             held.queued = True
+            self._pending.wrote(op_id, kind, payload)
         self.last_terminal = None
         if client_tools is not None:
             self._client_tools = list(client_tools)
