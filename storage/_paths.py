@@ -9,6 +9,7 @@ systems included).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from pathlib import Path
@@ -53,8 +54,16 @@ def instance_db_path(data_dir: Path, agent: str, name: str) -> Path:
     validate_instance_name(name)
     readable = _UNSAFE.sub("_", name.lower()).strip("_")[:40] or "_"
     digest = hashlib.sha256(f"{agent}\0{name}".encode()).hexdigest()[:32]
-    root = data_dir.resolve()
-    path = (root / "agents" / agent / f"{readable}.{digest}.sqlite3").resolve()
-    if root not in path.parents:  # belt and braces: the parts above cannot escape, keep it provable
+    root = _resolved(data_dir)
+    # Every part is made of [a-z0-9_.-] with no "." or ".." of its own, so the path is lexically
+    # three levels under the root; checked, not resolved again (a realpath is a syscall per part,
+    # paid by every connect).
+    path = root / "agents" / agent / f"{readable}.{digest}.sqlite3"
+    if path.parent.parent.parent != root:
         raise InvalidNameError(f"instance path escapes the data dir: {name[:80]!r}")
     return path
+
+
+@functools.lru_cache(maxsize=16)
+def _resolved(data_dir: Path) -> Path:
+    return data_dir.resolve()
