@@ -398,7 +398,10 @@ class Session(SessionTranscript, OperationRuns):
             await self._work_notices.settled()
             if not self._queue:
                 await self._rest()
-                return  # nothing was queued while the index heard of it: done; else drain again
+                # Queued while the page cache was given back: _kick() found this worker alive.
+                if not self._queue:
+                    return
+            # else queued while the index heard of it: drain again
 
     def _enqueue(self, op_id: str) -> Receipt:
         """An operation just written as pending takes its place in the queue."""

@@ -529,3 +529,28 @@ async def test_the_turn_does_not_keep_the_parsed_transcript_while_the_answer_str
     model.pause.go.set()
     await settle(s, r.operation_id)
     assert held == 0
+
+
+async def test_a_submission_while_the_worker_gives_its_page_cache_back_runs(open_instance: Any) -> None:
+    """Session._work: with its queue empty the worker shrinks the file's page cache (an await),
+    then stops. A submission queued during that await found the worker alive (no new one was
+    started) and waited for the next submission to be kicked off."""
+    model = FakeModel(text("t", "one"), text("t", "two"))
+    inst = await open_instance(model)
+    s = await inst.session()
+    shrinking, go = asyncio.Event(), asyncio.Event()
+    shrink = inst.db.shrink_memory
+
+    async def held_shrink() -> None:
+        shrinking.set()
+        await go.wait()
+        await shrink()
+
+    inst.db.shrink_memory = held_shrink  # type: ignore[method-assign]
+    first = await s.submit([user("u1", "hi")])
+    await settle(s, first.operation_id)
+    await asyncio.wait_for(shrinking.wait(), GUARD)
+    second = await s.submit([user("u2", "more")])  # queued while the worker is in the shrink
+    go.set()
+    result = await asyncio.wait_for(s.wait(second.operation_id), HANG)
+    assert result.status == "done"
