@@ -75,6 +75,13 @@ class _Lane:
         #: Set while the connection is in a write transaction: idle, a call runs on the caller's thread.
         self.inline = False
 
+    def idle(self) -> bool:
+        """Whether a call put now runs at once on the caller's thread."""
+        if not self.inline:
+            return False
+        with self._lock:
+            return not self._scheduled and not self._items
+
     def put_nowait(self, item: _Item) -> None:  # aiosqlite's queue interface
         if self.inline:
             with self._lock:
@@ -146,6 +153,12 @@ class LaneConnection(aiosqlite.Connection):
         lane = self._tx
         if isinstance(lane, _Lane):
             lane.inline = on
+
+    def runs_here(self) -> bool:
+        """Whether the next call runs at once on the loop (writing, nothing queued): awaiting it
+        then never suspends the caller, so nothing (a cancel included) can come in between."""
+        lane = self._tx
+        return isinstance(lane, _Lane) and lane.idle()
 
 
 def lane_connect(path: Path, **kwargs: Any) -> LaneConnection:

@@ -29,11 +29,19 @@ async def test_cancel_during_begin_leaves_no_transaction_open(db_path: Path) -> 
             async with db.transaction() as tx:
                 await tx.ensure_session("cancelled", 1)
 
+        # A long read keeps the file's lane busy, so the BEGIN cannot run at once on the loop
+        # (where nothing can cancel it halfway): it is queued behind the read, and cancelled there.
+        assert db.conn is not None
+        slow = asyncio.ensure_future(db.conn.execute_fetchall(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) "
+            "SELECT count(*) FROM c"))
+        await asyncio.sleep(0)  # the read is queued
         task = asyncio.create_task(writer())
         await asyncio.sleep(0)  # the task runs until it awaits its BEGIN IMMEDIATE
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        await slow
 
         try:
             async with db.transaction() as tx:
