@@ -8,6 +8,7 @@ import logging
 import os
 import tempfile
 from collections.abc import AsyncIterator, Mapping
+from urllib.parse import urlencode
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -132,6 +133,10 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             session_id = validate_session_id(request.query_params.get("session", ""))
         except SessionError as exc:
             return JSONResponse({"error": str(exc), "field": "session"}, status_code=400)
+        try:
+            page = page_of(request.query_params)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc), "field": exc.args[1]}, status_code=400)
         instance = registry.active(agent, name)
         if instance is None:
             if not registry.path_of(agent, name).exists():
@@ -152,7 +157,20 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             if not await instance.has_session(session_id):
                 return JSONResponse([])  # a session never used: nothing to load
             session = await instance.session(session_id)
-            return Response(await session.transcript_json(), media_type="application/json")
+            if page is None:
+                return Response(await session.transcript_json(), media_type="application/json")
+            limit, before = page
+            try:
+                text, total, older = await session.transcript_page_json(limit, before)
+            except LookupError:
+                return JSONResponse({"error": f"no message {before!r} in this conversation's transcript",
+                                     "field": "before"}, status_code=404)
+            headers = {"X-Total-Count": str(total)}
+            if older is not None:
+                query = urlencode({k: v for k, v in (("session", session_id), ("limit", limit), ("before", older))
+                                   if v})
+                headers["Link"] = f'<{request.url.path}?{query}>; rel="next"'
+            return Response(text, media_type="application/json", headers=headers)
         finally:
             release()
 
@@ -230,3 +248,25 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     app.state.fd_budget = budget
     app.state.recovery = recovery
     return app
+
+
+#: The most messages one page of ``get-messages`` carries.
+MAX_PAGE = 10_000
+
+
+def page_of(params: Mapping[str, str]) -> tuple[int, str | None] | None:
+    """``?limit=N&before=ID`` of get-messages: (limit, before), or None for the whole transcript.
+
+    Raises ValueError(message, field) for a limit that is not a whole number from 1 to
+    :data:`MAX_PAGE`, or ``before`` without ``limit``.
+    """
+    raw, before = params.get("limit"), params.get("before")
+    if raw is None:
+        if before is not None:
+            raise ValueError("before= pages: give limit= with it", "limit")
+        return None
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE}; got {raw[:40]!r}", "limit")
+    if before is not None and not before:
+        raise ValueError("before must be a message id; got an empty one", "before")
+    return int(raw), before

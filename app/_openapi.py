@@ -158,10 +158,15 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
                 "name": "schedule_id", "in": "path", "required": True, "schema": {"type": "string"}}],
                        "responses": {"200": _json({"type": "object"}, "Cancelled"), **_errors(401, 404)}}},
         f"{base}/get-messages": {"get": {
-            "summary": "The active transcript (an empty list for an instance never used)",
-            "parameters": [*params, _SESSION_PARAM],
+            "summary": "The active transcript (an empty list for an instance never used); with limit=, a page "
+                       "of it: the newest N messages, or the N just before the message before=, in transcript "
+                       "order, with X-Total-Count and, while older messages remain, a Link rel=\"next\"",
+            "parameters": [*params, _SESSION_PARAM,
+                           {"name": "limit", "in": "query", "required": False,
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 10_000}},
+                           {"name": "before", "in": "query", "required": False, "schema": {"type": "string"}}],
             "responses": {"200": _json({"type": "array", "items": _ref("Message")}, "Root first"),
-                          **_errors(400, 401)}}},
+                          **_errors(400, 401, 404)}}},
         "/healthz": {"get": {"summary": "The process is up", "responses": {"200": {"description": "ok"}}}},
         "/readyz": {"get": {"summary": "Recovery done and the data dir writable",
                             "responses": {"200": {"description": "ready"}, "503": {"description": "not yet"}}}},

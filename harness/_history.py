@@ -258,6 +258,26 @@ class History:
                 return "[" + joined + "]"
         return "[" + ",".join(await self.read_texts()) + "]"
 
+    async def page_json(self, limit: int, before: str | None = None) -> tuple[str, int]:
+        """The ``limit`` messages of the path just before ``before`` (default: its end) as a JSON
+        array, in transcript order, and the index of the first of them (0: nothing older).
+
+        Raises :class:`LookupError` if ``before`` is not on the path.
+        """
+        end = len(self._ids)
+        if before is not None:
+            found = self.index_of(before)
+            if found is None:
+                raise LookupError(before)
+            end = found
+        start = max(0, end - limit)
+        texts = self._texts[start:end]
+        if any(t is None for t in texts):
+            if self._fetch is None:
+                raise RuntimeError("the transcript has no storage to read its older messages from")
+            texts = await _filled(self._ids[start:end], texts, self._fetch)
+        return "[" + ",".join(t for t in texts if t is not None) + "]", start
+
     def sent(self) -> Iterator[tuple[str, int, int]]:
         """(id, length, hash) of the JSON text of each message of the path, root first: how a
         request that starts with the texts the transcript frames carried is recognised."""

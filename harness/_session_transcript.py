@@ -57,6 +57,22 @@ class SessionTranscript:
             history = await self._read_history()
         return await history.json_array()
 
+    async def transcript_page_json(self, limit: int, before: str | None = None) -> tuple[str, int, str | None]:
+        """A page of the active transcript, for ``get-messages?limit=&before=``: the ``limit``
+        messages just before the message ``before`` (default: the newest), in transcript order,
+        as a JSON array; how many messages the transcript has; the id of the page's first message
+        if older ones remain (the ``before`` of the next page), else None.
+
+        Raises :class:`LookupError` if ``before`` is not a message of the active transcript.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1; got {limit}")
+        history = self._history
+        if history is None:  # dropped to keep within the budget: it stays dropped
+            history = await self._read_history()
+        page, start = await history.page_json(limit, before)
+        return page, len(history), (history.ids[start] if start > 0 else None)
+
     async def _read_history(self) -> History:
         return await History.load(self.db, self.id, on_unreadable=self._unreadable, fetch=self._message_texts,
                                   joined=self._messages_joined)

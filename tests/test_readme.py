@@ -196,3 +196,18 @@ def test_the_own_model_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.chdir(tmp_path)
     runpy.run_path(str(script), run_name="__main__")
     assert capsys.readouterr().out.splitlines() == ["1 messages; you said: hello", "3 messages; you said: again"]
+
+
+async def test_the_get_messages_pages_example_runs(tmp_path: Path) -> None:
+    server = ServerProcess(app=None, data_dir=tmp_path / "data", log_path=tmp_path / "server.log")
+    await server.start()
+    try:
+        out = await asyncio.to_thread(run_commands, sh_block("get-messages?limit=2"), server.base)
+    finally:
+        server.stop()
+    _, _, waited, page, link = out
+    assert json.loads(waited)["status"] == "completed"
+    newest = json.loads(page)
+    assert [m["role"] for m in newest] == ["user", "assistant"]
+    assert newest[0]["parts"][0]["text"] == "and again"
+    assert link.lower().startswith("link: <") and 'rel="next"' in link and "before=" in link

@@ -212,3 +212,34 @@ async def test_rpc_and_state_frames_are_answered_not_left_hanging(serve) -> None
     refused = await c.wait_for(lambda f: f.get("type") == "cf_agent_state_error")
     assert refused["error"].startswith("State update rejected")
     await c.close()
+
+
+async def test_get_messages_pages_newest_first_in_transcript_order(serve) -> None:
+    srv = await serve()
+    async with httpx.AsyncClient(base_url=srv.base, timeout=30) as c:
+        for i in range(4):  # four turns: eight messages
+            op = (await c.post("/agents/my-agent/pages/submit", json={"input": f"hi {i}"})).json()["operation_id"]
+            await c.get(f"/agents/my-agent/pages/operations/{op}", params={"wait": "10"})
+        whole = (await c.get("/agents/my-agent/pages/get-messages")).json()
+        ids = [m["id"] for m in whole]
+        assert len(ids) == 8
+
+        r = await c.get("/agents/my-agent/pages/get-messages", params={"limit": "3"})
+        assert [m["id"] for m in r.json()] == ids[5:]
+        assert r.headers["x-total-count"] == "8"
+        nxt = r.headers["link"]
+        assert nxt == f'</agents/my-agent/pages/get-messages?limit=3&before={ids[5]}>; rel="next"'
+        r = await c.get(nxt[1:nxt.index(">")])  # follow the link
+        assert [m["id"] for m in r.json()] == ids[2:5]
+        r = await c.get("/agents/my-agent/pages/get-messages", params={"limit": "3", "before": ids[2]})
+        assert [m["id"] for m in r.json()] == ids[:2]
+        assert "link" not in r.headers  # nothing older
+        r = await c.get("/agents/my-agent/pages/get-messages", params={"limit": "100"})
+        assert r.json() == whole and "link" not in r.headers
+
+        for params, field in (({"limit": "0"}, "limit"), ({"limit": "x"}, "limit"), ({"limit": "10001"}, "limit"),
+                              ({"before": ids[3]}, "limit"), ({"limit": "2", "before": ""}, "before")):
+            r = await c.get("/agents/my-agent/pages/get-messages", params=params)
+            assert (r.status_code, r.json()["field"]) == (400, field), params
+        r = await c.get("/agents/my-agent/pages/get-messages", params={"limit": "2", "before": "../nope"})
+        assert r.status_code == 404 and "no message '../nope'" in r.json()["error"]
