@@ -2,7 +2,7 @@
 
 Under ``/agents/{agent}/{name}``, with ``?session=ID`` (default: the root session):
 ``POST /submit``, ``GET /operations``, ``GET|DELETE /operations/{id}``,
-``GET|POST /sessions``, ``DELETE /sessions/{id}``, ``POST /messages``, ``GET /events`` (SSE),
+``GET /search?q=``, ``GET|POST /sessions``, ``DELETE /sessions/{id}``, ``POST /messages``, ``GET /events`` (SSE),
 ``GET|POST /schedules``, ``GET|DELETE /schedules/{id}``.
 
 Everything a request carries is client input: messages are checked as the chat
@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from harness import (
+    MAX_SEARCH_RESULTS,
     AnswerRefused,
     CapacityError,
     Harness,
@@ -191,6 +192,20 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         found = [await session.inspect(op_id) for op_id in await session.pending()]
         return JSONResponse({"session": session.id, "pending": [i.to_json() for i in found if i is not None]})
 
+    async def search(request: Request) -> Response:
+        session = await session_of(request, read=True)
+        query = request.query_params.get("q", "")
+        if not query.strip():
+            raise _Refused(400, "q: the words to search for, required", "q")
+        raw = request.query_params.get("limit", "20")
+        if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_SEARCH_RESULTS:
+            raise _Refused(400, f"limit: expected a whole number from 1 to {MAX_SEARCH_RESULTS}, got {raw[:40]!r}",
+                           "limit")
+        hits = await session.search(query, limit=int(raw))
+        return JSONResponse({"session": session.id, "query": query, "results": [
+            {"message_id": h.message_id, "role": h.role, "snippet": h.snippet, "created_at": h.created_at}
+            for h in hits]})
+
     async def sessions(request: Request) -> Response:
         agent, name = address(request, read=request.method == "GET")
         handle = harness.sessions(agent, name)
@@ -320,6 +335,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
     return [
         Route(f"{base}/submit", endpoint(submit), methods=["POST"]),
         Route(f"{base}/operations", endpoint(operations), methods=["GET"]),
+        Route(f"{base}/search", endpoint(search), methods=["GET"]),
         Route(base + "/operations/{operation_id}", endpoint(operation), methods=["GET", "DELETE"]),
         Route(f"{base}/sessions", endpoint(sessions), methods=["GET", "POST"]),
         Route(base + "/sessions/{session_id}", endpoint(session_item), methods=["DELETE", "PATCH"]),

@@ -157,6 +157,19 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
             "delete": {"summary": "Cancel a schedule", "parameters": [*params, {
                 "name": "schedule_id", "in": "path", "required": True, "schema": {"type": "string"}}],
                        "responses": {"200": _json({"type": "object"}, "Cancelled"), **_errors(401, 404)}}},
+        f"{base}/search": {"get": {
+            "summary": "Messages of the session (every branch) holding every word of q, newest first, with "
+                       "snippets (matched words between **)",
+            "parameters": [*params, _SESSION_PARAM,
+                           {"name": "q", "in": "query", "required": True, "schema": {"type": "string"}},
+                           {"name": "limit", "in": "query", "required": False,
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}}],
+            "responses": {"200": _json({"type": "object", "properties": {
+                "session": {"type": "string"}, "query": {"type": "string"},
+                "results": {"type": "array", "items": {"type": "object", "properties": {
+                    "message_id": {"type": "string"}, "role": {"type": "string"}, "snippet": {"type": "string"},
+                    "created_at": {"type": "integer"}}}}}}, "The matches"),
+                          **_errors(400, 401, 404)}}},
         f"{base}/get-messages": {"get": {
             "summary": "The active transcript (an empty list for an instance never used); with limit=, a page "
                        "of it: the newest N messages, or the N just before the message before=, in transcript "

@@ -1,5 +1,7 @@
 """The engine: agent definitions, sessions and their durable operations, the turn loop, model providers."""
 
+from storage import SearchHit  # what search() answers: a storage row, shown as it is
+
 from ._agent import Agent
 from ._answers import Answer, AnswerRefused
 from ._clock import Clock
@@ -62,6 +64,7 @@ from ._registry import CapacityError, InstanceRegistry
 from ._scheduler import Scheduler
 from ._schedules import Schedule, ScheduleError, ScheduleExists, ScheduleRefused, Schedules
 from ._session import Session
+from ._session_transcript import MAX_SEARCH_RESULTS
 from ._sessions import SessionError, SessionExists, SessionInfo, SessionNotFound, validate_session_id
 from ._startup import StartupRecovery
 from ._tools import Tool, ToolInputError, client_tool, tool
@@ -70,6 +73,7 @@ from ._work import OnWork
 from .providers import ModelSpecError, Script, ScriptedModel, ScriptError, load_script, resolve_model
 
 __all__ = [
+    "MAX_SEARCH_RESULTS",
     "ROOT_SESSION",
     "Agent",
     "Answer",
@@ -123,6 +127,7 @@ __all__ = [
     "Script",
     "ScriptError",
     "ScriptedModel",
+    "SearchHit",
     "Session",
     "SessionBusy",
     "SessionError",

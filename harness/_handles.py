@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from protocol import TextPart, UIMessage, message_text, parse_message
+from storage import SearchHit
 
 from ._answers import Answer
 from ._events import HarnessEvent, OperationSettled
@@ -198,6 +199,12 @@ class SessionHandle:
         """The active transcript (a copy)."""
         async with self._use() as session:
             return list(await session.transcript())
+
+    async def search(self, query: str, *, limit: int = 20) -> list[SearchHit]:
+        """Messages of this session holding every word of ``query`` (any branch, stemmed: "run"
+        finds "running"), newest first, each with a snippet around the match."""
+        async with self._use() as s:
+            return await s.search(query, limit)
 
     async def branches(self, message_id: str) -> list[UIMessage]:
         """The answers to a message, oldest first: its children in the tree (a regeneration is one more)."""

@@ -10,12 +10,15 @@ import logging
 from collections import deque
 
 from protocol import UIMessage
-from storage import Database
+from storage import Database, SearchHit
 
 from ._history import History, HistoryBudget
 from ._pending import Pending
 
-__all__ = ["SessionTranscript"]
+__all__ = ["MAX_SEARCH_RESULTS", "SessionTranscript"]
+
+#: The most results one search answers.
+MAX_SEARCH_RESULTS = 100
 
 log = logging.getLogger("think_server.session")
 
@@ -72,6 +75,13 @@ class SessionTranscript:
             history = await self._read_history()
         page, start = await history.page_json(limit, before)
         return page, len(history), (history.ids[start] if start > 0 else None)
+
+    async def search(self, query: str, limit: int = 20) -> list[SearchHit]:
+        """Messages of this session (on every branch) holding every word of ``query``, newest
+        first: "run" finds "running"; nothing in ``query`` is search syntax."""
+        if not 1 <= limit <= MAX_SEARCH_RESULTS:
+            raise ValueError(f"limit must be from 1 to {MAX_SEARCH_RESULTS}; got {limit}")
+        return await self.db.read.search_messages(self.id, query, limit)
 
     async def _read_history(self) -> History:
         return await History.load(self.db, self.id, on_unreadable=self._unreadable, fetch=self._message_texts,

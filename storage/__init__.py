@@ -13,6 +13,7 @@ from ._paths import InvalidNameError, instance_db_path, validate_agent_name, val
 from ._problems import Problem, describe_problem, problem_of
 from ._schedules import ScheduleRow
 from ._schema import SCHEMA_VERSION
+from ._search import SearchHit
 from ._sessions import SessionInfoRow, SessionRow
 from ._streams import StreamRow
 from ._tool_calls import ToolCallRow
@@ -26,6 +27,7 @@ __all__ = [
     "Problem",
     "Reader",
     "ScheduleRow",
+    "SearchHit",
     "SessionInfoRow",
     "SessionRow",
     "StorageError",

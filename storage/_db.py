@@ -27,6 +27,7 @@ from ._operations import OperationReads, OperationWrites
 from ._problems import Problem, problem_of
 from ._schedules import ScheduleReads, ScheduleWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
+from ._search import SearchReads
 from ._sessions import SessionReads, SessionWrites
 from ._streams import StreamReads, StreamWrites
 from ._template import NEW_FILE_PRAGMA, create_from_template, migration_script
@@ -78,7 +79,7 @@ class StorageError(Exception):
         self.problem = problem
 
 
-class Reader(MessageReads, OperationReads, ScheduleReads, SessionReads, StreamReads, ToolCallReads):
+class Reader(MessageReads, OperationReads, ScheduleReads, SearchReads, SessionReads, StreamReads, ToolCallReads):
     """Every read statement."""
 
 

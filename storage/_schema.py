@@ -156,5 +156,36 @@ ALTER TABLE operations ADD COLUMN runs INTEGER NOT NULL DEFAULT 0;
 UPDATE operations SET runs = 1 WHERE started_at IS NOT NULL;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# Full-text search over what messages say (their text parts joined by a space). The index holds no
+# copy of the text: its content is the view, read back for snippets; triggers keep it in step with
+# every insert, change and delete of a message (a session's delete cascades to its messages, and
+# fires them too). A message with no text is not in the index.
+# (A row that is not JSON, which only a damaged file or a test writes, has no words.)
+_MESSAGE_WORDS = """(SELECT group_concat(json_extract(p.value, '$.text'), ' ')
+ FROM json_each(CASE WHEN json_valid({row}.content) THEN {row}.content ELSE '{{}}' END, '$.parts') AS p
+ WHERE CASE WHEN p.type = 'object' THEN json_extract(p.value, '$.type') = 'text'
+ AND json_type(p.value, '$.text') = 'text' END)"""
+_V7 = f"""
+CREATE VIEW message_words (seq, words) AS SELECT m.seq, {_MESSAGE_WORDS.format(row="m")} FROM messages AS m;
+CREATE VIRTUAL TABLE messages_fts USING fts5 (
+  words, content = 'message_words', content_rowid = 'seq', tokenize = 'porter unicode61'
+);
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+  INSERT INTO messages_fts (rowid, words)
+  SELECT new.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row="new")} AS w) WHERE w IS NOT NULL;
+END;
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+  INSERT INTO messages_fts (messages_fts, rowid, words)
+  SELECT 'delete', old.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row="old")} AS w) WHERE w IS NOT NULL;
+END;
+CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+  INSERT INTO messages_fts (messages_fts, rowid, words)
+  SELECT 'delete', old.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row="old")} AS w) WHERE w IS NOT NULL;
+  INSERT INTO messages_fts (rowid, words)
+  SELECT new.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row="new")} AS w) WHERE w IS NOT NULL;
+END;
+INSERT INTO messages_fts (rowid, words) SELECT seq, words FROM message_words WHERE words IS NOT NULL;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -205,9 +205,12 @@ async def test_the_get_messages_pages_example_runs(tmp_path: Path) -> None:
         out = await asyncio.to_thread(run_commands, sh_block("get-messages?limit=2"), server.base)
     finally:
         server.stop()
-    _, _, waited, page, link = out
+    _, _, waited, page, link, found = out
     assert json.loads(waited)["status"] == "completed"
     newest = json.loads(page)
     assert [m["role"] for m in newest] == ["user", "assistant"]
     assert newest[0]["parts"][0]["text"] == "and again"
     assert link.lower().startswith("link: <") and 'rel="next"' in link and "before=" in link
+    hits = json.loads(found)["results"]
+    assert [h["role"] for h in hits] == ["assistant", "user"]
+    assert hits[0]["snippet"] == "You said: and **again**"

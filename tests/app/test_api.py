@@ -424,3 +424,37 @@ async def test_openapi_describes_every_api_route(serve) -> None:
                 if method != "HEAD":
                     assert (route.path, method) in described, f"{method} {route.path} is not in /openapi.json"
     assert spec["paths"]["/agents/{agent}/{name}/submit"]["post"]["parameters"][0]["schema"]["enum"] == ["my-agent"]
+
+
+async def test_search_over_http_finds_words_of_any_turn_and_forgets_deleted_sessions(serve) -> None:
+    srv = await serve()
+    async with await http(srv) as c:
+        for i, words in enumerate(("where is my parcel", "the llama is running late", "hi")):
+            op = (await c.post(f"{A}/finder/submit", params={"session": "s1"},
+                               json={"input": words, "operation_id": f"t{i}"})).json()["operation_id"]
+            await c.get(f"{A}/finder/operations/{op}", params={"wait": "10", "session": "s1"})
+        r = await c.get(f"{A}/finder/search", params={"q": "run llama", "session": "s1"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert (body["session"], body["query"]) == ("s1", "run llama")
+        answer, hit = body["results"]  # the echo, then the question: newest first
+        assert (answer["role"], answer["snippet"]) == ("assistant", "You said: the **llama** is **running** late")
+        assert hit["role"] == "user" and hit["snippet"] == "the **llama** is **running** late"
+        msgs = {m["id"]: m for m in (await c.get(f"{A}/finder/get-messages", params={"session": "s1"})).json()}
+        assert hit["message_id"] in msgs
+        answers = (await c.get(f"{A}/finder/search", params={"q": "you said", "session": "s1"})).json()["results"]
+        assert [h["role"] for h in answers] == ["assistant", "assistant"]  # newest first ("hi" gets "Hello!")
+        assert answers[0]["created_at"] >= answers[1]["created_at"]
+        one = (await c.get(f"{A}/finder/search", params={"q": "you said", "session": "s1", "limit": "1"})).json()
+        assert [h["message_id"] for h in one["results"]] == [answers[0]["message_id"]]
+        assert (await c.get(f"{A}/finder/search", params={"q": "parcel"})).json()["results"] == []  # root session
+
+        for params, field in (({}, "q"), ({"q": "  "}, "q"), ({"q": "x", "limit": "0"}, "limit"),
+                              ({"q": "x", "limit": "101"}, "limit"), ({"q": "x", "session": "../s"}, "session")):
+            r = await c.get(f"{A}/finder/search", params=params)
+            assert (r.status_code, r.json().get("field")) == (400, field), (params, r.text)
+        assert (await c.get(f"{A}/never-made/search", params={"q": "x"})).status_code == 404
+
+        assert (await c.delete(f"{A}/finder/sessions/s1")).status_code == 200
+        gone = await c.get(f"{A}/finder/search", params={"q": "llama", "session": "s1"})
+        assert gone.json()["results"] == []

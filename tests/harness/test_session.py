@@ -534,3 +534,20 @@ async def test_a_reopened_file_has_the_same_active_path(open_instance: Any, db_p
     await settle(s2, r.operation_id)
     assert model2.seen[0] == [*before, dump(user("u3", "three"))]
     assert (await inst2.db.read.message(s2.id, "u3")).parent_id == before[-1]["id"]
+
+
+async def test_search_follows_regenerate_and_reset(open_instance: Any) -> None:
+    model = FakeModel(text("t", "Tuesday is the answer"), text("t", "Friday then"))
+    inst = await open_instance(model)
+    s = await inst.session()
+    r = await s.submit([user("u1", "which day works")])
+    await settle(s, r.operation_id)
+    assert [h.message_id for h in await s.search("tuesday")] == [(await s.transcript())[-1].id]
+    again = await s.submit([], regenerate_from="u1")  # a new branch: both answers stay searchable
+    await settle(s, again.operation_id)
+    assert [h.role for h in await s.search("day")] == ["user"]
+    assert len(await s.search("tuesday")) == 1 and len(await s.search("friday")) == 1
+    with pytest.raises(ValueError, match="limit"):
+        await s.search("day", limit=0)
+    await s.reset()
+    assert await s.search("tuesday") == [] and await s.search("day") == []
