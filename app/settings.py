@@ -65,6 +65,9 @@ class Settings(BaseModel):
     max_messages_per_request: int = Field(1000, ge=1)
     #: Operations one conversation may hold queued behind the running one.
     max_queued_operations: int = Field(100, ge=1)
+    #: Largest stored message (UTF-8 JSON), from anyone: a larger one is made to fit (long tool
+    #: outputs, then long texts, shortened, and its metadata says which), never refused.
+    max_row_bytes: int = Field(1_800_000, ge=16 * 1024)
     #: Whether client messages may attach files by http(s) URL (a model server would fetch
     #: them from inside its own network); ``data:`` URLs are always accepted.
     allow_remote_file_urls: bool = False
@@ -137,6 +140,7 @@ class Settings(BaseModel):
             max_message_bytes=self.max_message_bytes,
             allow_remote_file_urls=self.allow_remote_file_urls,
             max_queued_operations=self.max_queued_operations,
+            max_row_bytes=self.max_row_bytes,
         )
 
     @property

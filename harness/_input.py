@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from protocol import DataPart, FilePart, TextPart, UIMessage
+from protocol import ROW_LIMIT_BYTES, DataPart, FilePart, TextPart, UIMessage
 
 from ._outcomes import SubmitRefused
 
@@ -36,6 +36,9 @@ class InputPolicy:
     allow_remote_file_urls: bool = False
     #: Operations a session holds queued behind the running one, from any source.
     max_queued_operations: int = 100
+    #: Size of a stored message as UTF-8 JSON, from any source. A larger one is made to fit (its
+    #: long tool outputs, then its long texts, shortened; its metadata says which), not refused.
+    max_row_bytes: int = ROW_LIMIT_BYTES
 
 
 def check_client_messages(messages: Sequence[UIMessage], policy: InputPolicy,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from protocol import UIMessage
+from protocol import UIMessage, fit_message, sanitize_message
 
-__all__ = ["dumps", "message_json"]
+__all__ = ["dumps", "message_json", "storable"]
 
 
 def dumps(obj: Any) -> str:
@@ -17,3 +17,17 @@ def dumps(obj: Any) -> str:
 def message_json(msg: UIMessage) -> str:
     """A message as stored: unset optional fields left out, nulls inside user data kept."""
     return dumps(msg.model_dump(mode="json", exclude_unset=True))
+
+
+def storable(msg: UIMessage, row_limit: int) -> tuple[UIMessage, str]:
+    """The message as it is stored, sanitized and fit to ``row_limit`` bytes (``protocol._storable``),
+    and its JSON text. Usually ``msg`` itself: nothing to drop, and its text (measured first in
+    characters, which bound its bytes from below) well within the limit."""
+    kept = sanitize_message(msg)
+    text = message_json(kept)
+    if len(text) * 4 > row_limit:  # might be over: count the bytes
+        size = len(text.encode())
+        if size > row_limit:
+            kept = fit_message(kept, row_limit, size)
+            text = message_json(kept)
+    return kept, text

@@ -34,7 +34,7 @@ from storage import OperationRow
 
 from ._answers import INTERRUPTED_TOOL_ERROR
 from ._hooks import HookError
-from ._json import message_json
+from ._json import storable
 from ._turn_plan import Outcome, TurnHost, closing_chunks
 
 __all__ = ["Recovered", "recover_operation"]
@@ -138,7 +138,7 @@ async def recover_operation(session: TurnHost, op: OperationRow) -> Recovered:
             await tx.append_chunks(last_stream, [dump_chunk(c) for c in extra], now)
         message = assembler.message if assembler.message.parts else None
         if message is not None:
-            content = message_json(message)
+            message, content = storable(message, session.policy.max_row_bytes)
             if stored is not None:
                 await tx.update_message(session.id, message.id, content, now)
             else:

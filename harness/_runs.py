@@ -32,7 +32,8 @@ from ._clock import Clock
 from ._events import HarnessEvent, MessagePersisted, MessageUpdated, OperationSettled, RunStarted
 from ._history import History
 from ._hooks import HookError
-from ._json import dumps, message_json
+from ._input import InputPolicy
+from ._json import dumps, storable
 from ._model import Model
 from ._models import ModelCache
 from ._outcomes import INTERNAL_ERROR, OperationResult, describe_reason, result_of, storage_failure
@@ -70,6 +71,7 @@ class OperationRuns:
     _hook_tasks: set[asyncio.Task[None]]
     _unwritten: UnwrittenEnds
     _pending: Pending
+    policy: InputPolicy
     last_terminal: dict[str, Any] | None
 
     if TYPE_CHECKING:  # the session's, used here
@@ -114,11 +116,13 @@ class OperationRuns:
         message_id = self.clock.new_id()
         now = self.clock.now_ms()
         parent = ids[base_len - 1] if base_len else None
+        stored = [storable(m, self.policy.max_row_bytes) for m in new_messages]
         async with self.db.transaction() as tx:
-            for m in new_messages:
-                await tx.insert_message(self.id, m.id, parent, m.role, message_json(m), op_id, now)
+            for m, text in stored:
+                await tx.insert_message(self.id, m.id, parent, m.role, text, op_id, now)
                 parent = m.id
             await tx.start_operation(op_id, message_id, now)
+        new_messages = [m for m, _ in stored]
         self._streaming_id = message_id
         if new_messages:
             self._hist.extend(base_len, new_messages)  # base is a prefix of the active path
@@ -210,9 +214,10 @@ class OperationRuns:
             await self._settle_without_turn(op_id, [], Outcome("error", "unanswered", exc.reason))
             return
         updated = apply_answer((await self._messages())[index], answer)
+        updated, text = storable(updated, self.policy.max_row_bytes)
         now = self.clock.now_ms()
         async with self.db.transaction() as tx:
-            await tx.update_message(self.id, updated.id, message_json(updated), now)
+            await tx.update_message(self.id, updated.id, text, now)
             await tx.start_operation(op_id, updated.id, now)
         self._hist.replace(index, updated)
         self.publish(MessagePersisted(updated))
@@ -268,9 +273,10 @@ class OperationRuns:
                                      tool.recovery, dumps(part.input), self.clock.now_ms())
         result, record = await run_call(tool, tool_call_id, part.input)
         updated = apply_answer(message, result)
+        updated, text = storable(updated, self.policy.max_row_bytes)
         now = self.clock.now_ms()
         async with self.db.transaction() as tx:
-            await tx.update_message(self.id, updated.id, message_json(updated), now)
+            await tx.update_message(self.id, updated.id, text, now)
             await tx.finish_tool_call(self.id, tool_call_id, record[0], record[1], record[2], now)
         self._hist.replace(index, updated)
         self.publish(MessagePersisted(updated))

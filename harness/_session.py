@@ -37,7 +37,7 @@ from ._events import (
 )
 from ._history import History, HistoryBudget
 from ._input import InputPolicy, check_client_messages
-from ._json import dumps, message_json
+from ._json import dumps, storable
 from ._logcontext import current_agent, current_instance, current_operation, current_session
 from ._model import Model
 from ._models import ModelCache
@@ -360,11 +360,12 @@ class Session(SessionTranscript, OperationRuns):
             async with self.db.transaction() as tx:
                 await tx.ensure_session(self.id, now)
                 for m in messages:
+                    text = storable(m, self.policy.max_row_bytes)[1]
                     if m.id in stored or m.id in history.stored_ids:
-                        if upsert and await tx.update_message(self.id, m.id, message_json(m), now):
+                        if upsert and await tx.update_message(self.id, m.id, text, now):
                             written.append(m.id)
                         continue
-                    await tx.insert_message(self.id, m.id, parent, m.role, message_json(m), None, now)
+                    await tx.insert_message(self.id, m.id, parent, m.role, text, None, now)
                     stored.add(m.id)
                     written.append(m.id)
                     parent = m.id
@@ -536,7 +537,8 @@ class Session(SessionTranscript, OperationRuns):
             await tx.delete_session_tool_calls(self.id)
             await tx.reset_session(self.id, now)
             if note is not None:
-                await tx.insert_message(self.id, note.id, None, note.role, message_json(note), None, now)
+                await tx.insert_message(self.id, note.id, None, note.role, storable(note, self.policy.max_row_bytes)[1],
+                                        None, now)
         if note is None:
             self._history = self._new_history()
             self._budget.used(self, 0)

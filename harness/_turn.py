@@ -38,6 +38,7 @@ from protocol import (
     ToolOutputAvailableChunk,
     ToolOutputErrorChunk,
     ToolPart,
+    UIMessage,
     dump_chunk,
     message_text,
 )
@@ -47,7 +48,7 @@ from ._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from ._chunklog import ChunkLog
 from ._events import ModelCallFinished, ToolCallFinished
 from ._hooks import HookError, ToolDecision
-from ._json import dumps, message_json
+from ._json import dumps, storable
 from ._model import (
     Finish,
     Model,
@@ -123,6 +124,7 @@ class Turn:
         self.message_id = plan.message_id
         self.continuation = plan.continuation
         self._parent_id = plan.parent_id
+        self._stored: UIMessage | None = None  # the message as last stored, when that is not the live one
         self._model = model
         self._system = system
         self._tools = tools
@@ -524,13 +526,16 @@ class Turn:
 
         await self._log.commit(write)
         if self._persisted:
-            self._session.on_message_persisted(self._assembler.message, self._parent_id)
+            self._session.on_message_persisted(self._stored or self._assembler.message, self._parent_id)
 
     async def _write_message(self, tx: Tx) -> None:
         msg = self._assembler.message
         if not self._persisted and all(p.type == "step-start" for p in msg.parts):
             return  # nothing to show yet (a model that failed before its first word leaves no empty answer)
-        content = message_json(msg)
+        # The live message stays whole for the rest of the turn (the model's next step reads it);
+        # the transcript gets what was stored.
+        stored, content = storable(msg, self._session.policy.max_row_bytes)
+        self._stored = None if stored is msg else stored
         now = self._session.clock.now_ms()
         if self._persisted:
             await tx.update_message(self._session.id, msg.id, content, now)

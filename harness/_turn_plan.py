@@ -23,6 +23,7 @@ from ._agent import Agent
 from ._clock import Clock
 from ._events import HarnessEvent
 from ._history import Context
+from ._input import InputPolicy
 from ._tools import Tool
 from ._turn_hooks import TurnHooks
 
@@ -85,6 +86,7 @@ class TurnHost(Protocol):
     db: Database
     clock: Clock
     agent: Agent
+    policy: InputPolicy
 
     def publish(self, event: HarnessEvent) -> None: ...
 

@@ -134,6 +134,7 @@ from ._messages import (
     parse_part,
 )
 from ._naming import agent_name_to_kebab
+from ._storable import ROW_LIMIT_BYTES, fit_message, sanitize_message, shorten_value
 
 __all__ = [
     "CHAT_CLEAR",
@@ -145,6 +146,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MCP_SERVERS",
     "MESSAGE_UPDATED",
+    "ROW_LIMIT_BYTES",
     "RPC",
     "STATE",
     "STATE_ERROR",
@@ -242,6 +244,7 @@ __all__ = [
     "dump_messages",
     "dump_part",
     "find_tool_part",
+    "fit_message",
     "is_unicode_text",
     "json_string",
     "load_json",
@@ -255,4 +258,6 @@ __all__ = [
     "parse_part",
     "parse_partial_json",
     "parse_server_frame",
+    "sanitize_message",
+    "shorten_value",
 ]

@@ -690,3 +690,26 @@ async def test_a_failed_model_call_is_logged_and_leaves_no_empty_answer(
     (line,) = [rec.getMessage() for rec in caplog.records if "model call failed" in rec.getMessage()]
     assert r.operation_id in line and "upstream said 503" in line and "secret plans" not in line
     assert [m.role for m in (await s.transcript())] == ["user"], "no assistant message without a word in it"
+
+
+async def test_a_2_mb_tool_output_is_stored_compacted_and_the_model_still_reads_it_whole(open_instance: Any) -> None:
+    rows = [{"n": i, "text": "row " * 25} for i in range(20_000)]  # about 2.3 MB of JSON
+    model = FakeModel(call("c1", "dump"), text("t", "Read it."))
+    inst = await open_instance(model, Agent(tools=[Tool("dump", "All rows", execute=lambda: rows)]))
+    s = await inst.session()
+    r = await s.submit([user("u1", "dump everything")])
+    assert (await settle(s, r.operation_id)).status == "done"
+    # The step after the call saw the whole output: what a model is shown is not the stored copy.
+    [part] = [p for p in model.requests[1].messages[-1].parts if isinstance(p, ToolPart)]
+    assert part.output == rows
+    assert inst.db.conn is not None
+    [(content,)] = await inst.db.conn.execute_fetchall("SELECT content FROM messages WHERE role = 'assistant'")
+    assert len(content.encode()) < 20_000
+    stored = json.loads(content)
+    assert stored["metadata"] == {"compactedToolOutputs": ["c1"]}
+    [tool_part] = [p for p in stored["parts"] if p["type"] == "tool-dump"]
+    assert tool_part["state"] == "output-available" and tool_part["output"][-1].startswith("... [truncated")
+    assert [p["text"] for p in stored["parts"] if p["type"] == "text"] == ["Read it."]
+    # The transcript in memory is the stored one: what get-messages and reconnecting clients see.
+    [answer] = [m for m in await s.transcript() if m.role == "assistant"]
+    assert answer.metadata == {"compactedToolOutputs": ["c1"]}
