@@ -54,7 +54,7 @@ def instance_db_path(data_dir: Path, agent: str, name: str) -> Path:
     validate_instance_name(name)
     readable = _UNSAFE.sub("_", name.lower()).strip("_")[:40] or "_"
     digest = hashlib.sha256(f"{agent}\0{name}".encode()).hexdigest()[:32]
-    root = _resolved(data_dir)
+    root = _resolved(data_dir.absolute())  # a relative one against the working dir of now
     # Every part is made of [a-z0-9_.-] with no "." or ".." of its own, so the path is lexically
     # three levels under the root; checked, not resolved again (a realpath is a syscall per part,
     # paid by every connect).
@@ -66,4 +66,5 @@ def instance_db_path(data_dir: Path, agent: str, name: str) -> Path:
 
 @functools.lru_cache(maxsize=16)
 def _resolved(data_dir: Path) -> Path:
+    """The data dir with its symlinks resolved, once per absolute path (a realpath is a syscall a part)."""
     return data_dir.resolve()

@@ -239,3 +239,14 @@ def test_invalid_agent_names(tmp_path: Path, agent: str) -> None:
         validate_agent_name(agent)
     with pytest.raises(InvalidNameError):
         instance_db_path(tmp_path, agent, "x")
+
+
+def test_a_relative_data_dir_is_under_the_working_dir_of_each_call(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    monkeypatch.chdir(tmp_path / "one")
+    first = instance_db_path(Path("data"), "chat", "alice")
+    monkeypatch.chdir(tmp_path / "two")
+    second = instance_db_path(Path("data"), "chat", "alice")
+    assert first.is_relative_to(tmp_path / "one") and second.is_relative_to(tmp_path / "two")
