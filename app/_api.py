@@ -2,8 +2,8 @@
 
 Under ``/agents/{agent}/{name}``, with ``?session=ID`` (default: the root session):
 ``POST /submit``, ``GET /operations``, ``GET|DELETE /operations/{id}``,
-``GET /search?q=``, ``GET|POST /sessions``, ``DELETE /sessions/{id}``, ``POST /messages``, ``GET /events`` (SSE),
-``GET|POST /schedules``, ``GET|DELETE /schedules/{id}``.
+``GET|POST /sessions``, ``DELETE /sessions/{id}``, ``POST /messages``, ``GET /events`` (SSE),
+``GET|POST /schedules``, ``GET|DELETE /schedules/{id}``, ``GET /search?q=``, ``POST /compact``.
 
 Everything a request carries is client input: messages are checked as the chat
 socket's are (user content only), answers apply only to calls the model made.
@@ -24,6 +24,7 @@ from harness import (
     MAX_SEARCH_RESULTS,
     AnswerRefused,
     CapacityError,
+    CompactionError,
     Harness,
     InputError,
     ScheduleError,
@@ -206,6 +207,20 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
             {"message_id": h.message_id, "role": h.role, "snippet": h.snippet, "created_at": h.created_at}
             for h in hits]})
 
+    async def compact(request: Request) -> Response:
+        session = await session_of(request, read=True)
+        try:
+            event = await session.compact()
+        except SessionBusy as exc:
+            raise _Refused(409, str(exc)) from None
+        except CompactionError as exc:
+            raise _Refused(502, str(exc)) from None
+        if event is None:
+            return JSONResponse({"session": session.id, "compacted": False})
+        return JSONResponse({"session": session.id, "compacted": True, "compaction_id": event.compaction_id,
+                             "from_message_id": event.from_message_id, "to_message_id": event.to_message_id,
+                             "tokens_before": event.tokens_before, "tokens_after": event.tokens_after})
+
     async def sessions(request: Request) -> Response:
         agent, name = address(request, read=request.method == "GET")
         handle = harness.sessions(agent, name)
@@ -336,6 +351,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         Route(f"{base}/submit", endpoint(submit), methods=["POST"]),
         Route(f"{base}/operations", endpoint(operations), methods=["GET"]),
         Route(f"{base}/search", endpoint(search), methods=["GET"]),
+        Route(f"{base}/compact", endpoint(compact), methods=["POST"]),
         Route(base + "/operations/{operation_id}", endpoint(operation), methods=["GET", "DELETE"]),
         Route(f"{base}/sessions", endpoint(sessions), methods=["GET", "POST"]),
         Route(base + "/sessions/{session_id}", endpoint(session_item), methods=["DELETE", "PATCH"]),

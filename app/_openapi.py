@@ -23,7 +23,8 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 def _errors(*codes: int) -> dict[str, Any]:
     words = {400: "Bad input; `field` names what was wrong", 401: "Missing or wrong credentials",
              404: "No such instance, session or operation", 409: "Conflicts with the current state",
-             413: "Body too large", 422: "Refused by the input rules", 503: "At capacity or storage unavailable"}
+             413: "Body too large", 422: "Refused by the input rules", 502: "The model (summarizing) failed",
+             503: "At capacity or storage unavailable"}
     return {str(c): _json(_ref("Error"), words[c]) for c in codes}
 
 
@@ -157,6 +158,15 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
             "delete": {"summary": "Cancel a schedule", "parameters": [*params, {
                 "name": "schedule_id", "in": "path", "required": True, "schema": {"type": "string"}}],
                        "responses": {"200": _json({"type": "object"}, "Cancelled"), **_errors(401, 404)}}},
+        f"{base}/compact": {"post": {
+            "summary": "Summarize older messages now, for what the model reads (stored messages stay)",
+            "parameters": [*params, _SESSION_PARAM],
+            "responses": {"200": _json({"type": "object", "properties": {
+                "session": {"type": "string"}, "compacted": {"type": "boolean"},
+                "compaction_id": {"type": "string"}, "from_message_id": {"type": "string"},
+                "to_message_id": {"type": "string"}, "tokens_before": {"type": "integer"},
+                "tokens_after": {"type": "integer"}}}, "What was done"),
+                          **_errors(401, 404, 409, 502)}}},
         f"{base}/search": {"get": {
             "summary": "Messages of the session (every branch) holding every word of q, newest first, with "
                        "snippets (matched words between **)",

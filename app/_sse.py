@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Callable
 
 from harness import (
     ChunksCommitted,
+    Compacted,
     HarnessEvent,
     MessagePersisted,
     MessageUpdated,
@@ -86,6 +87,11 @@ def _encode(event: HarnessEvent, started: set[str]) -> list[tuple[str, str]]:
         return [("reset", '{"type":"reset"}')]
     if isinstance(event, TranscriptChanged):
         return [("transcript", '{"type":"transcript"}')]
+    if isinstance(event, Compacted):
+        return [("compacted", json.dumps({
+            "type": "compacted", "compaction_id": event.compaction_id, "from_message_id": event.from_message_id,
+            "to_message_id": event.to_message_id, "tokens_before": event.tokens_before,
+            "tokens_after": event.tokens_after, "reason": event.reason}))]
     return []
 
 

@@ -5,8 +5,10 @@ from storage import SearchHit  # what search() answers: a storage row, shown as 
 from ._agent import Agent
 from ._answers import Answer, AnswerRefused
 from ._clock import Clock
+from ._compaction import Compaction, CompactionError, SummaryRequest
 from ._events import (
     ChunksCommitted,
+    Compacted,
     HarnessEvent,
     Listener,
     MessagePersisted,
@@ -82,6 +84,9 @@ __all__ = [
     "ChunkContext",
     "ChunksCommitted",
     "Clock",
+    "Compacted",
+    "Compaction",
+    "CompactionError",
     "DataDirInUse",
     "ErrorContext",
     "Finish",
@@ -142,6 +147,7 @@ __all__ = [
     "StepContext",
     "StreamStarted",
     "SubmitRefused",
+    "SummaryRequest",
     "TextDelta",
     "TextEnd",
     "TextStart",

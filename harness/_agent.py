@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from ._compaction import Compaction
 from ._hooks import HookContext, HookError, HookFn, call_hook
 from ._model import Model
 from ._recovery_policy import RecoveryPolicy
@@ -41,6 +42,9 @@ class Agent:
     on_error: HookFn | None = None
     classify_error: HookFn | None = None
     on_recovery: HookFn | None = None
+    #: How long conversations are compacted (README "Long conversations and memory"); None: the
+    #: defaults, and only on demand or when the model says its context is full.
+    compaction: Compaction | None = None
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:

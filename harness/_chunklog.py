@@ -80,17 +80,21 @@ class ChunkLog:
             self._clock.new_id(), message_id, continuation, first_seq=self._next_seq
         )
 
-    def add(self, body: str, *, hold: bool = False) -> None:
+    def add(self, body: str, *, hold: bool = False, lazy: bool = False) -> None:
         """Buffer one chunk (its JSON text); it goes out with the next commit.
 
         ``hold`` keeps it for the caller's next :meth:`commit`, so it lands in
         the same transaction as that commit's writes (the ``finish`` chunk and
-        the settlement, say).
+        the settlement, say). ``lazy`` starts no commit for it: it goes with the
+        next chunk that does (a model call's ``start-step`` waits for the model's
+        first event, rather than be a transaction of its own).
         """
         if hold or self._held:
             self._held.append(body)  # order is kept: nothing overtakes a held chunk
             return
         self._pending.append(body)
+        if lazy:
+            return
         if self._committers == 0 and self._failure is None and (self._flusher is None or self._flusher.done()):
             self._flusher = asyncio.create_task(self._flush_loop())
 

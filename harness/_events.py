@@ -14,6 +14,7 @@ from protocol import UIMessage
 
 __all__ = [
     "ChunksCommitted",
+    "Compacted",
     "HarnessEvent",
     "Listener",
     "MessagePersisted",
@@ -96,6 +97,19 @@ class TranscriptChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class Compacted:
+    """A summary now stands, in what the model reads, for the messages ``from_message_id`` to
+    ``to_message_id`` (stored and shown as they were). ``reason``: requested, threshold, overflow."""
+
+    compaction_id: str
+    from_message_id: str
+    to_message_id: str
+    tokens_before: int
+    tokens_after: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class ModelCallFinished:
     """A model call ended (``outcome``: completed, error, aborted, stalled) after ``seconds``."""
 
@@ -122,6 +136,7 @@ HarnessEvent: TypeAlias = (
     | OperationSettled
     | SessionReset
     | TranscriptChanged
+    | Compacted
     | ModelCallFinished
     | ToolCallFinished
 )

@@ -18,7 +18,7 @@ from protocol import TextPart, UIMessage, message_text, parse_message
 from storage import SearchHit
 
 from ._answers import Answer
-from ._events import HarnessEvent, OperationSettled
+from ._events import Compacted, HarnessEvent, OperationSettled
 from ._host import InstanceHost
 from ._inputs import InputError, parse_input, resolve_approval
 from ._logcontext import current_agent, current_instance, current_operation, current_session
@@ -199,6 +199,13 @@ class SessionHandle:
         """The active transcript (a copy)."""
         async with self._use() as session:
             return list(await session.transcript())
+
+    async def compact(self) -> Compacted | None:
+        """Summarize older messages now, for what the model reads (README "Long conversations and
+        memory"); None if nothing may be summarized that is not already. Raises SessionBusy while
+        an operation is open, CompactionError if the summary could not be made."""
+        async with self._use() as s:
+            return await s.compact()
 
     async def search(self, query: str, *, limit: int = 20) -> list[SearchHit]:
         """Messages of this session holding every word of ``query`` (any branch, stemmed: "run"

@@ -229,6 +229,16 @@ class History:
         """The ids of the path, root first (do not mutate)."""
         return self._ids
 
+    @property
+    def roles(self) -> bytes:
+        """The role of each message of the path (0: user), root first."""
+        return bytes(self._roles)
+
+    @property
+    def sizes(self) -> Sequence[int]:
+        """The length of each message's JSON text, root first (do not mutate)."""
+        return self._sizes
+
     def parent_of(self, message_id: str) -> str | None:
         """The parent of a message on the path: the one before it."""
         i = self.index_of(message_id)

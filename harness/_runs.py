@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from protocol import UIMessage, message_text, parse_message
-from storage import Database, OperationRow, Tx
+from storage import CompactionRow, Database, OperationRow, Tx
 
 from ._agent import Agent
 from ._answers import (
@@ -79,6 +79,9 @@ class OperationRuns:
         def _hist(self) -> History: ...
         async def _messages(self) -> list[UIMessage]: ...
         async def history(self) -> History: ...
+        async def compactions(self) -> list[CompactionRow]: ...
+        def model_view(self, messages: Sequence[UIMessage], ids: Sequence[str]) -> Sequence[UIMessage]: ...
+        async def compact_for_overflow(self) -> bool: ...
         def publish(self, event: HarnessEvent) -> None: ...
         def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None: ...
 
@@ -93,6 +96,7 @@ class OperationRuns:
                 return
             kind, input_json = row.kind, row.input_json
         await self.history()  # held until the operation is done: drop_history() refuses while it runs
+        await self.compactions()  # what the model is shown in place of older messages
         payload = json.loads(input_json)
         recovered = self._recovered.pop(op_id, None)
         if recovered is not None and row is not None:  # left by a dead process: never one written here

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
 from protocol import UIMessage
-from storage import Database, OperationRow
+from storage import CompactionRow, Database, OperationRow
 
 from ._agent import Agent
 from ._answers import (
@@ -52,6 +52,7 @@ from ._outcomes import (
 from ._pending import Pending
 from ._recovery import Recovered, recover_operation
 from ._runs import OperationRuns
+from ._session_compaction import SessionCompaction
 from ._session_transcript import SessionTranscript
 from ._turn import Turn
 from ._turn_plan import Outcome, TurnSuspended, Unsettled
@@ -62,7 +63,7 @@ __all__ = ["Session"]
 
 log = logging.getLogger("think_server.session")
 
-class Session(SessionTranscript, OperationRuns):
+class Session(SessionTranscript, SessionCompaction, OperationRuns):
     def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model, *,
                  stream_grace_ms: int = 10 * 60 * 1000, policy: InputPolicy | None = None,
                  work: WorkNotices | None = None, budget: HistoryBudget | None = None) -> None:
@@ -79,6 +80,7 @@ class Session(SessionTranscript, OperationRuns):
         self.models = ModelCache()  # the instance's, once it has one
         self.agent = agent
         self.model = model
+        self._compactions: list[CompactionRow] | None = None  # read when first needed
         self._history: History | None = None  # None while dropped to keep within the budget
         self._listeners: list[Listener] = []
         self._queue: deque[str] = deque()
@@ -453,6 +455,11 @@ class Session(SessionTranscript, OperationRuns):
                     self._budget.released(self)
                 self._pending.forget(op_id)
                 self._abort_requested.discard(op_id)
+            if not self._closed and not self._resetting:
+                try:
+                    await self._compact_if_due()
+                except Exception:  # the operation is settled; the next one may find it done
+                    log.exception("session %r: compacting after an operation failed", self.id)
             if self.clock.now_ms() - self._last_sweep > min(self.stream_grace_ms, 60_000):
                 try:
                     await self.sweep_streams()
@@ -535,6 +542,7 @@ class Session(SessionTranscript, OperationRuns):
             await tx.delete_session_messages(self.id)
             await tx.delete_session_streams(self.id)
             await tx.delete_session_tool_calls(self.id)
+            await tx.delete_session_compactions(self.id)
             await tx.reset_session(self.id, now)
             if note is not None:
                 await tx.insert_message(self.id, note.id, None, note.role, storable(note, self.policy.max_row_bytes)[1],
@@ -546,6 +554,7 @@ class Session(SessionTranscript, OperationRuns):
             self._history = None
             await self.history()  # the note, read back as the whole transcript
         self._client_tools = []
+        self._forget_compactions()
         self.last_terminal = None
         self.publish(SessionReset())
         self._kick()

@@ -23,18 +23,12 @@ from protocol import (
     FinishChunk,
     FinishStepChunk,
     MessageAssembler,
-    ReasoningDeltaChunk,
     ReasoningEndChunk,
-    ReasoningStartChunk,
     StartChunk,
     StartStepChunk,
-    TextDeltaChunk,
     TextEndChunk,
-    TextStartChunk,
     ToolApprovalRequestChunk,
     ToolInputAvailableChunk,
-    ToolInputDeltaChunk,
-    ToolInputStartChunk,
     ToolOutputAvailableChunk,
     ToolOutputErrorChunk,
     ToolPart,
@@ -46,6 +40,7 @@ from storage import Tx
 
 from ._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from ._chunklog import ChunkLog
+from ._event_chunks import streamed_chunk
 from ._events import ModelCallFinished, ToolCallFinished
 from ._hooks import HookError, ToolDecision
 from ._json import dumps, storable
@@ -55,15 +50,7 @@ from ._model import (
     ModelError,
     ModelEvent,
     ModelRequest,
-    ReasoningDelta,
-    ReasoningEnd,
-    ReasoningStart,
-    TextDelta,
-    TextEnd,
-    TextStart,
     ToolCall,
-    ToolInputDelta,
-    ToolInputStart,
     Usage,
 )
 from ._outcomes import INTERNAL_ERROR, storage_failure
@@ -125,6 +112,7 @@ class Turn:
         self.continuation = plan.continuation
         self._parent_id = plan.parent_id
         self._stored: UIMessage | None = None  # the message as last stored, when that is not the live one
+        self._compacted = False  # the session was compacted for this turn's full context
         self._model = model
         self._system = system
         self._tools = tools
@@ -175,10 +163,10 @@ class Turn:
 
     # -- chunks -------------------------------------------------------------
 
-    def _emit(self, chunk: Chunk, *, hold: bool = False) -> None:
+    def _emit(self, chunk: Chunk, *, hold: bool = False, lazy: bool = False) -> None:
         self._assembler.apply(chunk)
         text = dump_chunk(chunk)
-        self._log.add(text, hold=hold)
+        self._log.add(text, hold=hold, lazy=lazy)
         if self._tap is not None:
             self._tap.append(text)
 
@@ -250,6 +238,7 @@ class Turn:
             self._log.open_stream(self.message_id, self.continuation or step > 0 or self._plan.first_seq > 0)
             if step == 0:
                 if self._plan.first_seq == 0:
+                    # At once: clients learn the turn's stream began (a tab that resumes waits for it).
                     self._emit(StartChunk() if self.continuation else StartChunk(messageId=self.message_id))
                 # Chosen per turn where the agent's model, system or tools are functions.
                 self._model, self._system, self._tools = await self._run_inner(
@@ -260,7 +249,7 @@ class Turn:
                     self._goto(TurnState.TOOLS)
                     await self._run_inner(self._run_tools(first, step))
                     self._goto(TurnState.STREAMING)
-            self._emit(StartStepChunk())
+            self._emit(StartStepChunk(), lazy=True)  # with the model's first event: one transaction fewer
             # Asked before every model call: after a restart the harness knows nothing of earlier calls.
             request, model = await self._run_inner(
                 self._hooks.before_turn(step, await self._run_inner(self._request()), self._model,
@@ -288,7 +277,12 @@ class Turn:
                     await self._interrupted_model_call()
                     continue
                 if choice == "context-overflow":
-                    raise ModelError(CONTEXT_OVERFLOW) from exc
+                    # Once a turn: compact, and call the model again with the shorter transcript.
+                    if self._compacted or not await self._run_inner(self._session.compact_for_overflow()):
+                        raise ModelError(CONTEXT_OVERFLOW) from exc
+                    self._compacted = True
+                    await self._after_overflow()
+                    continue
                 raise
             self._model_finished(started, "completed")
             self._emit(FinishStepChunk())
@@ -315,6 +309,14 @@ class Turn:
 
     def _model_finished(self, started: float, outcome: str) -> None:
         self._session.publish(ModelCallFinished(self.operation_id, time.perf_counter() - started, outcome))
+
+    async def _after_overflow(self) -> None:
+        """The model refused the call (its context is full): close what it began, end its stream;
+        the next call makes a stream of its own."""
+        for chunk in closing_chunks(self._assembler):
+            self._emit(chunk)
+        self._assembler.settle()
+        await self._commit(stream_status="error")
 
     async def _interrupted_model_call(self) -> None:
         """A stalled model call: keep what it produced, count the interruption, back off, go on."""
@@ -372,7 +374,9 @@ class Turn:
         # finds what it reads in memory; any other, or a before_turn hook, may read all of it.
         from_end = self._model.reads_from_end and self._hooks.agent.before_turn is None
         await messages.load(context.last_user() if from_end else 0)
-        return ModelRequest(messages=messages, system=self._system, tools=tools)
+        # A summary in place of older messages, if the session was compacted; old outputs cut.
+        view = self._session.model_view(messages, context.ids)
+        return ModelRequest(messages=view, system=self._system, tools=tools)
 
     async def _model_call(self, request: ModelRequest, model: Model, step: int) -> _StepResult:
         result = _StepResult()
@@ -409,32 +413,16 @@ class Turn:
 
     def _on_event(self, ev: ModelEvent, result: _StepResult) -> None:
         match ev:
-            case TextDelta(id=i, delta=d):
-                self._emit(TextDeltaChunk(id=i, delta=d))
-            case TextStart(id=i):
-                self._emit(TextStartChunk(id=i))
-            case TextEnd(id=i):
-                self._emit(TextEndChunk(id=i))
-            case ReasoningStart(id=i, provider_metadata=None):
-                self._emit(ReasoningStartChunk(id=i))
-            case ReasoningStart(id=i, provider_metadata=meta):
-                self._emit(ReasoningStartChunk(id=i, providerMetadata=meta))
-            case ReasoningDelta(id=i, delta=d):
-                self._emit(ReasoningDeltaChunk(id=i, delta=d))
-            case ReasoningEnd(id=i, provider_metadata=None):
-                self._emit(ReasoningEndChunk(id=i))
-            case ReasoningEnd(id=i, provider_metadata=meta):
-                self._emit(ReasoningEndChunk(id=i, providerMetadata=meta))
-            case ToolInputStart(tool_call_id=c, tool_name=n):
-                self._emit(ToolInputStartChunk(toolCallId=c, toolName=n))
-            case ToolInputDelta(tool_call_id=c, delta=d):
-                self._emit(ToolInputDeltaChunk(toolCallId=c, inputTextDelta=d))
             case ToolCall(tool_call_id=c, tool_name=n, input=inp):
                 self._on_tool_call(c, n, inp, result)
             case Finish(finish_reason=r, usage=u, message=note):
                 result.finish_reason = r
                 result.usage = u
                 result.note = note
+            case _:
+                chunk = streamed_chunk(ev)
+                if chunk is not None:
+                    self._emit(chunk)
 
     def _on_tool_call(self, call_id: str, name: str, tool_input: Any, result: _StepResult) -> None:
         self._emit(ToolInputAvailableChunk(toolCallId=call_id, toolName=name, input=tool_input))

@@ -37,9 +37,9 @@ from ._tools import Tool
 
 __all__ = ["CONTEXT_OVERFLOW", "TurnHooks", "is_context_overflow"]
 
-#: The reason a turn ends with when the model's context is full (compaction is not built yet).
-CONTEXT_OVERFLOW = ("The conversation is too long for the model's context window, and this server cannot "
-                    "shorten it yet. Start a new conversation, or clear this one.")
+#: The reason a turn ends with when the model's context is full even after compacting it once.
+CONTEXT_OVERFLOW = ("The conversation is too long for the model's context window, even with its older "
+                    "messages summarized. Start a new conversation, or clear this one.")
 
 # The messages providers give for a full context (SEMANTICS.md §9.8).
 _OVERFLOW = re.compile(
@@ -148,12 +148,13 @@ class TurnHooks:
         await call_hook("on_step_finish", hook, ctx)
 
     async def model_failed(self, step: int, error: BaseException) -> Classification:
-        """Tell ``on_error``, then ask ``classify_error`` what to do (no classifier: fail)."""
+        """Tell ``on_error``, then ask ``classify_error`` what to do (no classifier: context-overflow
+        for the errors :func:`is_context_overflow` knows, else fail)."""
         ctx = ErrorContext(**self._fields(step), error=error, message=str(error))
         if self.agent.on_error is not None:
             await call_hook("on_error", self.agent.on_error, ctx)
-        if self.agent.classify_error is None:
-            return "fail"
+        if self.agent.classify_error is None:  # the default: a full context is compacted, anything else fails
+            return "context-overflow" if is_context_overflow(str(error)) else "fail"
         return read_classification(await call_hook("classify_error", self.agent.classify_error, ctx))
 
     # -- tools ---------------------------------------------------------------------------------

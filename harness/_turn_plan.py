@@ -6,6 +6,7 @@ share these without importing one another.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -97,3 +98,7 @@ class TurnHost(Protocol):
     async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome) -> None: ...
 
     def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None: ...
+
+    def model_view(self, messages: Sequence[UIMessage], ids: Sequence[str]) -> Sequence[UIMessage]: ...
+
+    async def compact_for_overflow(self) -> bool: ...

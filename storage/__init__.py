@@ -4,6 +4,8 @@ Open a file with :meth:`Database.open`; change it only inside
 ``async with db.transaction() as tx:``; read settled rows with ``db.read``.
 """
 
+from ._blocks import INSTANCE_SCOPE, BlockRow, session_scope
+from ._compactions import CompactionRow
 from ._db import Database, Reader, StorageError, Tx
 from ._index import WorkIndex
 from ._memory import sqlite_memory_used, trim_heap
@@ -19,7 +21,10 @@ from ._streams import StreamRow
 from ._tool_calls import ToolCallRow
 
 __all__ = [
+    "INSTANCE_SCOPE",
     "SCHEMA_VERSION",
+    "BlockRow",
+    "CompactionRow",
     "Database",
     "InvalidNameError",
     "MessageRow",
@@ -38,6 +43,7 @@ __all__ = [
     "describe_problem",
     "instance_db_path",
     "problem_of",
+    "session_scope",
     "sqlite_memory_used",
     "trim_heap",
     "validate_agent_name",

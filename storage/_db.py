@@ -21,6 +21,8 @@ import aiosqlite
 
 from . import _faults
 from ._base import Link, Params
+from ._blocks import BlockReads, BlockWrites
+from ._compactions import CompactionReads, CompactionWrites
 from ._lanes import LaneConnection
 from ._messages import MessageReads, MessageWrites
 from ._operations import OperationReads, OperationWrites
@@ -79,11 +81,13 @@ class StorageError(Exception):
         self.problem = problem
 
 
-class Reader(MessageReads, OperationReads, ScheduleReads, SearchReads, SessionReads, StreamReads, ToolCallReads):
+class Reader(BlockReads, CompactionReads, MessageReads, OperationReads, ScheduleReads, SearchReads, SessionReads,
+             StreamReads, ToolCallReads):
     """Every read statement."""
 
 
-class Tx(Reader, MessageWrites, OperationWrites, ScheduleWrites, SessionWrites, StreamWrites, ToolCallWrites):
+class Tx(Reader, BlockWrites, CompactionWrites, MessageWrites, OperationWrites, ScheduleWrites, SessionWrites,
+         StreamWrites, ToolCallWrites):
     """Every statement, inside one open transaction."""
 
 

@@ -187,5 +187,32 @@ END;
 INSERT INTO messages_fts (rowid, words) SELECT seq, words FROM message_words WHERE words IS NOT NULL;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+# Compaction overlays: what a model is shown in place of the messages from from_message_id to
+# to_message_id on a path (the messages stay, and stay in get-messages and search). The newest
+# overlay whose both ends are on the path wins.
+# Context blocks: named texts a model reads in its system prompt and may write with tools;
+# session_id NULL: the instance's own, shared by its sessions.
+_V8 = """
+CREATE TABLE compactions (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT UNIQUE NOT NULL,
+  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  from_message_id TEXT NOT NULL,
+  to_message_id TEXT NOT NULL,
+  summary TEXT NOT NULL,
+  tokens_before INTEGER NOT NULL,
+  created_at INTEGER NOT NULL
+);
+CREATE INDEX compactions_session ON compactions (session_id, seq);
+
+CREATE TABLE context_blocks (
+  scope TEXT NOT NULL,
+  label TEXT NOT NULL,
+  content TEXT NOT NULL,
+  updated_at INTEGER NOT NULL,
+  PRIMARY KEY (scope, label)
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 SCHEMA_VERSION = len(MIGRATIONS)

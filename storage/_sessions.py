@@ -69,12 +69,15 @@ class SessionWrites(Access):
         return changed > 0
 
     async def delete_session(self, session_id: str) -> bool:
-        """Delete a session and everything it holds (messages, streams, operations, tool calls, schedules)."""
+        """Delete a session and everything it holds (messages, streams, operations, tool calls, schedules,
+        compactions, its context blocks)."""
         await self._execute("DELETE FROM schedules WHERE session_id = ?", (session_id,))
         await self._execute("DELETE FROM tool_calls WHERE session_id = ?", (session_id,))
         await self._execute("DELETE FROM streams WHERE session_id = ?", (session_id,))
         await self._execute("DELETE FROM operations WHERE session_id = ?", (session_id,))
         await self._execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+        await self._execute("DELETE FROM compactions WHERE session_id = ?", (session_id,))
+        await self._execute("DELETE FROM context_blocks WHERE scope = ?", (f"session:{session_id}",))
         return await self._execute("DELETE FROM sessions WHERE id = ?", (session_id,)) > 0
 
     async def set_session_title(self, session_id: str, title: str | None, now: int) -> bool:

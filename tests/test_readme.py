@@ -214,3 +214,15 @@ async def test_the_get_messages_pages_example_runs(tmp_path: Path) -> None:
     hits = json.loads(found)["results"]
     assert [h["role"] for h in hits] == ["assistant", "user"]
     assert hits[0]["snippet"] == "You said: and **again**"
+
+
+def test_the_compaction_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "compaction.py"
+    script.write_text(python_block("done = await s.compact()"))
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(script), run_name="__main__")
+    before_after, count, snippet = capsys.readouterr().out.splitlines()
+    before, after = (int(x) for x in before_after.split(" -> "))
+    assert after < before
+    assert count == "8" and snippet == "Where is **parcel** **0**?"
