@@ -3,7 +3,8 @@
 Under ``/agents/{agent}/{name}``, with ``?session=ID`` (default: the root session):
 ``POST /submit``, ``GET /operations``, ``GET|DELETE /operations/{id}``,
 ``GET|POST /sessions``, ``DELETE /sessions/{id}``, ``POST /messages``, ``GET /events`` (SSE),
-``GET|POST /schedules``, ``GET|DELETE /schedules/{id}``, ``GET /search?q=``, ``POST /compact``.
+``GET|POST /schedules``, ``GET|DELETE /schedules/{id}``, ``GET /search?q=``, ``POST /compact``,
+``GET /memory``, ``PUT /memory/{label}``.
 
 Everything a request carries is client input: messages are checked as the chat
 socket's are (user content only), answers apply only to calls the model made.
@@ -27,6 +28,7 @@ from harness import (
     CompactionError,
     Harness,
     InputError,
+    MemoryBlockError,
     ScheduleError,
     ScheduleExists,
     ScheduleRefused,
@@ -221,6 +223,21 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
                              "from_message_id": event.from_message_id, "to_message_id": event.to_message_id,
                              "tokens_before": event.tokens_before, "tokens_after": event.tokens_after})
 
+    async def memory(request: Request) -> Response:
+        session = await session_of(request, read=request.method == "GET")
+        if request.method == "GET":
+            return JSONResponse({"session": session.id, "blocks": [b.to_json() for b in await session.memory()]})
+        label = request.path_params["label"]
+        body = await body_of(request)
+        content = body.get("content")
+        if not isinstance(content, str):
+            raise _Refused(400, f"content: expected a string, got {type(content).__name__}", "content")
+        try:
+            state = await session.set_memory(label, content)
+        except MemoryBlockError as exc:
+            raise _Refused(404 if "no memory block" in str(exc) else 422, str(exc), "content") from None
+        return JSONResponse(state.to_json())
+
     async def sessions(request: Request) -> Response:
         agent, name = address(request, read=request.method == "GET")
         handle = harness.sessions(agent, name)
@@ -352,6 +369,8 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         Route(f"{base}/operations", endpoint(operations), methods=["GET"]),
         Route(f"{base}/search", endpoint(search), methods=["GET"]),
         Route(f"{base}/compact", endpoint(compact), methods=["POST"]),
+        Route(f"{base}/memory", endpoint(memory), methods=["GET"]),
+        Route(base + "/memory/{label}", endpoint(memory), methods=["PUT"]),
         Route(base + "/operations/{operation_id}", endpoint(operation), methods=["GET", "DELETE"]),
         Route(f"{base}/sessions", endpoint(sessions), methods=["GET", "POST"]),
         Route(base + "/sessions/{session_id}", endpoint(session_item), methods=["DELETE", "PATCH"]),

@@ -51,6 +51,11 @@ _SCHEMAS: dict[str, Any] = {
         "text": {"type": ["string", "null"]}, "message_ids": {"type": "array", "items": {"type": "string"}},
         "created_at": {"type": "integer"}, "started_at": {"type": ["integer", "null"]},
         "settled_at": {"type": ["integer", "null"]}, "attempts": {"type": "integer"}}},
+    "MemoryBlock": {"type": "object", "properties": {
+        "label": {"type": "string"}, "description": {"type": "string"},
+        "scope": {"type": "string", "enum": ["session", "instance"]}, "limit": {"type": "integer"},
+        "read_only": {"type": "boolean"}, "content": {"type": "string"},
+        "updated_at": {"type": ["integer", "null"]}}},
     "Schedule": {"type": "object", "properties": {
         "id": {"type": "string"}, "session": {"type": "string"}, "kind": {"enum": ["delay", "at", "cron"]},
         "input": _ref("Input"), "next_run_at": {"type": "string", "format": "date-time"},
@@ -158,6 +163,20 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
             "delete": {"summary": "Cancel a schedule", "parameters": [*params, {
                 "name": "schedule_id", "in": "path", "required": True, "schema": {"type": "string"}}],
                        "responses": {"200": _json({"type": "object"}, "Cancelled"), **_errors(401, 404)}}},
+        f"{base}/memory": {"get": {
+            "summary": "The agent's memory blocks as this session sees them (its own and the instance's)",
+            "parameters": [*params, _SESSION_PARAM],
+            "responses": {"200": _json({"type": "object", "properties": {
+                "session": {"type": "string"}, "blocks": {"type": "array", "items": _ref("MemoryBlock")}}},
+                "The blocks"), **_errors(401, 404)}}},
+        base + "/memory/{label}": {"put": {
+            "summary": "Write a memory block (read-only ones too: read-only is for the model)",
+            "parameters": [*params, _SESSION_PARAM, {"name": "label", "in": "path", "required": True,
+                                                     "schema": {"type": "string"}}],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["content"], "properties": {"content": {"type": "string"}}}}}},
+            "responses": {"200": _json(_ref("MemoryBlock"), "The block as written"),
+                          **_errors(400, 401, 404, 422)}}},
         f"{base}/compact": {"post": {
             "summary": "Summarize older messages now, for what the model reads (stored messages stay)",
             "parameters": [*params, _SESSION_PARAM],

@@ -6,6 +6,7 @@ from ._agent import Agent
 from ._answers import Answer, AnswerRefused
 from ._clock import Clock
 from ._compaction import Compaction, CompactionError, SummaryRequest
+from ._context_blocks import Block, Memory, MemoryBlockError
 from ._events import (
     ChunksCommitted,
     Compacted,
@@ -66,6 +67,7 @@ from ._registry import CapacityError, InstanceRegistry
 from ._scheduler import Scheduler
 from ._schedules import Schedule, ScheduleError, ScheduleExists, ScheduleRefused, Schedules
 from ._session import Session
+from ._session_memory import BlockState
 from ._session_transcript import MAX_SEARCH_RESULTS
 from ._sessions import SessionError, SessionExists, SessionInfo, SessionNotFound, validate_session_id
 from ._startup import StartupRecovery
@@ -80,6 +82,8 @@ __all__ = [
     "Agent",
     "Answer",
     "AnswerRefused",
+    "Block",
+    "BlockState",
     "CapacityError",
     "ChunkContext",
     "ChunksCommitted",
@@ -102,6 +106,8 @@ __all__ = [
     "Instance",
     "InstanceRegistry",
     "Listener",
+    "Memory",
+    "MemoryBlockError",
     "MessagePersisted",
     "MessageUpdated",
     "Model",

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from ._compaction import Compaction
+from ._context_blocks import Memory
 from ._hooks import HookContext, HookError, HookFn, call_hook
 from ._model import Model
 from ._recovery_policy import RecoveryPolicy
@@ -45,6 +46,9 @@ class Agent:
     #: How long conversations are compacted (README "Long conversations and memory"); None: the
     #: defaults, and only on demand or when the model says its context is full.
     compaction: Compaction | None = None
+    #: Memory blocks in the system prompt, and the tools the model writes them with (README
+    #: "Long conversations and memory").
+    memory: Memory | None = None
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:

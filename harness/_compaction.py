@@ -201,6 +201,12 @@ class ModelView(Sequence[UIMessage]):
     def __len__(self) -> int:
         return len(self._inner) - self._cut
 
+    async def load(self, start: int = 0) -> None:
+        """Read from storage what a model reading from ``start`` on needs (as ParsedOnRead does)."""
+        load = getattr(self._inner, "load", None)
+        if load is not None:
+            await load(start if start < self._start else start + self._cut)
+
     @overload
     def __getitem__(self, index: int) -> UIMessage: ...
 

@@ -24,6 +24,7 @@ from ._inputs import InputError, parse_input, resolve_approval
 from ._logcontext import current_agent, current_instance, current_operation, current_session
 from ._outcomes import OperationInfo, OperationResult, Receipt
 from ._session import Session
+from ._session_memory import BlockState
 from ._sessions import SessionInfo, create_session, delete_session, fork_session, list_sessions, rename_session
 
 __all__ = ["InFlight", "PromptResult", "SessionHandle", "Sessions", "WouldDeadlock"]
@@ -206,6 +207,17 @@ class SessionHandle:
         an operation is open, CompactionError if the summary could not be made."""
         async with self._use() as s:
             return await s.compact()
+
+    async def memory(self) -> list[BlockState]:
+        """The agent's memory blocks as this session sees them now (its own and the instance's)."""
+        async with self._use() as s:
+            return await s.memory()
+
+    async def set_memory(self, label: str, content: str) -> BlockState:
+        """Write a memory block (a read-only one too: read-only is for the model); MemoryBlockError if
+        the agent has no such block or ``content`` is over its limit."""
+        async with self._use() as s:
+            return await s.set_memory(label, content)
 
     async def search(self, query: str, *, limit: int = 20) -> list[SearchHit]:
         """Messages of this session holding every word of ``query`` (any branch, stemmed: "run"

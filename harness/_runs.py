@@ -82,6 +82,8 @@ class OperationRuns:
         async def compactions(self) -> list[CompactionRow]: ...
         def model_view(self, messages: Sequence[UIMessage], ids: Sequence[str]) -> Sequence[UIMessage]: ...
         async def compact_for_overflow(self) -> bool: ...
+        def _memory_tools(self) -> dict[str, Tool]: ...
+        async def system_for_model(self, system: str | None) -> str | None: ...
         def publish(self, event: HarnessEvent) -> None: ...
         def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None: ...
 
@@ -158,8 +160,8 @@ class OperationRuns:
         return self.models.get(spec)
 
     async def server_tools(self, operation_id: str = "") -> dict[str, Tool]:
-        """The agent's tools (asked of its ``tools`` function, where it has one)."""
-        return await self.agent.tools_for(self.hooks(operation_id).context())
+        """The agent's tools (asked of its ``tools`` function, where it has one), and its memory's."""
+        return {**self._memory_tools(), **await self.agent.tools_for(self.hooks(operation_id).context())}
 
     def _turn_for(self, plan: TurnPlan) -> Turn:
         agent = self.agent
@@ -339,7 +341,7 @@ class OperationRuns:
             task.add_done_callback(self._hook_tasks.discard)
 
     def _tools(self) -> dict[str, Tool]:
-        tools = {} if callable(self.agent.tools) else self.agent.tool_map()
+        tools = {**self._memory_tools(), **({} if callable(self.agent.tools) else self.agent.tool_map())}
         for spec in self._client_tools:
             name = spec.get("name")
             if isinstance(name, str) and name and name not in tools:  # never replaces a server tool

@@ -53,6 +53,7 @@ from ._pending import Pending
 from ._recovery import Recovered, recover_operation
 from ._runs import OperationRuns
 from ._session_compaction import SessionCompaction
+from ._session_memory import SessionMemory
 from ._session_transcript import SessionTranscript
 from ._turn import Turn
 from ._turn_plan import Outcome, TurnSuspended, Unsettled
@@ -63,7 +64,7 @@ __all__ = ["Session"]
 
 log = logging.getLogger("think_server.session")
 
-class Session(SessionTranscript, SessionCompaction, OperationRuns):
+class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns):
     def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model, *,
                  stream_grace_ms: int = 10 * 60 * 1000, policy: InputPolicy | None = None,
                  work: WorkNotices | None = None, budget: HistoryBudget | None = None) -> None:

@@ -376,7 +376,7 @@ class Turn:
         await messages.load(context.last_user() if from_end else 0)
         # A summary in place of older messages, if the session was compacted; old outputs cut.
         view = self._session.model_view(messages, context.ids)
-        return ModelRequest(messages=view, system=self._system, tools=tools)
+        return ModelRequest(messages=view, system=await self._session.system_for_model(self._system), tools=tools)
 
     async def _model_call(self, request: ModelRequest, model: Model, step: int) -> _StepResult:
         result = _StepResult()

@@ -226,3 +226,16 @@ def test_the_compaction_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyP
     before, after = (int(x) for x in before_after.split(" -> "))
     assert after < before
     assert count == "8" and snippet == "Where is **parcel** **0**?"
+
+
+def test_the_memory_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "memory.py"
+    script.write_text(python_block("await s.set_memory("))
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert out.startswith("Be brief.\n\n# Memory\n")
+    assert "## notes (What you learned about the user) [12/1000 chars, writable]\nPrefers tea." in out
+    assert "## house (Rules of the house) [36/2000 chars, read-only]\nClosed on Mondays. Breakfast from 7." in out
+    assert out.rstrip().endswith("['Prefers tea.', 'Closed on Mondays. Breakfast from 7.']")

@@ -458,3 +458,29 @@ async def test_search_over_http_finds_words_of_any_turn_and_forgets_deleted_sess
         assert (await c.delete(f"{A}/finder/sessions/s1")).status_code == 200
         gone = await c.get(f"{A}/finder/search", params={"q": "llama", "session": "s1"})
         assert gone.json()["results"] == []
+
+
+async def test_memory_blocks_over_http(serve) -> None:
+    from harness import Agent, Block, Memory, ScriptedModel
+    model = ScriptedModel({"rules": [{"match": "*", "steps": [[{"text": ["{system}"]}]]}]})
+    agent = Agent(model=model, memory=Memory([Block("notes", limit=20), Block("team", scope="instance")]))
+    srv = await serve({"mem": agent})
+    async with await http(srv) as c:
+        base = "/agents/mem/box"
+        r = await c.put(f"{base}/memory/notes", json={"content": "likes tea"})
+        assert r.status_code == 200, r.text
+        assert r.json()["content"] == "likes tea" and r.json()["scope"] == "session"
+        blocks = (await c.get(f"{base}/memory")).json()["blocks"]
+        assert [(b["label"], b["content"]) for b in blocks] == [("notes", "likes tea"), ("team", "")]
+        assert blocks[1]["updated_at"] is None and blocks[0]["limit"] == 20
+        other = (await c.get(f"{base}/memory", params={"session": "s2"})).json()["blocks"]
+        assert other[0]["content"] == ""  # a session's own
+        op = (await c.post(f"{base}/submit", json={"input": "what do you know"})).json()["operation_id"]
+        info = (await c.get(f"{base}/operations/{op}", params={"wait": "10"})).json()
+        assert "## notes [9/20 chars, writable]\nlikes tea" in info["text"]
+
+        r = await c.put(f"{base}/memory/notes", json={"content": "x" * 21})
+        assert r.status_code == 422 and "at most 20" in r.json()["error"]
+        assert (await c.put(f"{base}/memory/nope", json={"content": "x"})).status_code == 404
+        assert (await c.put(f"{base}/memory/notes", json={"content": 3})).json()["field"] == "content"
+        assert (await c.get("/agents/mem/never/memory")).status_code == 404
