@@ -25,11 +25,12 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any
 
 from protocol import TextPart, ToolPart, UIMessage, shorten_value
 from storage import CompactionRow
 
+from ._history import MessageSequence
 from ._model import Model, ModelRequest, TextDelta
 
 __all__ = [
@@ -182,7 +183,7 @@ def _shortened(msg: UIMessage, settings: Compaction) -> UIMessage:
     return msg.model_copy(update={"parts": parts}) if changed else msg
 
 
-class ModelView(Sequence[UIMessage]):
+class ModelView(MessageSequence):
     """What a model reads: the transcript with the overlay's range replaced by its summary, and
     older messages shortened; each message made as it is read (the transcript parses on read)."""
 
@@ -207,24 +208,11 @@ class ModelView(Sequence[UIMessage]):
         if load is not None:
             await load(start if start < self._start else start + self._cut)
 
-    @overload
-    def __getitem__(self, index: int) -> UIMessage: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[UIMessage]: ...
-
-    def __getitem__(self, index: int | slice) -> UIMessage | list[UIMessage]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        size = len(self)
-        if index < 0:
-            index += size
-        if not 0 <= index < size:
-            raise IndexError(f"message index {index} out of range (0-{size - 1})")
+    def _at(self, index: int) -> UIMessage:
         if self._summary is not None and index == self._start:
             return self._summary
         msg = self._inner[index if index < self._start else index + self._cut]
-        return _shortened(msg, self._settings) if index < size - RECENT else msg
+        return _shortened(msg, self._settings) if index < len(self) - RECENT else msg
 
 
 def render_for_summary(messages: Sequence[UIMessage], previous: str | None, limit: int) -> str:

@@ -27,7 +27,7 @@ from typing import Protocol, overload
 from protocol import UIMessage, dump_message_text, parse_message
 from storage import Database
 
-__all__ = ["Context", "Fetch", "History", "HistoryBudget", "Holder", "ParsedOnRead", "parse_text"]
+__all__ = ["Context", "Fetch", "History", "HistoryBudget", "Holder", "MessageSequence", "ParsedOnRead", "parse_text"]
 
 # Parsed messages cost several times their JSON text (measured: about 6x for short chat
 # messages); the budget counts this many bytes per byte of JSON while they are held.
@@ -64,7 +64,33 @@ async def _filled(ids: Sequence[str], texts: Sequence[str | None], fetch: Fetch,
     return out
 
 
-class ParsedOnRead(Sequence[UIMessage]):
+class MessageSequence(Sequence[UIMessage]):
+    """A read-only sequence of messages made as they are read: subclasses give ``__len__`` and
+    ``_at(index)`` (an index in range, not negative); slices and negative indexes are here."""
+
+    __slots__ = ()
+
+    def _at(self, index: int) -> UIMessage:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> UIMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[UIMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> UIMessage | list[UIMessage]:
+        if isinstance(index, slice):
+            return [self._at(i) for i in range(*index.indices(len(self)))]
+        size = len(self)
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError(f"message index {index} out of range (0-{size - 1})")
+        return self._at(index)
+
+
+class ParsedOnRead(MessageSequence):
     """Messages kept as JSON texts, each parsed the first time it is read (then held as long as
     this sequence is), followed by ``tail``, messages already parsed.
 
@@ -93,20 +119,7 @@ class ParsedOnRead(Sequence[UIMessage]):
     def __len__(self) -> int:
         return len(self._texts) + len(self._tail)
 
-    @overload
-    def __getitem__(self, index: int) -> UIMessage: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[UIMessage]: ...
-
-    def __getitem__(self, index: int | slice) -> UIMessage | list[UIMessage]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        size = len(self)
-        if index < 0:
-            index += size
-        if not 0 <= index < size:
-            raise IndexError(f"message index {index} out of range (0-{size - 1})")
+    def _at(self, index: int) -> UIMessage:
         if index >= len(self._texts):
             return self._tail[index - len(self._texts)]
         msg = self._parsed.get(index)
