@@ -33,6 +33,24 @@ def python_block(containing: str) -> str:
     raise AssertionError(f"no python block in the README contains {containing!r}")
 
 
+async def served(tmp_path: Path, block: str) -> list[str]:
+    """What each curl command of a README shell block printed, run against a real server."""
+    server = ServerProcess(app=None, data_dir=tmp_path / "data", log_path=tmp_path / "server.log")
+    await server.start()
+    try:
+        return await asyncio.to_thread(run_commands, block, server.base)
+    finally:
+        server.stop()
+
+
+def run_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, containing: str) -> None:
+    """Run the README's python block that contains ``containing`` as a script, in ``tmp_path``."""
+    script = tmp_path / "example.py"
+    script.write_text(python_block(containing))
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(script), run_name="__main__")
+
+
 def test_the_python_api_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "example.py"
@@ -154,13 +172,7 @@ async def test_the_curl_session_runs(tmp_path: Path) -> None:
 
 
 async def test_the_daily_summary_schedule_over_http_runs(tmp_path: Path) -> None:
-    server = ServerProcess(app=None, data_dir=tmp_path / "data", log_path=tmp_path / "server.log")
-    await server.start()
-    try:
-        out = await asyncio.to_thread(run_commands, sh_block('"id": "daily-summary"'), server.base)
-    finally:
-        server.stop()
-    made, listed, summaries, deleted = out
+    made, listed, summaries, deleted = await served(tmp_path, sh_block('"id": "daily-summary"'))
     schedule = json.loads(made)
     assert (schedule["id"], schedule["session"], schedule["kind"], schedule["cron"]) == (
         "daily-summary", "reports", "cron", "0 8 * * *")
@@ -199,13 +211,7 @@ def test_the_own_model_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 async def test_the_get_messages_pages_example_runs(tmp_path: Path) -> None:
-    server = ServerProcess(app=None, data_dir=tmp_path / "data", log_path=tmp_path / "server.log")
-    await server.start()
-    try:
-        out = await asyncio.to_thread(run_commands, sh_block("get-messages?limit=2"), server.base)
-    finally:
-        server.stop()
-    _, _, waited, page, link, found = out
+    _, _, waited, page, link, found = await served(tmp_path, sh_block("get-messages?limit=2"))
     assert json.loads(waited)["status"] == "completed"
     newest = json.loads(page)
     assert [m["role"] for m in newest] == ["user", "assistant"]
@@ -218,10 +224,7 @@ async def test_the_get_messages_pages_example_runs(tmp_path: Path) -> None:
 
 def test_the_compaction_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture[str]) -> None:
-    script = tmp_path / "compaction.py"
-    script.write_text(python_block("done = await s.compact()"))
-    monkeypatch.chdir(tmp_path)
-    runpy.run_path(str(script), run_name="__main__")
+    run_example(tmp_path, monkeypatch, "done = await s.compact()")
     before_after, count, snippet = capsys.readouterr().out.splitlines()
     before, after = (int(x) for x in before_after.split(" -> "))
     assert after < before
@@ -230,10 +233,7 @@ def test_the_compaction_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_the_memory_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    script = tmp_path / "memory.py"
-    script.write_text(python_block("await s.set_memory("))
-    monkeypatch.chdir(tmp_path)
-    runpy.run_path(str(script), run_name="__main__")
+    run_example(tmp_path, monkeypatch, "await s.set_memory(")
     out = capsys.readouterr().out
     assert out.startswith("Be brief.\n\n# Memory\n")
     assert "## notes (What you learned about the user) [12/1000 chars, writable]\nPrefers tea." in out
