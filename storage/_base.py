@@ -49,7 +49,8 @@ class Access:
         self._in_use = _InUse(link)
 
     # One trip to the file's thread each: aiosqlite's ``execute`` then ``fetchall`` then the
-    # cursor's close are three, and a read that waits behind fifty busy files pays each.
+    # cursor's close are three, and a read that waits behind fifty busy files pays each. (The
+    # sqlite3 cursor is made and dropped inside that one call, on the lane.)
     async def _fetchall(self, sql: str, params: Params = ()) -> list[aiosqlite.Row]:
         async with self._in_use as conn:
             return list(await conn.execute_fetchall(sql, params))
@@ -62,11 +63,12 @@ class Access:
 
     async def _execute(self, sql: str, params: Params = ()) -> int:
         """Run one statement; the number of rows it changed."""
-        async with self._in_use as conn:
-            cur = await conn.execute(sql, params)
-        # Not closed: a finished statement holds nothing, and the close would be one more trip.
-        return cur.rowcount
+        # The cursor is closed on the connection's lane (in a write transaction, at once on the
+        # loop): one left to the collector would be freed on whatever thread drops it, and reset
+        # its statement there, while the lane may be running another on a worker thread.
+        async with self._in_use as conn, conn.execute(sql, params) as cur:
+            return cur.rowcount
 
     async def _executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        async with self._in_use as conn:
-            await conn.executemany(sql, rows)
+        async with self._in_use as conn, conn.executemany(sql, rows):
+            pass  # the cursor is closed on the lane

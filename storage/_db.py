@@ -226,7 +226,7 @@ class Database:
                     with contextlib.suppress(BaseException):
                         await begin
                     if conn.in_transaction:
-                        await conn.execute("ROLLBACK")
+                        await conn.execute_fetchall("ROLLBACK")
                     raise
             faulty = self._faulty  # None unless THINK_FAULTS is set (tests only)
             if faulty is not None:
@@ -253,7 +253,7 @@ class Database:
         writes the file), else waited for on a worker thread, for as long as ``BUSY_WAIT_MS``."""
         _writing(conn, True)
         try:
-            await conn.execute("BEGIN IMMEDIATE")  # busy_timeout 0: never waits on the loop
+            await conn.execute_fetchall("BEGIN IMMEDIATE")  # busy_timeout 0: never waits on the loop
             return
         except sqlite3.OperationalError as exc:
             if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
@@ -262,7 +262,7 @@ class Database:
             _writing(conn, False)
         await conn.execute_fetchall(f"PRAGMA busy_timeout={BUSY_WAIT_MS}")  # it answers a row
         try:
-            await conn.execute("BEGIN IMMEDIATE")
+            await conn.execute_fetchall("BEGIN IMMEDIATE")
         finally:
             await conn.execute_fetchall("PRAGMA busy_timeout=0")
 
@@ -307,7 +307,7 @@ async def _begin_here(conn: aiosqlite.Connection) -> bool:
         if not conn.runs_here():
             return False
         try:
-            await conn.execute("BEGIN IMMEDIATE")  # busy_timeout 0: never waits on the loop
+            await conn.execute_fetchall("BEGIN IMMEDIATE")  # busy_timeout 0: never waits on the loop
         except sqlite3.OperationalError as exc:
             if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
                 raise
@@ -326,9 +326,9 @@ async def _commit(conn: aiosqlite.Connection) -> None:
     cancel that arrives now waits for the COMMIT, and lands at the caller's next await.
     """
     if isinstance(conn, LaneConnection) and conn.runs_here():
-        await conn.execute("COMMIT")  # done before the await returns: nothing can cancel it halfway
+        await conn.execute_fetchall("COMMIT")  # done before the await returns: nothing can cancel it halfway
         return
-    commit = asyncio.ensure_future(conn.execute("COMMIT"))
+    commit = asyncio.ensure_future(conn.execute_fetchall("COMMIT"))
     cancelled = False
     while True:
         try:
@@ -361,7 +361,7 @@ async def _rollback(conn: aiosqlite.Connection) -> None:
     """
     if conn.in_transaction:
         with contextlib.suppress(sqlite3.Error):
-            await conn.execute("ROLLBACK")
+            await conn.execute_fetchall("ROLLBACK")
 
 
 # Tables every file of ours has from its first migration on; a file without them is not ours.
@@ -409,5 +409,5 @@ async def _migrate(conn: aiosqlite.Connection, version: int) -> None:
             await conn.executescript(migration_script(number, MIGRATIONS[number]))  # with its version bump
         except BaseException:
             if conn.in_transaction:
-                await conn.execute("ROLLBACK")
+                await conn.execute_fetchall("ROLLBACK")
             raise

@@ -55,13 +55,13 @@ class WorkIndex:
             raise StorageError(f"cannot open {path}: {exc}", problem_of(exc) or Problem.DAMAGED) from exc
         try:
             await conn.execute_fetchall("PRAGMA journal_mode=WAL")  # read to the end: it answers a row
-            await conn.execute("PRAGMA synchronous=NORMAL")
-            await conn.execute(
+            await conn.execute_fetchall("PRAGMA synchronous=NORMAL")
+            await conn.execute_fetchall(
                 "CREATE TABLE IF NOT EXISTS active_instances (agent TEXT NOT NULL, name TEXT NOT NULL, "
                 "marked_at INTEGER NOT NULL, PRIMARY KEY (agent, name))"
             )
             # Added with schedules: an index written before them gains the table the first time.
-            await conn.execute(
+            await conn.execute_fetchall(
                 "CREATE TABLE IF NOT EXISTS wakes (agent TEXT NOT NULL, name TEXT NOT NULL, "
                 "wake_at INTEGER NOT NULL, PRIMARY KEY (agent, name))"
             )
@@ -158,17 +158,22 @@ class WorkIndex:
                         done.set_result(None)
 
     async def _commit(self, batch: list[tuple[str, tuple[Any, ...], asyncio.Future[None]]]) -> None:
+        # execute_fetchall: the sqlite3 cursor is made and dropped in one call on the connection's
+        # lane. A cursor object left to the collector is freed (and its statement reset) on
+        # whatever thread drops it, while the lane may be running the next statement: SQLite
+        # then says "bad parameter or other API misuse" (seen once in a benchmark).
         if len(batch) == 1:
             sql, params, _ = batch[0]
-            await self._conn.execute(sql, params)  # autocommit: one trip to the thread
+            await self._conn.execute_fetchall(sql, params)  # autocommit: one trip to the thread
             return
-        await self._conn.execute("BEGIN IMMEDIATE")
+        await self._conn.execute_fetchall("BEGIN IMMEDIATE")
         try:
             for sql, same in groupby(batch, key=lambda write: write[0]):
-                await self._conn.executemany(sql, [params for _, params, _ in same])
-            await self._conn.execute("COMMIT")
+                async with self._conn.executemany(sql, [params for _, params, _ in same]):
+                    pass  # closed on the lane
+            await self._conn.execute_fetchall("COMMIT")
         except BaseException:
             if self._conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
-                    await self._conn.execute("ROLLBACK")
+                    await self._conn.execute_fetchall("ROLLBACK")
             raise
