@@ -23,7 +23,7 @@ from ._events import (
     ToolCallFinished,
     TranscriptChanged,
 )
-from ._handles import InFlight, PromptResult, SessionHandle, Sessions, WouldDeadlock
+from ._handles import InFlight, PromptResult, SessionHandle, Sessions, SessionState, WouldDeadlock
 from ._harness import DataDirInUse, Harness, check_data_dir_free
 from ._history import History, HistoryBudget
 from ._hooks import (
@@ -148,6 +148,7 @@ __all__ = [
     "SessionInput",
     "SessionNotFound",
     "SessionReset",
+    "SessionState",
     "Sessions",
     "StartupRecovery",
     "StepContext",

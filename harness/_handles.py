@@ -12,10 +12,10 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from protocol import TextPart, UIMessage, message_text, parse_message
-from storage import SearchHit
+from storage import CompactionRow, SearchHit
 
 from ._answers import Answer
 from ._events import Compacted, HarnessEvent, OperationSettled
@@ -27,7 +27,7 @@ from ._session import Session
 from ._session_memory import BlockState
 from ._sessions import SessionInfo, create_session, delete_session, fork_session, list_sessions, rename_session
 
-__all__ = ["InFlight", "PromptResult", "SessionHandle", "Sessions", "WouldDeadlock"]
+__all__ = ["InFlight", "PromptResult", "SessionHandle", "SessionState", "Sessions", "WouldDeadlock"]
 
 
 class WouldDeadlock(RuntimeError):
@@ -41,6 +41,18 @@ class InFlight:
     operation_id: str
     message_id: str | None
     chunks: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    """What ``inspect()`` shows of a session: its open operations (running first), how many
+    messages its active path holds, its memory blocks and its compaction overlays."""
+
+    session: str
+    pending: list[str]
+    message_count: int
+    memory: list[BlockState]
+    compactions: list[CompactionRow]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +129,20 @@ class SessionHandle:
         text = result.text or (message_text(message) if message is not None and result.status == "done" else "")
         return PromptResult(receipt.operation_id, result.status, text, result.reason, message)
 
-    async def inspect(self, operation_id: str) -> OperationInfo | None:
-        """Status, outcome, reason, message ids, times and attempts of an operation of this session."""
+    @overload
+    async def inspect(self) -> SessionState: ...
+
+    @overload
+    async def inspect(self, operation_id: str) -> OperationInfo | None: ...
+
+    async def inspect(self, operation_id: str | None = None) -> OperationInfo | SessionState | None:
+        """Status, outcome, reason, message ids, times and attempts of an operation of this session;
+        with no id, the session itself: its open operations, messages, memory and compactions."""
+        if operation_id is None:
+            async with self._use() as session:
+                history = await session.history()
+                return SessionState(self.id, session.pending(), len(history), await session.memory(),
+                                    list(await session.compactions()))
         async with self._harness.hold(self.agent, self.name) as instance:
             row = await instance.db.read.operation(operation_id)
             if row is None or row.session_id != self.id:

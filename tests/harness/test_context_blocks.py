@@ -122,3 +122,20 @@ async def test_an_agent_without_memory_has_no_tools_and_an_untouched_prompt(open
     assert (await _ask(s, "u1", "show system")).text == "Be brief."
     assert (await _ask(s, "u2", "show tools")).text == ""
     assert await s.memory() == []
+
+
+async def test_inspect_shows_the_session_with_its_memory_and_compactions(tmp_path: Any) -> None:
+    from harness import Compaction, Harness
+    agent = Agent(memory=Memory([NOTES]), compaction=Compaction(keep_tokens=0, keep_messages=2,
+                                                                summarize=lambda r: "S"))
+    async with Harness({"a": agent}, data_dir=tmp_path / "data", model=SCRIPT) as h:
+        s = await h.session("a", "x")
+        for text in ("one", "two", "three"):
+            await s.prompt(text)
+        await s.set_memory("notes", "likes tea")
+        await s.compact()
+        state = await s.inspect()
+        assert (state.session, state.pending, state.message_count) == ("", [], 6)
+        assert [(b.block.label, b.content) for b in state.memory] == [("notes", "likes tea")]
+        assert [c.summary for c in state.compactions] == ["S"]
+        assert await s.inspect("no-such-operation") is None
