@@ -167,7 +167,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
                                      "field": "before"}, status_code=404)
             headers = {"X-Total-Count": str(total)}
             if older is not None:
-                query = urlencode({k: v for k, v in (("session", session_id), ("limit", limit), ("before", older))
+                query = urlencode({k: v for k, v in (("session", session_id), ("page_size", limit), ("before", older))
                                    if v})
                 headers["Link"] = f'<{request.url.path}?{query}>; rel="next"'
             return Response(text, media_type="application/json", headers=headers)
@@ -255,18 +255,20 @@ MAX_PAGE = 10_000
 
 
 def page_of(params: Mapping[str, str]) -> tuple[int, str | None] | None:
-    """``?limit=N&before=ID`` of get-messages: (limit, before), or None for the whole transcript.
+    """``?page_size=N&before=ID`` of get-messages: (size, before), or None for the whole transcript.
 
-    Raises ValueError(message, field) for a limit that is not a whole number from 1 to
-    :data:`MAX_PAGE`, or ``before`` without ``limit``.
+    Not ``limit``: Cloudflare's get-messages ignores it (and any other parameter it does not know),
+    and the conformance kit checks that ``?limit=1`` answers the whole transcript, as a client of
+    the real server may rely on. Raises ValueError(message, field) for a size that is not a whole
+    number from 1 to :data:`MAX_PAGE`, or ``before`` without ``page_size``.
     """
-    raw, before = params.get("limit"), params.get("before")
+    raw, before = params.get("page_size"), params.get("before")
     if raw is None:
         if before is not None:
-            raise ValueError("before= pages: give limit= with it", "limit")
+            raise ValueError("before= pages: give page_size= with it", "page_size")
         return None
     if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
-        raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE}; got {raw[:40]!r}", "limit")
+        raise ValueError(f"page_size must be a whole number from 1 to {MAX_PAGE}; got {raw[:40]!r}", "page_size")
     if before is not None and not before:
         raise ValueError("before must be a message id; got an empty one", "before")
     return int(raw), before

@@ -200,11 +200,11 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
                     "created_at": {"type": "integer"}}}}}}, "The matches"),
                           **_errors(400, 401, 404)}}},
         f"{base}/get-messages": {"get": {
-            "summary": "The active transcript (an empty list for an instance never used); with limit=, a page "
+            "summary": "The active transcript (an empty list for an instance never used); with page_size=, a page "
                        "of it: the newest N messages, or the N just before the message before=, in transcript "
                        "order, with X-Total-Count and, while older messages remain, a Link rel=\"next\"",
             "parameters": [*params, _SESSION_PARAM,
-                           {"name": "limit", "in": "query", "required": False,
+                           {"name": "page_size", "in": "query", "required": False,
                             "schema": {"type": "integer", "minimum": 1, "maximum": 10_000}},
                            {"name": "before", "in": "query", "required": False, "schema": {"type": "string"}}],
             "responses": {"200": _json({"type": "array", "items": _ref("Message")}, "Root first"),

@@ -211,7 +211,7 @@ def test_the_own_model_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 async def test_the_get_messages_pages_example_runs(tmp_path: Path) -> None:
-    _, _, waited, page, link, found = await served(tmp_path, sh_block("get-messages?limit=2"))
+    _, _, waited, page, link, found = await served(tmp_path, sh_block("get-messages?page_size=2"))
     assert json.loads(waited)["status"] == "completed"
     newest = json.loads(page)
     assert [m["role"] for m in newest] == ["user", "assistant"]
