@@ -4,7 +4,7 @@ Under ``/agents/{agent}/{name}``, with ``?session=ID`` (default: the root sessio
 ``POST /submit``, ``GET /operations``, ``GET|DELETE /operations/{id}``,
 ``GET|POST /sessions``, ``DELETE /sessions/{id}``, ``POST /messages``, ``GET /events`` (SSE),
 ``GET|POST /schedules``, ``GET|DELETE /schedules/{id}``, ``GET /search?q=``, ``POST /compact``,
-``GET /memory``, ``PUT /memory/{label}``.
+``GET /memory``, ``PUT /memory/{label}``, ``GET /files?glob=``, ``GET|PUT|DELETE /files/{path}``.
 
 Everything a request carries is client input: messages are checked as the chat
 socket's are (user content only), answers apply only to calls the model made.
@@ -38,6 +38,7 @@ from harness import (
     SessionHandle,
     SessionNotFound,
     SubmitRefused,
+    WorkspaceError,
     validate_session_id,
 )
 from protocol import ProtocolError, check_value, load_json
@@ -238,6 +239,34 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
             raise _Refused(404 if "no memory block" in str(exc) else 422, str(exc), "content") from None
         return JSONResponse(state.to_json())
 
+    async def files(request: Request) -> Response:
+        agent, name = address(request, read=True)
+        glob = request.query_params.get("glob")
+        listed = await harness.workspace(agent, name).list(glob or None)
+        return JSONResponse({"files": [f.to_json() for f in listed]})
+
+    async def file_item(request: Request) -> Response:
+        agent, name = address(request, read=request.method != "PUT")
+        ws = harness.workspace(agent, name)
+        path = request.path_params["path"]
+        try:
+            if request.method == "GET":
+                content = await ws.read(path)
+                if isinstance(content, str):
+                    return Response(content, media_type="text/plain; charset=utf-8")
+                return Response(content, media_type="application/octet-stream")
+            if request.method == "DELETE":
+                if not await ws.delete(path):
+                    raise _Refused(404, f"no file {path!r} in the workspace")
+                return JSONResponse({"deleted": True})
+            body = await request.body()
+            if len(body) > max_body_bytes:
+                raise _Refused(413, f"the body has {len(body)} bytes, over the limit of {max_body_bytes}")
+            return JSONResponse((await ws.write(path, body)).to_json())
+        except WorkspaceError as exc:
+            status = 404 if str(exc).startswith("no file") else 422 if "limit" in str(exc) else 400
+            raise _Refused(status, str(exc), "path" if status == 400 else None) from None
+
     async def sessions(request: Request) -> Response:
         agent, name = address(request, read=request.method == "GET")
         handle = harness.sessions(agent, name)
@@ -370,6 +399,8 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         Route(f"{base}/search", endpoint(search), methods=["GET"]),
         Route(f"{base}/compact", endpoint(compact), methods=["POST"]),
         Route(f"{base}/memory", endpoint(memory), methods=["GET"]),
+        Route(f"{base}/files", endpoint(files), methods=["GET"]),
+        Route(base + "/files/{path:path}", endpoint(file_item), methods=["GET", "PUT", "DELETE"]),
         Route(base + "/memory/{label}", endpoint(memory), methods=["PUT"]),
         Route(base + "/operations/{operation_id}", endpoint(operation), methods=["GET", "DELETE"]),
         Route(f"{base}/sessions", endpoint(sessions), methods=["GET", "POST"]),

@@ -28,6 +28,8 @@ def _errors(*codes: int) -> dict[str, Any]:
     return {str(c): _json(_ref("Error"), words[c]) for c in codes}
 
 
+_PATH_PARAM = {"name": "path", "in": "path", "required": True, "schema": {"type": "string"},
+               "description": "The file's path in the workspace: relative, '/'-separated, no '..'."}
 _SESSION_PARAM = {"name": "session", "in": "query", "required": False, "schema": {"type": "string", "default": ""},
                   "description": "The session (conversation) of the instance; the root session when absent."}
 
@@ -163,6 +165,25 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
             "delete": {"summary": "Cancel a schedule", "parameters": [*params, {
                 "name": "schedule_id", "in": "path", "required": True, "schema": {"type": "string"}}],
                        "responses": {"200": _json({"type": "object"}, "Cancelled"), **_errors(401, 404)}}},
+        f"{base}/files": {"get": {
+            "summary": "The workspace's files (path, size, is_text, modified_at), those matching glob= if given",
+            "parameters": [*params, {"name": "glob", "in": "query", "required": False, "schema": {"type": "string"}}],
+            "responses": {"200": _json({"type": "object", "properties": {"files": {"type": "array", "items": {
+                "type": "object", "properties": {"path": {"type": "string"}, "size": {"type": "integer"},
+                                                 "is_text": {"type": "boolean"},
+                                                 "modified_at": {"type": "integer"}}}}}}, "The files"),
+                          **_errors(401, 404)}}},
+        base + "/files/{path}": {
+            "get": {"summary": "A file's content (text/plain for text, application/octet-stream for bytes)",
+                    "parameters": [*params, _PATH_PARAM],
+                    "responses": {"200": {"description": "The content"}, **_errors(400, 401, 404)}},
+            "put": {"summary": "Create or replace a file with the body's bytes (UTF-8 without NUL is kept as text)",
+                    "parameters": [*params, _PATH_PARAM],
+                    "requestBody": {"required": True, "content": {"application/octet-stream": {}}},
+                    "responses": {"200": {"description": "The file's path, size, is_text, modified_at"},
+                                  **_errors(400, 401, 413, 422)}},
+            "delete": {"summary": "Delete a file", "parameters": [*params, _PATH_PARAM],
+                       "responses": {"200": _json({"type": "object"}, "Deleted"), **_errors(400, 401, 404)}}},
         f"{base}/memory": {"get": {
             "summary": "The agent's memory blocks as this session sees them (its own and the instance's)",
             "parameters": [*params, _SESSION_PARAM],

@@ -74,6 +74,9 @@ from ._startup import StartupRecovery
 from ._tools import Tool, ToolInputError, client_tool, tool
 from ._turn_hooks import is_context_overflow
 from ._work import OnWork
+from ._workspace import FileInfo, Workspace, WorkspaceError, WorkspaceLimits
+from ._workspace_handle import WorkspaceHandle
+from ._workspace_tools import WorkspaceTools
 from .providers import ModelSpecError, Script, ScriptedModel, ScriptError, load_script, resolve_model
 
 __all__ = [
@@ -93,6 +96,7 @@ __all__ = [
     "CompactionError",
     "DataDirInUse",
     "ErrorContext",
+    "FileInfo",
     "Finish",
     "Harness",
     "HarnessEvent",
@@ -172,6 +176,11 @@ __all__ = [
     "TurnContext",
     "TurnEndContext",
     "Usage",
+    "Workspace",
+    "WorkspaceError",
+    "WorkspaceHandle",
+    "WorkspaceLimits",
+    "WorkspaceTools",
     "WouldDeadlock",
     "check_data_dir_free",
     "client_tool",

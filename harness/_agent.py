@@ -12,6 +12,7 @@ from ._hooks import HookContext, HookError, HookFn, call_hook
 from ._model import Model
 from ._recovery_policy import RecoveryPolicy
 from ._tools import Tool
+from ._workspace_tools import WorkspaceTools
 
 __all__ = ["Agent"]
 
@@ -49,6 +50,9 @@ class Agent:
     #: Memory blocks in the system prompt, and the tools the model writes them with (README
     #: "Long conversations and memory").
     memory: Memory | None = None
+    #: The workspace's tools and limits (README "Workspace"); None: no tools (code may still use
+    #: the instance's workspace, with the default limits).
+    workspace: WorkspaceTools | None = None
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:

@@ -34,6 +34,7 @@ from ._scheduler import Scheduler
 from ._schedules import Schedules
 from ._sessions import validate_session_id
 from ._startup import StartupRecovery
+from ._workspace_handle import WorkspaceHandle
 from .providers import resolve_model
 
 __all__ = ["DataDirInUse", "Harness", "check_data_dir_free"]
@@ -158,6 +159,11 @@ class Harness:
         """The sessions of an instance: list, create, fork, delete."""
         key, name = self._address(agent, name)
         return Sessions(self, key, name)
+
+    def workspace(self, agent: str, name: str) -> WorkspaceHandle:
+        """The instance's file tree: read, write, edit, list, walk, grep, delete (README "Workspace")."""
+        key, name = self._address(agent, name)
+        return WorkspaceHandle(self, key, name)
 
     def schedules(self, agent: str, name: str) -> Schedules:
         """The schedules of an instance: inputs it runs later on one of its sessions (create, list,

@@ -19,6 +19,7 @@ from ._model import Model
 from ._models import ModelCache
 from ._session import Session
 from ._work import OnWork, WorkNotices
+from ._workspace import Workspace
 
 __all__ = ["Instance"]
 
@@ -56,6 +57,12 @@ class Instance:
         self.on_unload: list[Callable[[str], None]] = []
         self._holds = 0
         self.last_used = time.monotonic()
+
+    @property
+    def workspace(self) -> Workspace:
+        """The instance's file tree (README "Workspace"), with the agent's limits."""
+        config = self.agent.workspace
+        return Workspace(self.db, self.clock, config.limits if config else None)
 
     @classmethod
     async def open(cls, path: Path, agent: Agent, model: Model, clock: Clock | None = None,

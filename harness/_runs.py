@@ -44,6 +44,8 @@ from ._turn import Turn
 from ._turn_hooks import TurnHooks
 from ._turn_plan import Outcome, TurnPlan
 from ._unwritten import UnwrittenEnds
+from ._workspace import Workspace
+from ._workspace_tools import workspace_tools
 
 __all__ = ["OperationRuns"]
 
@@ -161,7 +163,8 @@ class OperationRuns:
 
     async def server_tools(self, operation_id: str = "") -> dict[str, Tool]:
         """The agent's tools (asked of its ``tools`` function, where it has one), and its memory's."""
-        return {**self._memory_tools(), **await self.agent.tools_for(self.hooks(operation_id).context())}
+        return {**self._memory_tools(), **self._workspace_tools(),
+                **await self.agent.tools_for(self.hooks(operation_id).context())}
 
     def _turn_for(self, plan: TurnPlan) -> Turn:
         agent = self.agent
@@ -340,8 +343,16 @@ class OperationRuns:
             self._hook_tasks.add(task)
             task.add_done_callback(self._hook_tasks.discard)
 
+    def _workspace_tools(self) -> dict[str, Tool]:
+        config = self.agent.workspace
+        if config is None or not config.tools:
+            return {}
+        ws = Workspace(self.db, self.clock, config.limits)
+        return {t.name: t for t in workspace_tools(config, lambda: ws)}
+
     def _tools(self) -> dict[str, Tool]:
-        tools = {**self._memory_tools(), **({} if callable(self.agent.tools) else self.agent.tool_map())}
+        tools = {**self._memory_tools(), **self._workspace_tools(),
+                 **({} if callable(self.agent.tools) else self.agent.tool_map())}
         for spec in self._client_tools:
             name = spec.get("name")
             if isinstance(name, str) and name and name not in tools:  # never replaces a server tool

@@ -19,6 +19,7 @@ from ._search import SearchHit
 from ._sessions import SessionInfoRow, SessionRow
 from ._streams import StreamRow
 from ._tool_calls import ToolCallRow
+from ._workspace import WorkspaceFileRow
 
 __all__ = [
     "INSTANCE_SCOPE",
@@ -40,6 +41,7 @@ __all__ = [
     "ToolCallRow",
     "Tx",
     "WorkIndex",
+    "WorkspaceFileRow",
     "describe_problem",
     "instance_db_path",
     "problem_of",

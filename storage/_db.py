@@ -34,6 +34,7 @@ from ._sessions import SessionReads, SessionWrites
 from ._streams import StreamReads, StreamWrites
 from ._template import NEW_FILE_PRAGMA, create_from_template, migration_script
 from ._tool_calls import ToolCallReads, ToolCallWrites
+from ._workspace import WorkspaceReads, WorkspaceWrites
 from ._writefaults import connect
 
 __all__ = ["Database", "Reader", "StorageError", "Tx"]
@@ -82,12 +83,12 @@ class StorageError(Exception):
 
 
 class Reader(BlockReads, CompactionReads, MessageReads, OperationReads, ScheduleReads, SearchReads, SessionReads,
-             StreamReads, ToolCallReads):
+             StreamReads, ToolCallReads, WorkspaceReads):
     """Every read statement."""
 
 
 class Tx(Reader, BlockWrites, CompactionWrites, MessageWrites, OperationWrites, ScheduleWrites, SessionWrites,
-         StreamWrites, ToolCallWrites):
+         StreamWrites, ToolCallWrites, WorkspaceWrites):
     """Every statement, inside one open transaction."""
 
 

@@ -214,5 +214,19 @@ CREATE TABLE context_blocks (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+# The workspace: the instance's file tree. A file's content is in the row (text, or bytes), or,
+# when larger than the row limit, in a file beside the instance's named by its SHA-256 (external).
+_V9 = """
+CREATE TABLE workspace_files (
+  path TEXT PRIMARY KEY,
+  is_text INTEGER NOT NULL CHECK (is_text IN (0, 1)),
+  content BLOB,
+  external TEXT,
+  size INTEGER NOT NULL,
+  modified_at INTEGER NOT NULL,
+  CHECK ((content IS NULL) != (external IS NULL))
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 SCHEMA_VERSION = len(MIGRATIONS)

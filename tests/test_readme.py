@@ -239,3 +239,10 @@ def test_the_memory_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert "## notes (What you learned about the user) [12/1000 chars, writable]\nPrefers tea." in out
     assert "## house (Rules of the house) [36/2000 chars, read-only]\nClosed on Mondays. Breakfast from 7." in out
     assert out.rstrip().endswith("['Prefers tea.', 'Closed on Mondays. Breakfast from 7.']")
+
+
+def test_the_workspace_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    run_example(tmp_path, monkeypatch, "WorkspaceTools())}")
+    out = capsys.readouterr().out
+    assert out == "From my notes: 1\t- Ann prefers tea\n- Ann prefers tea\n ['notes.md']\n"

@@ -484,3 +484,28 @@ async def test_memory_blocks_over_http(serve) -> None:
         assert (await c.put(f"{base}/memory/nope", json={"content": "x"})).status_code == 404
         assert (await c.put(f"{base}/memory/notes", json={"content": 3})).json()["field"] == "content"
         assert (await c.get("/agents/mem/never/memory")).status_code == 404
+
+
+async def test_workspace_files_over_http(serve) -> None:
+    srv = await serve()
+    async with await http(srv) as c:
+        base = f"{A}/desk"
+        assert (await c.get(f"{base}/files")).status_code == 404  # no instance yet: nothing made
+        r = await c.put(f"{base}/files/notes/today.md", content=b"- tea\n")
+        assert r.status_code == 200 and r.json()["path"] == "notes/today.md" and r.json()["is_text"] is True
+        await c.put(f"{base}/files/logo.png", content=b"\x89PNG\x00")
+        r = await c.get(f"{base}/files/notes/today.md")
+        assert r.text == "- tea\n" and r.headers["content-type"].startswith("text/plain")
+        r = await c.get(f"{base}/files/logo.png")
+        assert r.content == b"\x89PNG\x00" and r.headers["content-type"] == "application/octet-stream"
+        listed = (await c.get(f"{base}/files")).json()["files"]
+        assert [(f["path"], f["size"]) for f in listed] == [("logo.png", 5), ("notes/today.md", 6)]
+        assert [f["path"] for f in (await c.get(f"{base}/files", params={"glob": "**/*.md"})).json()["files"]] == [
+            "notes/today.md"]
+        bad = await c.put(f"{base}/files/a%5Cb", content=b"x")  # a backslash
+        assert bad.status_code == 400 and bad.json()["field"] == "path"
+        assert (await c.get(f"{base}/files/..%2Fescape")).status_code in (400, 404)
+        assert (await c.put(f"{base}/files/big.bin", content=b"x" * 1_000_001)).status_code == 422
+        assert (await c.delete(f"{base}/files/logo.png")).json() == {"deleted": True}
+        assert (await c.delete(f"{base}/files/logo.png")).status_code == 404
+        assert (await c.get(f"{base}/files/logo.png")).status_code == 404

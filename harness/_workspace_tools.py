@@ -1,0 +1,134 @@
+"""The workspace's tools: what a model works in the instance's files with.
+
+``Agent(workspace=WorkspaceTools())`` gives the model ``read``, ``write``, ``edit``, ``list``,
+``find``, ``grep`` and ``delete`` (or those named in ``tools``). Every error (a bad path, a
+missing file, an edit that matches nothing or more than once, a limit) is the tool's error, which
+the model reads. A binary file's bytes never go into the model's context. The tools that only
+read are run again after a crash (``rerun``); those that change files are reported as cut short
+(``report``): a write or an edit is never applied twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._tools import Tool, tool
+from ._workspace import Workspace, WorkspaceError, WorkspaceLimits
+
+__all__ = ["ALL_TOOLS", "WorkspaceTools", "workspace_tools"]
+
+ALL_TOOLS = ("read", "write", "edit", "list", "find", "grep", "delete")
+#: The most characters a ``read`` answers with; ask for a line range to read on.
+MAX_READ_CHARS = 100_000
+
+
+@dataclass(frozen=True)
+class WorkspaceTools:
+    """The workspace tools an agent's model gets, and the workspace's limits."""
+
+    tools: Sequence[str] = ALL_TOOLS
+    limits: WorkspaceLimits = field(default_factory=WorkspaceLimits)
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.tools if t not in ALL_TOOLS]
+        if unknown:
+            raise ValueError(f"unknown workspace tools {unknown}; the tools are {', '.join(ALL_TOOLS)}")
+
+
+def workspace_tools(config: WorkspaceTools, workspace: Callable[[], Workspace]) -> list[Tool]:
+    """The tools ``config`` names, working on the instance's workspace."""
+
+    async def read(path: str, start_line: int = 1, end_line: int | None = None) -> str:
+        """Read a text file of the workspace, with line numbers.
+
+        Args:
+            path: The file's path in the workspace (relative, '/'-separated).
+            start_line: The first line to read (from 1).
+            end_line: The last line to read (default: to the end).
+        """
+        ws = workspace()
+        content = await ws.read(path)
+        if isinstance(content, bytes):
+            return f"{path} is a binary file of {len(content)} bytes: its content is not shown"
+        lines = content.splitlines()
+        first = max(start_line, 1)
+        last = len(lines) if end_line is None else min(end_line, len(lines))
+        out, size = [], 0
+        for n in range(first, last + 1):
+            line = f"{n}\t{lines[n - 1]}"
+            if size + len(line) > MAX_READ_CHARS:
+                out.append(f"[cut at line {n - 1} of {len(lines)}: read on with start_line={n}]")
+                break
+            out.append(line)
+            size += len(line) + 1
+        return "\n".join(out) if out else f"{path}: no lines in that range (it has {len(lines)})"
+
+    async def write(path: str, content: str) -> str:
+        """Create a file in the workspace, or replace what it holds.
+
+        Args:
+            path: The file's path in the workspace (relative, '/'-separated).
+            content: Its whole new content.
+        """
+        info = await workspace().write(path, content)
+        return f"wrote {info.size} bytes to {path}"
+
+    async def edit(path: str, old: str, new: str) -> str:
+        """Replace one exact piece of text in a file; it must occur exactly once.
+
+        Args:
+            path: The file's path in the workspace.
+            old: The exact text to replace (with enough around it to be unique).
+            new: What replaces it.
+        """
+        info = await workspace().edit(path, old, new)
+        return f"edited {path} ({info.size} bytes)"
+
+    async def list_files(prefix: str = "") -> list[dict[str, Any]]:
+        """List the workspace's files (path, size, whether text), optionally under a folder.
+
+        Args:
+            prefix: Only paths that start with this (a folder such as 'notes/').
+        """
+        files = await workspace().list()
+        return [{"path": f.path, "size": f.size, "text": f.is_text} for f in files if f.path.startswith(prefix)]
+
+    async def find(glob: str) -> list[str]:
+        """Find files whose path matches a glob ('*' within a folder, '**' across folders).
+
+        Args:
+            glob: The pattern, such as '**/*.md' or 'notes/*.txt'.
+        """
+        return [f.path for f in await workspace().list(glob)]
+
+    async def grep(pattern: str, glob: str | None = None) -> list[str]:
+        """Search the text files for lines matching a regular expression.
+
+        Args:
+            pattern: A Python regular expression.
+            glob: Only files whose path matches this glob.
+        """
+        return [f"{path}:{n}: {line}" for path, n, line in await workspace().grep(pattern, glob)]
+
+    async def delete(path: str) -> str:
+        """Delete a file from the workspace.
+
+        Args:
+            path: The file's path in the workspace.
+        """
+        if not await workspace().delete(path):
+            raise WorkspaceError(f"no file {path!r} in the workspace")
+        return f"deleted {path}"
+
+    made = {
+        "read": tool(recovery="rerun")(read),
+        "write": tool(write),
+        "edit": tool(edit),
+        "list": tool(name="list", recovery="rerun")(list_files),
+        "find": tool(recovery="rerun")(find),
+        "grep": tool(recovery="rerun")(grep),
+        "delete": tool(delete),
+    }
+    return [made[name] for name in config.tools]
