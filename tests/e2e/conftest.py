@@ -22,6 +22,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +38,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_DIR = REPO / "tests" / "e2e" / "client"
+#: The same client on the AI SDK's previous major (ai@6 + @ai-sdk/react@3), from its own lock file;
+#: it runs ``client/drive.mjs``, copied in beside its node_modules (Node resolves a module's
+#: imports from where the file is).
+CLIENT_V6_DIR = REPO / "tests" / "e2e" / "client-v6"
+CLIENTS = {"ai7": CLIENT_DIR, "ai6": CLIENT_V6_DIR}
 REFERENCE_SCRIPT = REPO / "tests" / "fixtures" / "reference-script.json"
 #: ``--app`` of the conformance agent ``my-agent`` (tests/conformance_app.py).
 CONFORMANCE_APP = "tests.conformance_app:agents"
@@ -248,12 +254,25 @@ class E2EClient:
         return run
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test that uses the real client runs with each AI SDK major, or with those its
+    ``@pytest.mark.ai_sdk(...)`` names."""
+    if "e2e_client" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("ai_sdk")
+        majors = list(marker.args) if marker else sorted(CLIENTS, reverse=True)
+        metafunc.parametrize("e2e_client", majors, indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def e2e_client() -> E2EClient:
-    """The real npm client, installed from ``package-lock.json`` if needed."""
+def e2e_client(request: pytest.FixtureRequest) -> E2EClient:
+    """The real npm client, installed from its ``package-lock.json`` if needed: the AI SDK's
+    current major (ai7) or its previous one (ai6)."""
     node = find_node()
-    ensure_node_modules(CLIENT_DIR, node)
-    return E2EClient(dir=CLIENT_DIR, node=node)
+    client_dir = CLIENTS[request.param]
+    ensure_node_modules(client_dir, node)
+    if client_dir != CLIENT_DIR:
+        shutil.copyfile(CLIENT_DIR / "drive.mjs", client_dir / "drive.mjs")
+    return E2EClient(dir=client_dir, node=node)
 
 
 # ── server ──────────────────────────────────────────────────────────────

@@ -399,6 +399,10 @@ def test_client_tool_answered_from_on_tool_call(
     assert not [c for c in got["continuation"] if c.get("type", "").startswith("tool-")], ctx()
 
 
+# ai@6 cannot take this yet: its resume-stream starts a fresh assistant message unless a tool
+# input is still streaming, so the continuation's tool-output-available for the approved call
+# finds no tool invocation ("No tool invocation found"). The real server sends the same frames.
+@pytest.mark.ai_sdk("ai7")
 @pytest.mark.parametrize("when", ["as-soon-as-shown", "after-the-turn-ends"])
 @pytest.mark.parametrize("approved", [True, False], ids=["approved", "denied"])
 def test_approval_through_add_tool_approval_response(
@@ -464,6 +468,10 @@ PART_STATE_ORDER = [
 ]
 
 
+# ai@6 cannot take this yet: its resume-stream starts a fresh assistant message unless a tool
+# input is still streaming, so the continuation's tool-output-available for the approved call
+# finds no tool invocation ("No tool invocation found"). The real server sends the same frames.
+@pytest.mark.ai_sdk("ai7")
 def test_continuation_reaches_the_approving_tab_only_through_its_resume(
     e2e_client: E2EClient, conformance_server: ThinkServer, tmp_path: Path
 ) -> None:

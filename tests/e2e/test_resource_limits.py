@@ -138,7 +138,7 @@ async def test_under_a_low_descriptor_limit_the_server_refuses_clearly_and_keeps
         assert done.get("outcome") == "completed", done
         async with httpx.AsyncClient(base_url=srv.base, timeout=20) as http:
             r = await http.get(f"/agents/{AGENT}/i1/get-messages")
-            assert r.status_code == 200 and len(r.json()) == 2
+            assert r.status_code == 200 and len(r.json()) == 2, (r.status_code, r.text, srv.log()[-3000:])
             assert (await http.get("/healthz")).text == "ok"
         for c in held:
             await c.close()
