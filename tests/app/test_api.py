@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from typing import Any
 
@@ -420,9 +421,10 @@ async def test_openapi_describes_every_api_route(serve) -> None:
     described = {(path, method.upper()) for path, item in spec["paths"].items() for method in item}
     for route in srv.app.routes:
         if isinstance(route, Route) and route.path.startswith("/agents/") and "{rest:path}" not in route.path:
+            path = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)  # a converter ({path:path}) is not OpenAPI's
             for method in route.methods or ():
                 if method != "HEAD":
-                    assert (route.path, method) in described, f"{method} {route.path} is not in /openapi.json"
+                    assert (path, method) in described, f"{method} {route.path} is not in /openapi.json"
     assert spec["paths"]["/agents/{agent}/{name}/submit"]["post"]["parameters"][0]["schema"]["enum"] == ["my-agent"]
 
 

@@ -30,6 +30,9 @@ Answer = Literal[
     "ack",  # a replay of the id ending with done:true, or nothing if this socket was replayed it already
     "none",  # nothing at all
     "closed",  # the WebSocket layer closes the socket: ``close_code`` says with what
+    # A frame over the size limit: a cf_agent_error, or, when its head names a request (the
+    # server reads only the frame's ends), that request's refusal: its error end or rpc failure.
+    "oversized",
 ]
 
 
@@ -306,7 +309,7 @@ def expect(data: str | bytes, text: bool, limits: Limits) -> Expect:
             # RFC 6455 §8.1: a text frame that is not UTF-8 fails the connection.
             return Expect("closed", close_code=1007, why="invalid UTF-8 in a text frame")
     if size > limits.max_frame_bytes:
-        return Expect("error", why="frame over the size limit")
+        return Expect("oversized", why="frame over the size limit")
     try:
         obj = load(data)
     except Invalid as exc:

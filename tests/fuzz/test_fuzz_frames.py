@@ -197,6 +197,16 @@ class Chat:
             return True
         if exp.answer == "error":
             assert len(frames) == 1 and frames[0].get("type") == "cf_agent_error" and frames[0].get("error"), frames
+        elif exp.answer == "oversized":
+            assert len(frames) == 1, frames
+            f = frames[0]
+            said = f.get("error") if f.get("type") in ("cf_agent_error", "rpc") else f.get("body")
+            assert "over the limit" in str(said), frames
+            if f.get("type") == RESPONSE:  # the refusal of the request the frame's head names
+                assert f.get("done") is True and f.get("error") is True and isinstance(f.get("id"), str), frames
+            else:
+                assert f.get("type") == "cf_agent_error" or (f.get("type") == "rpc" and f.get("success") is False), \
+                    frames
         elif exp.answer == "rpc":
             assert len(frames) == 1, frames
             assert frames[0] == {**frames[0], "type": "rpc", "id": exp.id, "success": False}, frames
