@@ -10,7 +10,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from harness import Agent, RecoveryPolicy, ScriptedModel, tool
+from harness import Agent, RecoveryPolicy, ScriptedModel, WorkspaceTools, tool
 
 SCRIPT = {
     "rules": [
@@ -65,7 +65,26 @@ async def hang_rerun() -> str:
     return "never"
 
 
+# The workspace's tools: a file the model writes, then edits (the test kills the edit's transaction).
+FILES_SCRIPT = {
+    "rules": [
+        {"match": "start the notes", "steps": [
+            [{"tool_call": {"name": "write", "input": {"path": "notes.md", "content": "tea\n"}}}],
+            [{"text": ["Started: ", "{result}"]}],
+        ]},
+        {"match": "add coffee", "steps": [
+            [{"tool_call": {"name": "edit", "input": {"path": "notes.md", "old": "tea\n", "new": "tea\ncoffee\n"}}}],
+            [{"text": ["Edit: ", "{result}"]}],
+        ]},
+    ]
+}
+
 agents = {
+    "files-agent": Agent(
+        model=ScriptedModel(FILES_SCRIPT),
+        workspace=WorkspaceTools(),
+        recovery=RecoveryPolicy(backoff_ms=50, crash_limit=3),
+    ),
     "crash-agent": Agent(
         model=ScriptedModel(SCRIPT),
         tools=[slow_rerun, slow_report, hang_rerun],

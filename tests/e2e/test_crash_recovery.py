@@ -213,3 +213,76 @@ async def test_a_turn_that_keeps_killing_the_process_is_sealed(server: Server) -
     msgs = await get_messages(server, name)
     assert msgs[0] == user and len(msgs) == 2, "the partial answer is kept"
     await c.close()
+
+
+async def test_a_workspace_edit_killed_after_its_commit_is_never_applied_twice(tmp_path: Path) -> None:
+    """The edit's transaction commits, then the process dies (THINK_FAULTS kills it right after
+    that commit): its tool call is still recorded as running. The next start reports it as cut
+    short (edit recovers as ``report``) and does not run it again: the file holds the edit once."""
+    data, name = tmp_path / "data", "desk"
+    path = instance_db_path(data, "files-agent", name)
+
+    async def turn(srv: ServerProcess, text: str) -> str:
+        c = await Client.open(f"{srv.ws_base}/agents/files-agent/{name}?_pk={uuid.uuid4()}")
+        rid, frame, _ = chat_request(text)
+        await c.send(frame)
+        done = await c.wait_for(is_done(rid), timeout=20)
+        await c.close()
+        return str(done.get("outcome"))
+
+    def notes() -> str | None:
+        with sqlite3.connect(path) as db:
+            row = db.execute("SELECT content FROM workspace_files WHERE path = 'notes.md'").fetchone()
+        return None if row is None else bytes(row[0]).decode()
+
+    first = ServerProcess(app="tests.crash_app:agents", data_dir=data, log_path=tmp_path / "1.log")
+    await first.start()
+    try:
+        assert await turn(first, "start the notes") == "completed"
+    finally:
+        first.stop()
+    assert notes() == "tea\n"
+
+    dying = ServerProcess(app="tests.crash_app:agents", data_dir=data, log_path=tmp_path / "2.log",
+                          env={"THINK_FAULTS": f"kill_in_tx=1;points=after_commit;only=insert:workspace_files;"
+                                               f"log={tmp_path / 'kills.log'}"})
+    await dying.start()
+    c = await Client.open(f"{dying.ws_base}/agents/files-agent/{name}?_pk={uuid.uuid4()}")
+    rid, frame, _ = chat_request("add coffee")
+    await c.send(frame)
+    for _ in range(200):  # the process kills itself once the edit is committed
+        if dying.proc is not None and dying.proc.poll() is not None:
+            break
+        await asyncio.sleep(0.05)
+    dying.stop()
+    assert (tmp_path / "kills.log").read_text().startswith("after_commit"), "it died in the edit's transaction"
+    assert notes() == "tea\ncoffee\n"  # committed before the kill
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT state FROM tool_calls WHERE tool_name = 'edit'").fetchall() == [("running",)]
+
+    again = ServerProcess(app="tests.crash_app:agents", data_dir=data, log_path=tmp_path / "3.log")
+    await again.start()
+    try:
+        c = await Client.open(f"{again.ws_base}/agents/files-agent/{name}?_pk={uuid.uuid4()}")
+        await c.send({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
+        for _ in range(200):
+            with sqlite3.connect(path) as db:
+                row = db.execute("SELECT status FROM operations WHERE id = ?", (rid,)).fetchone()
+            if row is not None and row[0] not in ("pending", "running"):
+                break
+            await asyncio.sleep(0.05)
+        await c.close()
+        msgs = await get_messages_of(again, name)
+    finally:
+        again.stop()
+    assert notes() == "tea\ncoffee\n", "the edit was not applied a second time"
+    [edit] = [p for p in msgs[-1]["parts"] if p.get("type") == "tool-edit"]
+    assert edit["state"] == "output-error", edit  # reported as cut short, not run again
+
+
+async def get_messages_of(srv: ServerProcess, name: str) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient() as http:
+        r = await http.get(f"{srv.base}/agents/files-agent/{name}/get-messages")
+        r.raise_for_status()
+        result: list[dict[str, Any]] = r.json()
+        return result
