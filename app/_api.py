@@ -38,7 +38,10 @@ from harness import (
     SessionHandle,
     SessionNotFound,
     SubmitRefused,
+    UnknownBlock,
     WorkspaceError,
+    WorkspaceFull,
+    WorkspaceNotFound,
     validate_session_id,
 )
 from protocol import ProtocolError, check_value, load_json
@@ -235,8 +238,10 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
             raise _Refused(400, f"content: expected a string, got {type(content).__name__}", "content")
         try:
             state = await session.set_memory(label, content)
+        except UnknownBlock as exc:
+            raise _Refused(404, str(exc), "content") from None
         except MemoryBlockError as exc:
-            raise _Refused(404 if "no memory block" in str(exc) else 422, str(exc), "content") from None
+            raise _Refused(422, str(exc), "content") from None
         return JSONResponse(state.to_json())
 
     async def files(request: Request) -> Response:
@@ -263,9 +268,12 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
             if len(body) > max_body_bytes:
                 raise _Refused(413, f"the body has {len(body)} bytes, over the limit of {max_body_bytes}")
             return JSONResponse((await ws.write(path, body)).to_json())
-        except WorkspaceError as exc:
-            status = 404 if str(exc).startswith("no file") else 422 if "limit" in str(exc) else 400
-            raise _Refused(status, str(exc), "path" if status == 400 else None) from None
+        except WorkspaceNotFound as exc:
+            raise _Refused(404, str(exc)) from None
+        except WorkspaceFull as exc:
+            raise _Refused(422, str(exc)) from None
+        except WorkspaceError as exc:  # the path
+            raise _Refused(400, str(exc), "path") from None
 
     async def sessions(request: Request) -> Response:
         agent, name = address(request, read=request.method == "GET")

@@ -6,7 +6,7 @@ from ._agent import Agent
 from ._answers import Answer, AnswerRefused
 from ._clock import Clock
 from ._compaction import Compaction, CompactionError, SummaryRequest
-from ._context_blocks import Block, Memory, MemoryBlockError
+from ._context_blocks import Block, Memory, MemoryBlockError, UnknownBlock
 from ._events import (
     ChunksCommitted,
     Compacted,
@@ -74,7 +74,7 @@ from ._startup import StartupRecovery
 from ._tools import Tool, ToolInputError, client_tool, tool
 from ._turn_hooks import is_context_overflow
 from ._work import OnWork
-from ._workspace import FileInfo, Workspace, WorkspaceError, WorkspaceLimits
+from ._workspace import FileInfo, Workspace, WorkspaceError, WorkspaceFull, WorkspaceLimits, WorkspaceNotFound
 from ._workspace_handle import WorkspaceHandle
 from ._workspace_tools import WorkspaceTools
 from .providers import ModelSpecError, Script, ScriptedModel, ScriptError, load_script, resolve_model
@@ -175,11 +175,14 @@ __all__ = [
     "TurnConfig",
     "TurnContext",
     "TurnEndContext",
+    "UnknownBlock",
     "Usage",
     "Workspace",
     "WorkspaceError",
+    "WorkspaceFull",
     "WorkspaceHandle",
     "WorkspaceLimits",
+    "WorkspaceNotFound",
     "WorkspaceTools",
     "WouldDeadlock",
     "check_data_dir_free",

@@ -21,15 +21,19 @@ from typing import Literal
 
 from storage import INSTANCE_SCOPE, SearchHit, session_scope
 
-from ._tools import Tool
+from ._tools import Tool, tool
 
-__all__ = ["Block", "Memory", "MemoryBlockError", "memory_tools", "render_memory", "scope_of"]
+__all__ = ["Block", "Memory", "MemoryBlockError", "UnknownBlock", "memory_tools", "render_memory", "scope_of"]
 
 _LABEL = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 
 
 class MemoryBlockError(ValueError):
     """A write a block does not take: unknown label, over its limit, read-only, text not found."""
+
+
+class UnknownBlock(MemoryBlockError):
+    """The agent declares no block of that label."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ class Memory:
             if b.label == label:
                 return b
         known = ", ".join(b.label for b in self.blocks) or "none"
-        raise MemoryBlockError(f"no memory block {label!r} (the blocks: {known})")
+        raise UnknownBlock(f"no memory block {label!r} (the blocks: {known})")
 
 
 def scope_of(block: Block, session_id: str) -> str:
@@ -156,5 +160,4 @@ def memory_tools(memory: Memory, access: MemoryAccess) -> list[Tool]:
         hits = await access.search(query, max(1, min(limit, 20)))
         return [{"role": h.role, "text": h.snippet} for h in hits]
 
-    from ._tools import tool
     return [tool(memory_set), tool(memory_append), tool(memory_replace), tool(memory_search)]

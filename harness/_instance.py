@@ -57,12 +57,10 @@ class Instance:
         self.on_unload: list[Callable[[str], None]] = []
         self._holds = 0
         self.last_used = time.monotonic()
+        #: The instance's file tree (README "Workspace"), with the agent's limits: one for the
+        #: instance, so its sessions' tools and code change it one write at a time.
+        self.workspace = Workspace(db, clock, agent.workspace.limits if agent.workspace else None)
 
-    @property
-    def workspace(self) -> Workspace:
-        """The instance's file tree (README "Workspace"), with the agent's limits."""
-        config = self.agent.workspace
-        return Workspace(self.db, self.clock, config.limits if config else None)
 
     @classmethod
     async def open(cls, path: Path, agent: Agent, model: Model, clock: Clock | None = None,
@@ -121,7 +119,7 @@ class Instance:
         try:
             session = Session(self.db, self.clock, session_id, self.agent, self.model,
                               stream_grace_ms=self.stream_grace_ms, policy=self.policy, work=self.work,
-                              budget=self.budget)
+                              budget=self.budget, workspace=self.workspace)
             session.instance_key = (self.agent_name, self.name)
             session.models = self.models
             await session.load()

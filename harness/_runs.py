@@ -73,6 +73,7 @@ class OperationRuns:
     _hook_tasks: set[asyncio.Task[None]]
     _unwritten: UnwrittenEnds
     _pending: Pending
+    workspace: Workspace
     policy: InputPolicy
     last_terminal: dict[str, Any] | None
 
@@ -347,8 +348,7 @@ class OperationRuns:
         config = self.agent.workspace
         if config is None or not config.tools:
             return {}
-        ws = Workspace(self.db, self.clock, config.limits)
-        return {t.name: t for t in workspace_tools(config, lambda: ws)}
+        return {t.name: t for t in workspace_tools(config, self.workspace)}
 
     def _tools(self) -> dict[str, Tool]:
         tools = {**self._memory_tools(), **self._workspace_tools(),

@@ -59,6 +59,7 @@ from ._turn import Turn
 from ._turn_plan import Outcome, TurnSuspended, Unsettled
 from ._unwritten import UnwrittenEnds
 from ._work import WorkNotices
+from ._workspace import Workspace
 
 __all__ = ["Session"]
 
@@ -67,8 +68,11 @@ log = logging.getLogger("think_server.session")
 class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns):
     def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model, *,
                  stream_grace_ms: int = 10 * 60 * 1000, policy: InputPolicy | None = None,
-                 work: WorkNotices | None = None, budget: HistoryBudget | None = None) -> None:
+                 work: WorkNotices | None = None, budget: HistoryBudget | None = None,
+                 workspace: Workspace | None = None) -> None:
         self.db = db
+        #: The instance's file tree, shared by its sessions (one made here for a session alone).
+        self.workspace = workspace or Workspace(db, clock, agent.workspace.limits if agent.workspace else None)
         self._budget = budget or HistoryBudget(0)
         self._work_notices = work or WorkNotices(None, lambda: self.has_open_work)
         self.policy = policy or InputPolicy()

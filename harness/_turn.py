@@ -310,19 +310,21 @@ class Turn:
     def _model_finished(self, started: float, outcome: str) -> None:
         self._session.publish(ModelCallFinished(self.operation_id, time.perf_counter() - started, outcome))
 
-    async def _after_overflow(self) -> None:
-        """The model refused the call (its context is full): close what it began, end its stream;
-        the next call makes a stream of its own."""
+    def _close_call(self) -> None:
+        """Close what a model call that ended early began (open text, reasoning, step)."""
         for chunk in closing_chunks(self._assembler):
             self._emit(chunk)
         self._assembler.settle()
+
+    async def _after_overflow(self) -> None:
+        """The model refused the call (its context is full): close what it began, end its stream;
+        the next call makes a stream of its own."""
+        self._close_call()
         await self._commit(stream_status="error")
 
     async def _interrupted_model_call(self) -> None:
         """A stalled model call: keep what it produced, count the interruption, back off, go on."""
-        for chunk in closing_chunks(self._assembler):
-            self._emit(chunk)
-        self._assembler.settle()
+        self._close_call()
         attempts = 0
 
         async def seal(tx: Tx) -> None:

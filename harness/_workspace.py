@@ -26,7 +26,8 @@ from storage import Database, WorkspaceFileRow
 
 from ._clock import Clock
 
-__all__ = ["FileInfo", "Workspace", "WorkspaceError", "WorkspaceLimits", "check_path"]
+__all__ = ["FileInfo", "Workspace", "WorkspaceError", "WorkspaceFull", "WorkspaceLimits", "WorkspaceNotFound",
+           "check_path"]
 
 MAX_PATH = 512
 MAX_PART = 255
@@ -35,6 +36,14 @@ MAX_PART = 255
 class WorkspaceError(ValueError):
     """A workspace call that cannot be done: a bad path, no such file, over a limit, an edit that
     does not match. The message says which; a model's tool call gets it as its error."""
+
+
+class WorkspaceNotFound(WorkspaceError):
+    """No file at that path."""
+
+
+class WorkspaceFull(WorkspaceError):
+    """Over a limit: the file's size, the workspace's bytes or its number of files."""
 
 
 @dataclass(frozen=True)
@@ -124,19 +133,15 @@ class Workspace:
         self._lock = asyncio.Lock()  # one change at a time: the limits are checked against a settled tree
 
     async def read_bytes(self, path: str) -> bytes:
-        row = await self._row(path)
-        if row.content is not None:
-            return row.content
-        assert row.external is not None
-        return await asyncio.to_thread((self._dir / row.external).read_bytes)
+        return (await self._read(path))[1]
 
     async def read(self, path: str) -> str | bytes:
         """A text file's text, or a binary file's bytes."""
-        data = await self.read_bytes(path)
-        return data.decode("utf-8") if (await self._row(path)).is_text else data
+        is_text, data = await self._read(path)
+        return data.decode("utf-8") if is_text else data
 
     async def info(self, path: str) -> FileInfo | None:
-        row = await self._db.read.workspace_file(check_path(path))
+        row = await self._db.read.workspace_file(check_path(path), content=False)
         return None if row is None else _info(row)
 
     async def write(self, path: str, content: str | bytes) -> FileInfo:
@@ -145,16 +150,16 @@ class Workspace:
         data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
         is_text = isinstance(content, str) or _as_text(data) is not None
         if len(data) > self.limits.max_file_bytes:
-            raise WorkspaceError(f"{path}: {len(data)} bytes is over the limit of {self.limits.max_file_bytes} a file")
+            raise WorkspaceFull(f"{path}: {len(data)} bytes is over the limit of {self.limits.max_file_bytes} a file")
         async with self._lock:
-            old = await self._db.read.workspace_file(path)
+            old = await self._db.read.workspace_file(path, content=False)
             files, total = await self._db.read.workspace_usage()
             total += len(data) - (old.size if old else 0)
             if total > self.limits.max_total_bytes:
-                raise WorkspaceError(f"{path}: the workspace would hold {total} bytes, over its limit of "
+                raise WorkspaceFull(f"{path}: the workspace would hold {total} bytes, over its limit of "
                                      f"{self.limits.max_total_bytes}")
             if old is None and files >= self.limits.max_files:
-                raise WorkspaceError(f"{path}: the workspace holds {files} files, its limit")
+                raise WorkspaceFull(f"{path}: the workspace holds {files} files, its limit")
             external = None
             if len(data) > self.limits.row_bytes:
                 external = await asyncio.to_thread(self._store_external, data)
@@ -183,7 +188,7 @@ class Workspace:
     async def delete(self, path: str) -> bool:
         check_path(path)
         async with self._lock:
-            old = await self._db.read.workspace_file(path)
+            old = await self._db.read.workspace_file(path, content=False)
             if old is None:
                 return False
             async with self._db.transaction() as tx:
@@ -221,11 +226,15 @@ class Workspace:
                         return found
         return found
 
-    async def _row(self, path: str) -> WorkspaceFileRow:
+    async def _read(self, path: str) -> tuple[bool, bytes]:
+        """(whether it is text, its bytes): one read of its row, and of the file beside if it is there."""
         row = await self._db.read.workspace_file(check_path(path))
         if row is None:
-            raise WorkspaceError(f"no file {path!r} in the workspace")
-        return row
+            raise WorkspaceNotFound(f"no file {path!r} in the workspace")
+        if row.content is not None:
+            return row.is_text, row.content
+        assert row.external is not None
+        return row.is_text, await asyncio.to_thread((self._dir / row.external).read_bytes)
 
     def _store_external(self, data: bytes) -> str:
         name = hashlib.sha256(data).hexdigest()

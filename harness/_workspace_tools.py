@@ -10,12 +10,12 @@ read are run again after a crash (``rerun``); those that change files are report
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._tools import Tool, tool
-from ._workspace import Workspace, WorkspaceError, WorkspaceLimits
+from ._workspace import Workspace, WorkspaceLimits, WorkspaceNotFound
 
 __all__ = ["ALL_TOOLS", "WorkspaceTools", "workspace_tools"]
 
@@ -37,7 +37,7 @@ class WorkspaceTools:
             raise ValueError(f"unknown workspace tools {unknown}; the tools are {', '.join(ALL_TOOLS)}")
 
 
-def workspace_tools(config: WorkspaceTools, workspace: Callable[[], Workspace]) -> list[Tool]:
+def workspace_tools(config: WorkspaceTools, ws: Workspace) -> list[Tool]:
     """The tools ``config`` names, working on the instance's workspace."""
 
     async def read(path: str, start_line: int = 1, end_line: int | None = None) -> str:
@@ -48,7 +48,6 @@ def workspace_tools(config: WorkspaceTools, workspace: Callable[[], Workspace]) 
             start_line: The first line to read (from 1).
             end_line: The last line to read (default: to the end).
         """
-        ws = workspace()
         content = await ws.read(path)
         if isinstance(content, bytes):
             return f"{path} is a binary file of {len(content)} bytes: its content is not shown"
@@ -72,7 +71,7 @@ def workspace_tools(config: WorkspaceTools, workspace: Callable[[], Workspace]) 
             path: The file's path in the workspace (relative, '/'-separated).
             content: Its whole new content.
         """
-        info = await workspace().write(path, content)
+        info = await ws.write(path, content)
         return f"wrote {info.size} bytes to {path}"
 
     async def edit(path: str, old: str, new: str) -> str:
@@ -83,7 +82,7 @@ def workspace_tools(config: WorkspaceTools, workspace: Callable[[], Workspace]) 
             old: The exact text to replace (with enough around it to be unique).
             new: What replaces it.
         """
-        info = await workspace().edit(path, old, new)
+        info = await ws.edit(path, old, new)
         return f"edited {path} ({info.size} bytes)"
 
     async def list_files(prefix: str = "") -> list[dict[str, Any]]:
@@ -92,7 +91,7 @@ def workspace_tools(config: WorkspaceTools, workspace: Callable[[], Workspace]) 
         Args:
             prefix: Only paths that start with this (a folder such as 'notes/').
         """
-        files = await workspace().list()
+        files = await ws.list()
         return [{"path": f.path, "size": f.size, "text": f.is_text} for f in files if f.path.startswith(prefix)]
 
     async def find(glob: str) -> list[str]:
@@ -101,7 +100,7 @@ def workspace_tools(config: WorkspaceTools, workspace: Callable[[], Workspace]) 
         Args:
             glob: The pattern, such as '**/*.md' or 'notes/*.txt'.
         """
-        return [f.path for f in await workspace().list(glob)]
+        return [f.path for f in await ws.list(glob)]
 
     async def grep(pattern: str, glob: str | None = None) -> list[str]:
         """Search the text files for lines matching a regular expression.
@@ -110,7 +109,7 @@ def workspace_tools(config: WorkspaceTools, workspace: Callable[[], Workspace]) 
             pattern: A Python regular expression.
             glob: Only files whose path matches this glob.
         """
-        return [f"{path}:{n}: {line}" for path, n, line in await workspace().grep(pattern, glob)]
+        return [f"{path}:{n}: {line}" for path, n, line in await ws.grep(pattern, glob)]
 
     async def delete(path: str) -> str:
         """Delete a file from the workspace.
@@ -118,8 +117,8 @@ def workspace_tools(config: WorkspaceTools, workspace: Callable[[], Workspace]) 
         Args:
             path: The file's path in the workspace.
         """
-        if not await workspace().delete(path):
-            raise WorkspaceError(f"no file {path!r} in the workspace")
+        if not await ws.delete(path):
+            raise WorkspaceNotFound(f"no file {path!r} in the workspace")
         return f"deleted {path}"
 
     made = {

@@ -252,15 +252,8 @@ class Database:
     async def _begin(conn: aiosqlite.Connection) -> None:
         """``BEGIN IMMEDIATE``: on the loop when the write lock is free (it is, unless another process
         writes the file), else waited for on a worker thread, for as long as ``BUSY_WAIT_MS``."""
-        _writing(conn, True)
-        try:
-            await conn.execute_fetchall("BEGIN IMMEDIATE")  # busy_timeout 0: never waits on the loop
+        if await _try_begin(conn):
             return
-        except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
-                raise
-        finally:
-            _writing(conn, False)
         await conn.execute_fetchall(f"PRAGMA busy_timeout={BUSY_WAIT_MS}")  # it answers a row
         try:
             await conn.execute_fetchall("BEGIN IMMEDIATE")
@@ -294,6 +287,21 @@ def _writing(conn: aiosqlite.Connection, on: bool) -> None:
         conn.writing(on)
 
 
+async def _try_begin(conn: aiosqlite.Connection) -> bool:
+    """``BEGIN IMMEDIATE`` without waiting for the lock (busy_timeout 0: never waits on the loop);
+    False if another process holds it."""
+    _writing(conn, True)
+    try:
+        await conn.execute_fetchall("BEGIN IMMEDIATE")
+        return True
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
+            raise
+        return False
+    finally:
+        _writing(conn, False)
+
+
 async def _begin_here(conn: aiosqlite.Connection) -> bool:
     """``BEGIN IMMEDIATE`` on the loop, without a task, when the lane is idle and the lock free.
 
@@ -304,18 +312,9 @@ async def _begin_here(conn: aiosqlite.Connection) -> bool:
     if not isinstance(conn, LaneConnection):
         return False
     conn.writing(True)
-    try:
-        if not conn.runs_here():
-            return False
-        try:
-            await conn.execute_fetchall("BEGIN IMMEDIATE")  # busy_timeout 0: never waits on the loop
-        except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
-                raise
-            return False
-        return True
-    finally:
-        conn.writing(False)
+    here = conn.runs_here()
+    conn.writing(False)
+    return here and await _try_begin(conn)
 
 
 async def _commit(conn: aiosqlite.Connection) -> None:

@@ -83,12 +83,9 @@ class _Lane:
             return not self._scheduled and not self._items
 
     def put_nowait(self, item: _Item) -> None:  # aiosqlite's queue interface
-        if self.inline:
-            with self._lock:
-                idle = not self._scheduled and not self._items
-            if idle:
-                _run_here(*item)
-                return
+        if self.idle():
+            _run_here(*item)
+            return
         with self._lock:
             self._items.append(item)
             if self._scheduled:

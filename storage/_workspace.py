@@ -29,9 +29,11 @@ def _row(r: Any) -> WorkspaceFileRow:
 
 
 class WorkspaceReads(Access):
-    async def workspace_file(self, path: str) -> WorkspaceFileRow | None:
+    async def workspace_file(self, path: str, *, content: bool = True) -> WorkspaceFileRow | None:
+        """One file's row; without ``content`` its content is not read (None)."""
         r = await self._fetchone(
-            "SELECT path, is_text, content, external, size, modified_at FROM workspace_files WHERE path = ?", (path,))
+            f"SELECT path, is_text, {'content' if content else 'NULL'}, external, size, modified_at "
+            "FROM workspace_files WHERE path = ?", (path,))
         return None if r is None else _row(r)
 
     async def workspace_listing(self) -> list[WorkspaceFileRow]:
