@@ -53,10 +53,7 @@ def run_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, containing: str
 
 def test_the_python_api_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture[str]) -> None:
-    script = tmp_path / "example.py"
-    script.write_text(python_block("async with Harness("))
-    monkeypatch.chdir(tmp_path)
-    runpy.run_path(str(script), run_name="__main__")
+    run_example(tmp_path, monkeypatch, "async with Harness(")
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "You said: Where is my parcel?"
     assert out[1].startswith("You said: Summarize the order notes ")
@@ -99,10 +96,7 @@ async def test_the_webhook_example_starts_a_turn_once_per_delivery(tmp_path: Pat
 
 def test_the_hooks_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                 capsys: pytest.CaptureFixture[str]) -> None:
-    script = tmp_path / "bank.py"
-    script.write_text(python_block("before_tool_call=before_tool_call"))
-    monkeypatch.chdir(tmp_path)
-    runpy.run_path(str(script), run_name="__main__")
+    run_example(tmp_path, monkeypatch, "before_tool_call=before_tool_call")
     out = capsys.readouterr().out.splitlines()
     # on_turn_end runs beside the queue: its lines interleave with the prints as they come.
     assert [line for line in out if not line.startswith("[audit]")] == [
@@ -151,15 +145,9 @@ def run_commands(block: str, base: str) -> list[str]:
 
 
 async def test_the_curl_session_runs(tmp_path: Path) -> None:
-    server = ServerProcess(app=None, data_dir=tmp_path / "data", log_path=tmp_path / "server.log")
-    await server.start()
-    try:
-        # `curl -sN …/events` follows the stream until Ctrl-C: here, for three seconds.
-        block = sh_block("Idempotency-Key: evt-1").replace("curl -sN", "curl -sN --max-time 3")
-        out = await asyncio.to_thread(run_commands, block, server.base)
-    finally:
-        server.stop()
-    submitted, waited, transcript, fork, trip, named, events, spec = out
+    # `curl -sN …/events` follows the stream until Ctrl-C: here, for three seconds.
+    block = sh_block("Idempotency-Key: evt-1").replace("curl -sN", "curl -sN --max-time 3")
+    submitted, waited, transcript, fork, trip, named, events, spec = await served(tmp_path, block)
     receipt = json.loads(submitted)
     assert (receipt["operation_id"], receipt["accepted"]) == ("evt-1", True)
     info = json.loads(waited)
@@ -184,10 +172,7 @@ async def test_the_daily_summary_schedule_over_http_runs(tmp_path: Path) -> None
 
 def test_the_python_schedules_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    script = tmp_path / "schedules.py"
-    script.write_text(python_block('harness.schedules("assistant", "team")'))
-    monkeypatch.chdir(tmp_path)
-    runpy.run_path(str(script), run_name="__main__")
+    run_example(tmp_path, monkeypatch, 'harness.schedules("assistant", "team")')
     next_run, ids, cancelled = capsys.readouterr().out.splitlines()
     assert next_run.endswith("T08:00:00.000Z")
     listed = ast.literal_eval(ids)
@@ -203,15 +188,12 @@ def test_the_python_schedules_example_runs(tmp_path: Path, monkeypatch: pytest.M
 
 def test_the_own_model_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:
-    script = tmp_path / "own_model.py"
-    script.write_text(python_block("class LastWords(Model)"))
-    monkeypatch.chdir(tmp_path)
-    runpy.run_path(str(script), run_name="__main__")
+    run_example(tmp_path, monkeypatch, "class LastWords(Model)")
     assert capsys.readouterr().out.splitlines() == ["1 messages; you said: hello", "3 messages; you said: again"]
 
 
 async def test_the_get_messages_pages_example_runs(tmp_path: Path) -> None:
-    _, _, waited, page, link, found = await served(tmp_path, sh_block("get-messages?page_size=2"))
+    _, _, waited, page, link, found, compacted, memory = await served(tmp_path, sh_block("get-messages?page_size=2"))
     assert json.loads(waited)["status"] == "completed"
     newest = json.loads(page)
     assert [m["role"] for m in newest] == ["user", "assistant"]
@@ -220,6 +202,8 @@ async def test_the_get_messages_pages_example_runs(tmp_path: Path) -> None:
     hits = json.loads(found)["results"]
     assert [h["role"] for h in hits] == ["assistant", "user"]
     assert hits[0]["snippet"] == "You said: and **again**"
+    assert json.loads(compacted) == {"session": "", "compacted": False}
+    assert json.loads(memory) == {"session": "", "blocks": []}
 
 
 def test_the_compaction_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -238,7 +222,7 @@ def test_the_memory_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert out.startswith("Be brief.\n\n# Memory\n")
     assert "## notes (What you learned about the user) [12/1000 chars, writable]\nPrefers tea." in out
     assert "## house (Rules of the house) [36/2000 chars, read-only]\nClosed on Mondays. Breakfast from 7." in out
-    assert out.rstrip().endswith("['Prefers tea.', 'Closed on Mondays. Breakfast from 7.']")
+    assert out.rstrip().endswith("['Prefers tea.', 'Closed on Mondays. Breakfast from 7.']\n4 ['notes', 'house']")
 
 
 def test_the_workspace_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -246,3 +230,12 @@ def test_the_workspace_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     run_example(tmp_path, monkeypatch, "WorkspaceTools())}")
     out = capsys.readouterr().out
     assert out == "From my notes: 1\t- Ann prefers tea\n- Ann prefers tea\n ['notes.md']\n"
+
+
+async def test_the_workspace_files_over_http_example_runs(tmp_path: Path) -> None:
+    put, got, listed, deleted = await served(tmp_path, sh_block("--data-binary '- Ann prefers tea'"))
+    assert {k: v for k, v in json.loads(put).items() if k != "modified_at"} == {
+        "path": "notes/ann.md", "size": 17, "is_text": True}
+    assert got == "- Ann prefers tea"
+    assert [f["path"] for f in json.loads(listed)["files"]] == ["notes/ann.md"]
+    assert json.loads(deleted) == {"deleted": True}
