@@ -52,6 +52,7 @@ from protocol import (
     StreamResuming,
     ToolApprovalFrame,
     ToolResultFrame,
+    UIMessage,
     UseChatRequest,
     dump_chat_response,
     dump_frame,
@@ -128,6 +129,12 @@ class _Stream:
     continuation: bool
     bodies: list[str] = field(default_factory=list)
     settled: OperationSettled | None = None
+    message_id: str = ""
+    # The continued message, changed outside the stream (an approved call's result): told when
+    # the stream ends, never during it. The AI SDK 7 hook streams a continuation into a copy of
+    # the message taken when it asked; each chunk it applies writes that copy back, which would
+    # undo an update told meanwhile.
+    updated: UIMessage | None = None
 
     def live_frame(self, seq: int, body: str) -> str:
         """Chunk ``seq`` as a live frame (a socket that follows the stream after a replay gets the same)."""
@@ -442,15 +449,24 @@ class ThinkChat:
         elif isinstance(event, SessionReset):
             self._on_reset()
         elif isinstance(event, MessageUpdated):
-            self._broadcast(dump_frame(MessageUpdatedFrame(message=event.message)))
+            active = self._active
+            if active is not None and active.continuation and active.message_id == event.message.id:
+                active.updated = event.message
+            else:
+                self._broadcast(dump_frame(MessageUpdatedFrame(message=event.message)))
         elif isinstance(event, TranscriptChanged):
             if self.session.loaded_history is not None:  # written without a turn: every tab gets the new transcript
                 self._broadcast_transcript()
         elif isinstance(event, MessagePersisted):
-            pass  # transcripts go out at the start and the end of a turn
+            # Transcripts go out at the start and the end of a turn; an update waiting for the
+            # stream's end tells the message as it is then.
+            active = self._active
+            if active is not None and active.updated is not None and active.message_id == event.message.id:
+                active.updated = event.message
 
     def _on_run_started(self, event: RunStarted) -> None:
-        self._active = _Stream(event.operation_id, event.continuation, list(event.prior))
+        self._active = _Stream(event.operation_id, event.continuation, list(event.prior),
+                               message_id=event.message_id)
         if event.prior:
             # A recovered stream already has chunks no socket here has seen: every live socket
             # resumes it (replay, then live), as one that connects now would.
@@ -508,6 +524,8 @@ class ThinkChat:
             self._awaiting_ack.clear()  # so sockets that never ACKed still see the end
         stream.settled = event
         requester = self._requesters.pop(event.operation_id, None)
+        if stream.updated is not None:
+            self._broadcast(dump_frame(MessageUpdatedFrame(message=stream.updated)))
         if stream.bodies:
             if self._clearing is None and self.connections:  # a clear in progress empties every tab right after
                 self._broadcast_transcript()

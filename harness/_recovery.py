@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol import (
-    Chunk,
     MessageAssembler,
     ToolApprovalRequestChunk,
     ToolOutputErrorChunk,
@@ -35,11 +34,13 @@ from storage import OperationRow
 from ._answers import INTERRUPTED_TOOL_ERROR
 from ._hooks import HookError
 from ._json import storable
-from ._turn_plan import Outcome, TurnHost, closing_chunks
+from ._turn_plan import CONTINUING, Outcome, TurnHost, calls_introduced, closing_chunks
 
 __all__ = ["Recovered", "recover_operation"]
 
 log = logging.getLogger("think_server.recovery")
+
+_AboutACall = ToolOutputErrorChunk | ToolApprovalRequestChunk
 
 
 @dataclass(slots=True)
@@ -52,6 +53,7 @@ class Recovered:
     crash_strikes: int = 0
     next_attempt_at: int | None = None
     gave_up: str | None = None  # the reason the operation was sealed instead of continued
+    updated_outside: bool = False  # the message changed where its stream cannot say it (a message update)
 
 
 def _parent_from_input(op: OperationRow) -> str | None:
@@ -85,7 +87,7 @@ async def recover_operation(session: TurnHost, op: OperationRow) -> Recovered:
         assembler = MessageAssembler(message_id or session.clock.new_id(),
                                      parts=list(base.parts) if base else None,
                                      metadata=base.metadata if base else None)
-        extra: list[Chunk] = []
+        extra: list[_AboutACall] = []
         last_stream = streams[-1].id if streams else None
         for s in streams:
             if s.status != "streaming":
@@ -126,7 +128,7 @@ async def recover_operation(session: TurnHost, op: OperationRow) -> Recovered:
             if tool is None or tool.is_client:
                 continue
             if gave_up is not None:  # it will not run now either: the message must not keep it waiting
-                chunk: Chunk = ToolOutputErrorChunk(toolCallId=part.toolCallId, errorText=INTERRUPTED_TOOL_ERROR)
+                chunk: _AboutACall = ToolOutputErrorChunk(toolCallId=part.toolCallId, errorText=INTERRUPTED_TOOL_ERROR)
             elif tool.approval_needed(part.input):
                 chunk = ToolApprovalRequestChunk(approvalId=session.clock.new_id(), toolCallId=part.toolCallId)
             else:
@@ -134,8 +136,18 @@ async def recover_operation(session: TurnHost, op: OperationRow) -> Recovered:
                 continue
             assembler.apply(chunk)
             extra.append(chunk)
+        bodies: list[str] = []
+        for s in streams:
+            bodies.extend(await tx.chunk_bodies(s.id))
+        updated_outside = False
+        if extra and op.kind in CONTINUING:  # a continuation's stream speaks only of its own calls
+            made = calls_introduced(bodies)
+            told = [c for c in extra if c.toolCallId in made]
+            updated_outside, extra = len(told) < len(extra), told
         if extra and last_stream is not None:
-            await tx.append_chunks(last_stream, [dump_chunk(c) for c in extra], now)
+            texts = [dump_chunk(c) for c in extra]
+            await tx.append_chunks(last_stream, texts, now)
+            bodies.extend(texts)
         message = assembler.message if assembler.message.parts else None
         if message is not None:
             message, content = storable(message, session.policy.max_row_bytes)
@@ -150,7 +162,5 @@ async def recover_operation(session: TurnHost, op: OperationRow) -> Recovered:
         if gave_up is not None:
             text = message_text(message) if message is not None else ""
             await session.write_settlement(tx, op.id, Outcome("error", "unanswered", gave_up, text))
-        bodies: list[str] = []
-        for s in streams:
-            bodies.extend(await tx.chunk_bodies(s.id))
-    return Recovered(message, parent_id, bodies, rerun, attempts, op.crash_strikes + 1, wake, gave_up)
+    return Recovered(message, parent_id, bodies, rerun, attempts, op.crash_strikes + 1, wake, gave_up,
+                     updated_outside)

@@ -42,7 +42,7 @@ from ._recovery import Recovered
 from ._tools import Tool
 from ._turn import Turn
 from ._turn_hooks import TurnHooks
-from ._turn_plan import Outcome, TurnPlan
+from ._turn_plan import CONTINUING, Outcome, TurnPlan, calls_introduced
 from ._unwritten import UnwrittenEnds
 from ._workspace import Workspace
 from ._workspace_tools import workspace_tools
@@ -88,7 +88,7 @@ class OperationRuns:
         def _memory_tools(self) -> dict[str, Tool]: ...
         async def system_for_model(self, system: str | None) -> str | None: ...
         def publish(self, event: HarnessEvent) -> None: ...
-        def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None: ...
+        def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> UIMessage: ...
 
     async def _run(self, op_id: str) -> None:
         written = self._pending.written(op_id)
@@ -190,6 +190,8 @@ class OperationRuns:
         payload = json.loads(row.input_json)
         carried = tuple(m["id"] for m in payload.get("messages", []))
         partial = recovered.message
+        if recovered.updated_outside and partial is not None:
+            self.publish(MessageUpdated(partial))
         try:
             go_on, reason = await self.hooks(row.id).recovering(recovered.attempts, partial,
                                                                 message_text(partial) if partial else ""), "abandoned"
@@ -207,12 +209,13 @@ class OperationRuns:
             context = self._hist.context(ids.index(recovered.parent_id) + 1)
         else:
             context = self._hist.context()
-        continuation = row.kind in ("tool_result", "approval", "continue")
+        continuation = row.kind in CONTINUING
         self._streaming_id = message_id
         self.publish(RunStarted(row.id, message_id, continuation=continuation, prior=tuple(recovered.bodies),
                                 recovering=True))
         plan = TurnPlan(row.id, message_id, recovered.parent_id, context, carried, continuation,
-                        existing=recovered.message, first_seq=len(recovered.bodies), rerun=tuple(recovered.rerun))
+                        existing=recovered.message, first_seq=len(recovered.bodies), rerun=tuple(recovered.rerun),
+                        introduced=calls_introduced(recovered.bodies) if continuation else frozenset())
         turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(row.id, outcome, turn.message_ids)

@@ -486,11 +486,12 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns
 
     # -- the in-memory transcript -------------------------------------------------
 
-    def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None:
+    def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> UIMessage:
         # A snapshot: the turn's live message keeps growing with parts not committed yet.
         snapshot = msg.model_copy(deep=True)
         self._hist.place(snapshot, parent_id)
         self.publish(MessagePersisted(snapshot))
+        return snapshot
 
     # -- abort and reset ------------------------------------------------------------
 

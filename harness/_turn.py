@@ -29,7 +29,10 @@ from protocol import (
     TextEndChunk,
     ToolApprovalRequestChunk,
     ToolInputAvailableChunk,
+    ToolInputErrorChunk,
+    ToolInputStartChunk,
     ToolOutputAvailableChunk,
+    ToolOutputDeniedChunk,
     ToolOutputErrorChunk,
     ToolPart,
     UIMessage,
@@ -41,7 +44,7 @@ from storage import Tx
 from ._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from ._chunklog import ChunkLog
 from ._event_chunks import streamed_chunk
-from ._events import ModelCallFinished, ToolCallFinished
+from ._events import MessageUpdated, ModelCallFinished, ToolCallFinished
 from ._hooks import HookError, ToolDecision
 from ._json import dumps, storable
 from ._model import (
@@ -95,6 +98,10 @@ class _Stalled(Exception):
     """The model stream was silent for the stall timeout."""
 
 
+_INTRODUCING = (ToolInputStartChunk, ToolInputAvailableChunk, ToolInputErrorChunk)
+_ABOUT_A_CALL = (ToolOutputAvailableChunk, ToolOutputErrorChunk, ToolOutputDeniedChunk, ToolApprovalRequestChunk)
+
+
 class _OutOfAttempts(Exception):
     """Interruptions without progress used up the recovery budget."""
 
@@ -132,6 +139,10 @@ class Turn:
         )
         self._log = ChunkLog(session.db, session.clock, session_id=session.id, operation_id=plan.operation_id,
                              publish=session.publish, first_seq=plan.first_seq)
+        # A continuation's stream speaks only of the calls it made (see calls_introduced); news of
+        # an earlier stream's call (an approved call's result) is a message update after the commit.
+        self._introduced = set(plan.introduced) if plan.continuation else None
+        self._updated_outside = False
         self._state = TurnState.CREATED
         self._inner: asyncio.Task[Any] | None = None
         self._aborting = False
@@ -165,6 +176,12 @@ class Turn:
 
     def _emit(self, chunk: Chunk, *, hold: bool = False, lazy: bool = False) -> None:
         self._assembler.apply(chunk)
+        if self._introduced is not None:
+            if isinstance(chunk, _INTRODUCING):
+                self._introduced.add(chunk.toolCallId)
+            elif isinstance(chunk, _ABOUT_A_CALL) and chunk.toolCallId not in self._introduced:
+                self._updated_outside = True
+                return
         text = dump_chunk(chunk)
         self._log.add(text, hold=hold, lazy=lazy)
         if self._tap is not None:
@@ -516,7 +533,10 @@ class Turn:
 
         await self._log.commit(write)
         if self._persisted:
-            self._session.on_message_persisted(self._stored or self._assembler.message, self._parent_id)
+            snapshot = self._session.on_message_persisted(self._stored or self._assembler.message, self._parent_id)
+            if self._updated_outside:
+                self._updated_outside = False
+                self._session.publish(MessageUpdated(snapshot))
 
     async def _write_message(self, tx: Tx) -> None:
         msg = self._assembler.message

@@ -6,7 +6,8 @@ share these without importing one another.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,7 +29,8 @@ from ._input import InputPolicy
 from ._tools import Tool
 from ._turn_hooks import TurnHooks
 
-__all__ = ["Outcome", "TurnHost", "TurnPlan", "TurnSuspended", "Unsettled", "closing_chunks"]
+__all__ = ["CONTINUING", "Outcome", "TurnHost", "TurnPlan", "TurnSuspended", "Unsettled", "calls_introduced",
+           "closing_chunks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,28 @@ def closing_chunks(assembler: MessageAssembler) -> list[Chunk]:
     return out
 
 
+#: The operation kinds whose wire stream continues an earlier answer.
+CONTINUING = frozenset({"tool_result", "approval", "continue"})
+
+_INTRODUCING = frozenset({"tool-input-start", "tool-input-available", "tool-input-error"})
+
+
+def calls_introduced(bodies: Iterable[str]) -> frozenset[str]:
+    """The tool calls whose parts a wire stream (its chunk bodies) creates.
+
+    A continuation's stream speaks only of these: the AI SDK 6 client builds a resumed stream's
+    message from nothing, so a chunk about a call an earlier stream made cannot apply there
+    ("No tool invocation found"). Such news goes out as a message update instead.
+    """
+    ids: set[str] = set()
+    for body in bodies:
+        if '"tool-input-' in body:  # most bodies are text deltas: no parse for them
+            chunk = json.loads(body)
+            if chunk.get("type") in _INTRODUCING:
+                ids.add(str(chunk.get("toolCallId")))
+    return frozenset(ids)
+
+
 @dataclass(frozen=True)
 class TurnPlan:
     """What one run of an operation starts from."""
@@ -74,6 +98,7 @@ class TurnPlan:
     existing: UIMessage | None = None  # the assistant message as stored (continuations, recovery)
     first_seq: int = 0  # chunks the operation's wire stream already holds
     rerun: tuple[tuple[str, str, Any], ...] = ()  # calls cut short by a crash, to run again
+    introduced: frozenset[str] = frozenset()  # calls the stream's first ``first_seq`` chunks created
 
 
 class TurnHost(Protocol):
@@ -97,7 +122,7 @@ class TurnHost(Protocol):
 
     async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome) -> None: ...
 
-    def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> None: ...
+    def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> UIMessage: ...
 
     def model_view(self, messages: Sequence[UIMessage], ids: Sequence[str]) -> Sequence[UIMessage]: ...
 

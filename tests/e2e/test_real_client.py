@@ -399,10 +399,6 @@ def test_client_tool_answered_from_on_tool_call(
     assert not [c for c in got["continuation"] if c.get("type", "").startswith("tool-")], ctx()
 
 
-# ai@6 cannot take this yet: its resume-stream starts a fresh assistant message unless a tool
-# input is still streaming, so the continuation's tool-output-available for the approved call
-# finds no tool invocation ("No tool invocation found"). The real server sends the same frames.
-@pytest.mark.ai_sdk("ai7")
 @pytest.mark.parametrize("when", ["as-soon-as-shown", "after-the-turn-ends"])
 @pytest.mark.parametrize("approved", [True, False], ids=["approved", "denied"])
 def test_approval_through_add_tool_approval_response(
@@ -448,8 +444,21 @@ def test_approval_through_add_tool_approval_response(
     outputs = [c for c in got["continuation"] if c.get("type") == "tool-output-available"]
     if approved:
         assert part["state"] == "output-available" and part["output"] == TRANSFER, ctx()
-        assert [(c["toolCallId"], c["output"]) for c in outputs] == [(call_id, TRANSFER)], (
-            "the continuation should carry the executed tool's output" + ctx()
+        # The call was made in the first stream: the continuation's stream does not speak of it
+        # (ai@6 builds a resumed stream's message from nothing), a message update after it does.
+        assert outputs == [], "the continuation must not stream an output for an earlier stream's call" + ctx()
+        recv = ws_frames(run, "recv", got["conn"])
+        continuation_id = next(f["id"] for f in recv if f.get("continuation") is True)
+        last_chunk = max(i for i, f in enumerate(recv) if f.get("id") == continuation_id and f.get("body"))
+        told = [
+            p
+            for f in recv[last_chunk:]
+            if f.get("type") == "cf_agent_message_updated"
+            for p in f["message"]["parts"]
+            if p.get("toolCallId") == call_id
+        ]
+        assert [(p["state"], p.get("output")) for p in told] == [("output-available", TRANSFER)], (
+            "after the continuation's chunks, one message update should tell the executed tool's output" + ctx()
         )
     else:
         assert part["state"] == "output-denied" and "output" not in part, ctx()
@@ -468,10 +477,6 @@ PART_STATE_ORDER = [
 ]
 
 
-# ai@6 cannot take this yet: its resume-stream starts a fresh assistant message unless a tool
-# input is still streaming, so the continuation's tool-output-available for the approved call
-# finds no tool invocation ("No tool invocation found"). The real server sends the same frames.
-@pytest.mark.ai_sdk("ai7")
 def test_continuation_reaches_the_approving_tab_only_through_its_resume(
     e2e_client: E2EClient, conformance_server: ThinkServer, tmp_path: Path
 ) -> None:

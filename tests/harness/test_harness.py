@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,11 @@ import pytest
 from harness import (
     Agent,
     AnswerRefused,
+    ChunksCommitted,
     Harness,
+    HarnessEvent,
     InputError,
+    MessageUpdated,
     ScriptedModel,
     SessionError,
     SessionExists,
@@ -163,6 +167,38 @@ async def test_client_tool_and_approval_answers(tmp_path: Path) -> None:
         r = await s.submit({"type": "approval", "approval_id": part.approval.id, "approved": True})
         await s.wait(r.operation_id)
         assert message_text((await s.messages())[-1]).endswith("Done: sent 100 to bob.")
+
+
+async def test_an_approved_calls_result_is_a_message_update_not_a_chunk_of_the_continuation(
+        tmp_path: Path) -> None:
+    """A continuation's stream speaks only of the parts it made: a client that builds the resumed
+    stream's message from nothing (AI SDK 6) could not place the result of a call an earlier stream
+    made. The result is told as a message update, once it is stored."""
+    async with make(tmp_path) as h:
+        s = await h.session("assistant", "approve")
+        assert (await s.prompt("approve the transfer")).reason == "awaiting_approval"
+        part = next(p for p in (await s.messages())[-1].parts if isinstance(p, ToolPart))
+        assert part.approval is not None
+        events: list[HarnessEvent] = []
+
+        async def watch() -> None:
+            async for event in s.subscribe():
+                events.append(event)
+
+        watcher = asyncio.create_task(watch())
+        await asyncio.sleep(0.05)
+        r = await s.submit({"type": "approval", "approval_id": part.approval.id, "approved": True})
+        await s.wait(r.operation_id)
+        watcher.cancel()
+        chunks = [json.loads(b) for e in events if isinstance(e, ChunksCommitted) and e.operation_id == r.operation_id
+                  for b in e.bodies]
+        assert [c["type"] for c in chunks if c["type"].startswith("tool-")] == []
+        assert "text-delta" in [c["type"] for c in chunks]
+        told = [[(p.state, p.output) for p in e.message.parts if isinstance(p, ToolPart)]
+                for e in events if isinstance(e, MessageUpdated)]
+        assert told == [[("approval-responded", None)], [("output-available", "sent 100 to bob")]]
+        (stored,) = [p for p in (await s.messages())[-1].parts if isinstance(p, ToolPart)]
+        assert (stored.state, stored.output) == ("output-available", "sent 100 to bob")
 
 
 async def test_auto_continue_off_records_without_continuing(tmp_path: Path) -> None:

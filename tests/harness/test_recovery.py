@@ -14,6 +14,7 @@ from harness import (
     Finish,
     Instance,
     MessagePersisted,
+    MessageUpdated,
     Model,
     ModelEvent,
     ModelRequest,
@@ -23,7 +24,7 @@ from harness import (
     TextStart,
     Tool,
 )
-from harness._answers import INTERRUPTED_TOOL_ERROR
+from harness._answers import INTERRUPTED_TOOL_ERROR, Answer
 from protocol import ToolPart
 
 from ._doubles import FakeModel, Pause, call, script, settle, text, user
@@ -183,6 +184,43 @@ async def test_a_regenerated_answer_that_reuses_a_call_id_recovers_its_own_call(
         assert (part.state, part.errorText) == ("output-error", INTERRUPTED_TOOL_ERROR)
         branches = await restarted.db.read.children(s2.id, "u1")
         assert len(branches) == 2 and '"output":{"n":1}' in branches[0].content, "the first answer keeps its result"
+    finally:
+        await restarted.close()
+
+
+async def test_an_approved_call_a_crash_cut_short_is_reported_outside_the_continuations_stream(db_path: Any) -> None:
+    """The approved call was made in the first stream; the continuation's stream (which a client
+    on AI SDK 6 builds from nothing) must not speak of it: the report is a message update."""
+    started = asyncio.Event()
+
+    async def send() -> str:
+        started.set()
+        await asyncio.Event().wait()  # the process dies while it runs
+        return "sent"
+
+    model = script({"match": "*", "steps": [[{"tool_call": {"name": "send", "input": {}}}],
+                                            [{"text": ["saw {result}"]}]]})
+    agent = Agent(tools=[Tool("send", execute=send, needs_approval=True)], recovery=RecoveryPolicy(backoff_ms=1))
+    inst = await Instance.open(db_path, agent, model)
+    s = await inst.session()
+    first = await s.submit([user("u1", "go")])
+    assert (await settle(s, first.operation_id)).reason == "awaiting_approval"
+    approved = await s.answer(Answer("approval", "call_send_1", approved=True))
+    await asyncio.wait_for(started.wait(), 5)
+    await crash(inst)
+
+    restarted = await Instance.open(db_path, agent, model)
+    try:
+        s2 = await restarted.session()
+        told: list[Any] = []
+        s2.subscribe(lambda e: told.append(e.message) if isinstance(e, MessageUpdated) else None)
+        result = await settle(s2, approved.operation_id)
+        assert result.text == f"saw {INTERRUPTED_TOOL_ERROR}"
+        bodies = [json.loads(b) for row in await restarted.db.read.streams_of_request(approved.operation_id)
+                  for b in await restarted.db.read.chunk_bodies(row.id)]
+        assert [b["type"] for b in bodies if b["type"].startswith("tool-")] == []
+        assert [[(p.state, p.errorText) for p in m.parts if isinstance(p, ToolPart)] for m in told] == [
+            [("output-error", INTERRUPTED_TOOL_ERROR)]]
     finally:
         await restarted.close()
 
