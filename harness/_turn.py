@@ -29,10 +29,7 @@ from protocol import (
     TextEndChunk,
     ToolApprovalRequestChunk,
     ToolInputAvailableChunk,
-    ToolInputErrorChunk,
-    ToolInputStartChunk,
     ToolOutputAvailableChunk,
-    ToolOutputDeniedChunk,
     ToolOutputErrorChunk,
     ToolPart,
     UIMessage,
@@ -60,7 +57,7 @@ from ._outcomes import INTERNAL_ERROR, storage_failure
 from ._recovery_policy import RecoveryPolicy
 from ._tools import Tool
 from ._turn_hooks import CONTEXT_OVERFLOW
-from ._turn_plan import Outcome, TurnHost, TurnPlan, TurnSuspended, Unsettled, closing_chunks
+from ._turn_plan import CallScope, Outcome, TurnHost, TurnPlan, TurnSuspended, Unsettled, closing_chunks
 
 __all__ = ["Turn", "TurnState"]
 
@@ -96,10 +93,6 @@ class _Aborted(Exception):
 
 class _Stalled(Exception):
     """The model stream was silent for the stall timeout."""
-
-
-_INTRODUCING = (ToolInputStartChunk, ToolInputAvailableChunk, ToolInputErrorChunk)
-_ABOUT_A_CALL = (ToolOutputAvailableChunk, ToolOutputErrorChunk, ToolOutputDeniedChunk, ToolApprovalRequestChunk)
 
 
 class _OutOfAttempts(Exception):
@@ -141,7 +134,7 @@ class Turn:
                              publish=session.publish, first_seq=plan.first_seq)
         # A continuation's stream speaks only of the calls it made (see calls_introduced); news of
         # an earlier stream's call (an approved call's result) is a message update after the commit.
-        self._introduced = set(plan.introduced) if plan.continuation else None
+        self._scope = CallScope(plan.introduced) if plan.continuation else None
         self._updated_outside = False
         self._state = TurnState.CREATED
         self._inner: asyncio.Task[Any] | None = None
@@ -176,12 +169,9 @@ class Turn:
 
     def _emit(self, chunk: Chunk, *, hold: bool = False, lazy: bool = False) -> None:
         self._assembler.apply(chunk)
-        if self._introduced is not None:
-            if isinstance(chunk, _INTRODUCING):
-                self._introduced.add(chunk.toolCallId)
-            elif isinstance(chunk, _ABOUT_A_CALL) and chunk.toolCallId not in self._introduced:
-                self._updated_outside = True
-                return
+        if self._scope is not None and not self._scope.speaks_of(chunk):
+            self._updated_outside = True
+            return
         text = dump_chunk(chunk)
         self._log.add(text, hold=hold, lazy=lazy)
         if self._tap is not None:

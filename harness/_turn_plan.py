@@ -17,6 +17,13 @@ from protocol import (
     MessageAssembler,
     ReasoningEndChunk,
     TextEndChunk,
+    ToolApprovalRequestChunk,
+    ToolInputAvailableChunk,
+    ToolInputErrorChunk,
+    ToolInputStartChunk,
+    ToolOutputAvailableChunk,
+    ToolOutputDeniedChunk,
+    ToolOutputErrorChunk,
     UIMessage,
 )
 from storage import Database, Tx
@@ -29,8 +36,8 @@ from ._input import InputPolicy
 from ._tools import Tool
 from ._turn_hooks import TurnHooks
 
-__all__ = ["CONTINUING", "Outcome", "TurnHost", "TurnPlan", "TurnSuspended", "Unsettled", "calls_introduced",
-           "closing_chunks"]
+__all__ = ["CONTINUING", "CallScope", "Outcome", "TurnHost", "TurnPlan", "TurnSuspended", "Unsettled",
+           "calls_introduced", "closing_chunks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +90,24 @@ def calls_introduced(bodies: Iterable[str]) -> frozenset[str]:
             if chunk.get("type") in _INTRODUCING:
                 ids.add(str(chunk.get("toolCallId")))
     return frozenset(ids)
+
+
+class CallScope:
+    """The tool calls a continuation's stream made (see :func:`calls_introduced`), growing as it
+    streams: a chunk about another call is not the stream's to carry."""
+
+    _MAKING = (ToolInputStartChunk, ToolInputAvailableChunk, ToolInputErrorChunk)
+    _ABOUT = (ToolOutputAvailableChunk, ToolOutputErrorChunk, ToolOutputDeniedChunk, ToolApprovalRequestChunk)
+
+    def __init__(self, made: frozenset[str]) -> None:
+        self._made = set(made)
+
+    def speaks_of(self, chunk: Chunk) -> bool:
+        """Whether the stream may carry ``chunk``; False: it goes out as a message update."""
+        if isinstance(chunk, self._MAKING):
+            self._made.add(chunk.toolCallId)
+            return True
+        return not isinstance(chunk, self._ABOUT) or chunk.toolCallId in self._made
 
 
 @dataclass(frozen=True)
