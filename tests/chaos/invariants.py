@@ -67,6 +67,8 @@ from harness._answers import INTERRUPTED_TOOL_ERROR, apply_answer
 from protocol import (
     AssemblyError,
     MessageAssembler,
+    ToolOutputAvailableChunk,
+    ToolOutputErrorChunk,
     UIMessage,
     dump_message,
     parse_chunk,
@@ -362,7 +364,8 @@ class Checker:
                         return
                 state = assembler.message
             if op.kind == "approval" and state is not None:
-                state = self._approved_run_without_stream(state, op.input["answer"]["toolCallId"])
+                state = self._approved_run_outside_streams(state, op.input["answer"]["toolCallId"],
+                                                           continued=wire is not None)
         if state is None:
             return
         stored = self.store.messages[message_id].content
@@ -376,17 +379,27 @@ class Checker:
         else:
             self.ok("frames-match-store")
 
-    def _approved_run_without_stream(self, state: UIMessage, call_id: str) -> UIMessage:
-        """An approval given after the conversation moved on runs the call with no stream: its record has the result."""
+    def _approved_run_outside_streams(self, state: UIMessage, call_id: str, *, continued: bool) -> UIMessage:
+        """An approved call's result is never in a stream: the call was made in an earlier one (a
+        continuation speaks only of its own calls: the turn applies the result as a chunk), or the
+        approval came after the conversation moved on and the call ran with no stream at all (its
+        result applied as an answer is). Its record has the result."""
         row = self.store.tool_calls.get(call_id)
         part = next((p for p in state.parts if getattr(p, "toolCallId", None) == call_id), None)
         if row is None or part is None or getattr(part, "state", None) != "approval-responded":
             return state
-        if row.state == "succeeded":
-            return apply_answer(state, Answer("tool-result", call_id, output=row.output))
-        if row.state in ("failed", "interrupted"):
-            return apply_answer(state, Answer("tool-result", call_id, error_text=row.error, is_error=True))
-        return state
+        if row.state not in ("succeeded", "failed", "interrupted"):
+            return state
+        ok = row.state == "succeeded"
+        if not continued:
+            answer = (Answer("tool-result", call_id, output=row.output) if ok
+                      else Answer("tool-result", call_id, error_text=row.error, is_error=True))
+            return apply_answer(state, answer)
+        result = (ToolOutputAvailableChunk(toolCallId=call_id, output=row.output) if ok
+                  else ToolOutputErrorChunk(toolCallId=call_id, errorText=row.error or ""))
+        assembler = MessageAssembler(state.id, parts=state.parts, metadata=state.metadata)
+        assembler.apply(result)
+        return assembler.message
 
     def words_kept(self) -> None:
         for tab in self.conv.tabs:
