@@ -235,7 +235,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             WebSocketRoute("/agents/{agent}/{name}", chat_socket),
             *api_routes(harness, host, refused, check_address, settings.max_frame_bytes),
             Route("/agents/{agent}/{name}/{rest:path}", agent_http, methods=["GET", "POST", "HEAD"]),
-            *web_routes(sorted(routed), guard=refused),
+            *web_routes(sorted(routed), dist=settings.web_dir, guard=refused),
         ],
         middleware=middleware,
         lifespan=lifespan,

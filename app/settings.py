@@ -37,6 +37,8 @@ class Settings(BaseModel):
     data_dir: Path = Path("data")
     #: The model of every agent that names none, e.g. ``scripted:script.json`` or ``openai:gpt-4.1-mini``.
     model: str | None = None
+    #: The built chat page served at ``/`` (its ``index.html`` and ``assets/``); None: ``app/web/dist``.
+    web_dir: Path | None = None
 
     # -- lifetimes -------------------------------------------------------------
     #: An actor with no sockets and no open work is closed after this many seconds.

@@ -246,3 +246,17 @@ async def test_get_messages_pages_newest_first_in_transcript_order(serve) -> Non
             assert (r.status_code, r.json()["field"]) == (400, field), params
         r = await c.get("/agents/my-agent/pages/get-messages", params={"page_size": "2", "before": "../nope"})
         assert r.status_code == 404 and "no message '../nope'" in r.json()["error"]
+
+
+async def test_the_page_is_served_from_the_web_dir_setting(serve, tmp_path: Path) -> None:
+    page = tmp_path / "my-page"
+    (page / "assets").mkdir(parents=True)
+    (page / "index.html").write_text("<!doctype html><p>my own page</p>")
+    (page / "assets" / "app.js").write_text("console.log('mine')")
+    srv = await serve(web_dir=page)
+    async with httpx.AsyncClient(base_url=srv.base) as http:
+        index = await http.get("/")
+        assert (index.status_code, index.text) == (200, "<!doctype html><p>my own page</p>")
+        script = await http.get("/assets/app.js")
+        assert (script.status_code, script.text) == (200, "console.log('mine')")
+        assert (await http.get("/assets/missing.js")).status_code == 404
