@@ -137,4 +137,4 @@ bench: $(BENCH_STAMP)
 	$(PY) -m tests.bench.run --reps $(REPS) $(if $(QUICK),--quick)
 
 clean:
-	rm -rf $(VENV) $(CLIENT)/node_modules $(CLIENT_V6)/node_modules $(WEB)/node_modules $(WEB)/dist .pytest_cache .mypy_cache .ruff_cache test-artifacts
+	rm -rf $(VENV) $(CLIENT)/node_modules $(CLIENT_V6)/node_modules $(WEB)/node_modules $(WEB)/dist tests/e2e/web-v6/node_modules tests/e2e/web-v6/dist tests/e2e/web-v6/src .pytest_cache .mypy_cache .ruff_cache test-artifacts

@@ -4,7 +4,8 @@ It runs on the offline scripted model (``demo_assistant.json`` beside this file)
 unless the server is started with ``--model``, and shows every kind of part the
 chat page renders: a greeting, reasoning, a server tool (``getWeather``), a
 client tool the browser answers (``getBrowserTime``), a tool that needs the
-user's approval (``sendMoney``), a slow stream to stop or to reload in the
+user's approval (``sendMoney``), a file it writes in its workspace (``write``:
+the page's Files panel shows it), a slow stream to stop or to reload in the
 middle of, and an echo of anything else.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness import Agent, client_tool, tool
+from harness import Agent, WorkspaceTools, client_tool, tool
 
 __all__ = ["DEMO_AGENTS", "DEMO_SCRIPT", "DEMO_TOOLS"]
 
@@ -54,8 +55,10 @@ DEMO_AGENTS: dict[str, Agent] = {
     "assistant": Agent(
         system=(
             "You are a helpful assistant. Use getWeather for weather questions, getBrowserTime to learn "
-            "the user's local time, and sendMoney only when the user asks to send money."
+            "the user's local time, and sendMoney only when the user asks to send money. Keep notes "
+            "in the workspace's files when the user asks you to."
         ),
         tools=DEMO_TOOLS,
+        workspace=WorkspaceTools(),
     )
 }

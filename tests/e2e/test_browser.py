@@ -41,7 +41,8 @@ from playwright.sync_api import BrowserContext, Page, Playwright, ViewportSize, 
 from .conftest import REPO, NodeToolchain, ThinkServer, find_node, free_port, run_think_server
 
 WEB_DIR = REPO / "app" / "web"
-DIST_INDEX = WEB_DIR / "dist" / "index.html"
+#: The page's build on ai@6 (+ @ai-sdk/react@3): its own package.json and lock file.
+WEB_V6_DIR = REPO / "tests" / "e2e" / "web-v6"
 DEMO_SCRIPT = REPO / "app" / "demo_assistant.json"
 ARTIFACTS = REPO / "test-artifacts" / "browser"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -79,8 +80,11 @@ REASONED_ANSWER = "The answer is 42."
 WEATHER_ANSWER = "It is sunny and 22°C in Paris (demo data)."
 APPROVED_ANSWER = "Done: 50 euros sent to Alice (demo: no money moved)."
 DENIED_ANSWER = "Okay, no money was sent."
+NOTE_ANSWER = "I wrote notes.md in the workspace: open it from the Files panel or from the tool card."
+NOTE = ("# Notes\n\n- The agent keeps files in its workspace: one tree per agent instance, shared by its "
+        "conversations.\n- Its file tools read, write, edit, list, find, grep and delete them.\n")
 #: The demo's topics, offered as suggestions in an empty conversation.
-SUGGESTIONS = ["weather", "think", "time", "send money", "story"]
+SUGGESTIONS = ["weather", "think", "time", "send money", "note", "story"]
 #: A phone's viewport.
 PHONE = ViewportSize(width=390, height=844)
 
@@ -137,47 +141,69 @@ def _stale(target: Path, sources: list[Path]) -> bool:
     return any(s.stat().st_mtime > built for s in sources)
 
 
-def _run(cmd: list[str], node: NodeToolchain, what: str) -> None:
-    out = subprocess.run(cmd, cwd=WEB_DIR, env=node.env(), capture_output=True, text=True,
+def _run(cmd: list[str], node: NodeToolchain, what: str, where: Path) -> None:
+    out = subprocess.run(cmd, cwd=where, env=node.env(), capture_output=True, text=True,
                          timeout=BUILD_TIMEOUT_S, check=False)
     if out.returncode != 0:
-        pytest.fail(f"{what} failed in {WEB_DIR} (exit {out.returncode}):\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
+        pytest.fail(f"{what} failed in {where} (exit {out.returncode}):\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}")
+
+
+def _build_page(where: Path) -> Path:
+    """``where/dist``, built as the Makefile's `web` target builds app/web: `npm ci` when the lock
+    file is newer than ``node_modules/.installed``, then `vite build` when a source is newer than
+    the build. A lock file keeps concurrent test runs from building at once."""
+    sources = [where / n for n in ("index.html", "vite.config.js", "package.json", "package-lock.json")]
+    sources += sorted(p for p in (where / "src").rglob("*") if p.is_file())
+    index = where / "dist" / "index.html"
+    lock_path = Path(tempfile.gettempdir()) / f"think-server-web-{hashlib.sha256(bytes(where)).hexdigest()[:12]}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _stale(index, sources):
+            node = find_node()
+            stamp = where / "node_modules" / ".installed"
+            if _stale(stamp, [where / "package-lock.json"]):
+                _run([str(node.node), str(node.npm_cli), "ci", "--ignore-scripts", "--no-audit", "--no-fund",
+                      "--loglevel=error"], node, "npm ci", where)
+                stamp.touch()
+            _run([str(node.node), str(where / "node_modules" / "vite" / "bin" / "vite.js"), "build",
+                  "--logLevel", "warn"], node, "vite build", where)
+            index.touch()
+    assert index.is_file(), f"no {index} after the build"
+    return index.parent
 
 
 @pytest.fixture(scope="session")
 def web_dist() -> Path:
-    """The built page. `make test` built it (`make web`); run by hand, build it here as make would.
+    """The built page. `make test` built it (`make web`); run by hand, build it here as make would."""
+    return _build_page(WEB_DIR)
 
-    The same steps and the same stamp as the Makefile's `web` target: `npm ci` when the lock file
-    is newer than ``node_modules/.installed``, then `vite build` when a source is newer than the
-    build. A lock file keeps concurrent test runs from building at once.
-    """
-    sources = [WEB_DIR / n for n in ("index.html", "vite.config.js", "package.json", "package-lock.json")]
-    sources += sorted(p for p in (WEB_DIR / "src").rglob("*") if p.is_file())
-    lock_path = Path(tempfile.gettempdir()) / f"think-server-web-{hashlib.sha256(bytes(WEB_DIR)).hexdigest()[:12]}.lock"
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _stale(DIST_INDEX, sources):
-            node = find_node()
-            stamp = WEB_DIR / "node_modules" / ".installed"
-            if _stale(stamp, [WEB_DIR / "package-lock.json"]):
-                _run([str(node.node), str(node.npm_cli), "ci", "--ignore-scripts", "--no-audit", "--no-fund",
-                      "--loglevel=error"], node, "npm ci")
-                stamp.touch()
-            _run([str(node.node), str(WEB_DIR / "node_modules" / "vite" / "bin" / "vite.js"), "build",
-                  "--logLevel", "warn"], node, "vite build")
-            DIST_INDEX.touch()
-    assert DIST_INDEX.is_file(), f"no {DIST_INDEX} after the build"
-    return DIST_INDEX.parent
+
+@pytest.fixture(scope="session")
+def web_dist_v6() -> Path:
+    """The same page built on the AI SDK's previous major: app/web's sources, copied beside the
+    ai@6 + @ai-sdk/react@3 packages of ``tests/e2e/web-v6`` (its own lock file)."""
+    for name in ("index.html", "vite.config.js"):
+        if _stale(WEB_V6_DIR / name, [WEB_DIR / name]):
+            shutil.copy2(WEB_DIR / name, WEB_V6_DIR / name)
+    shutil.copytree(WEB_DIR / "src", WEB_V6_DIR / "src", dirs_exist_ok=True)
+    for copied in (WEB_V6_DIR / "src").rglob("*"):
+        if copied.is_file() and not (WEB_DIR / "src" / copied.relative_to(WEB_V6_DIR / "src")).exists():
+            copied.unlink()  # gone from app/web
+    return _build_page(WEB_V6_DIR)
 
 
 # ── server and browser ──────────────────────────────────────────────────
 
 
-@pytest.fixture(scope="module")
-def server(web_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThinkServer]:
-    """``python -m app serve`` with the demo agent on its own script, in a fresh data dir."""
-    with run_think_server(tmp_path_factory.mktemp("browser-server"), model=f"scripted:{DEMO_SCRIPT}") as srv:
+@pytest.fixture(scope="module", params=["ai7", "ai6"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThinkServer]:
+    """``python -m app serve`` with the demo agent on its own script, in a fresh data dir, serving
+    the page built on either AI SDK major (the tests that use it run with both)."""
+    dist: Path = request.getfixturevalue("web_dist" if request.param == "ai7" else "web_dist_v6")
+    with run_think_server(tmp_path_factory.mktemp("browser-server"), model=f"scripted:{DEMO_SCRIPT}",
+                          env={"THINK_WEB_DIR": str(dist)}) as srv:
+        served = httpx.get(f"{srv.base}/", timeout=10).text
+        assert served == (dist / "index.html").read_text(), f"the server does not serve the {request.param} page"
         yield srv
 
 
@@ -652,6 +678,51 @@ def test_client_tool_answered_by_the_page(context: BrowserContext, server: Think
     assert [(r.get("toolName"), r.get("output")) for r in results] == [("getBrowserTime", output)], tab.report()
     assert tab.messages() == [("user", "what time is it"), ("assistant", answer)], tab.report()
     assert [text_of(m) for m in server_messages(server, name)] == ["what time is it", answer]
+    assert not tab.errors, tab.report()
+
+
+def test_the_files_panel_shows_what_the_agent_wrote(context: BrowserContext, server: ThinkServer,
+                                                    request: pytest.FixtureRequest) -> None:
+    name = conversation()
+    tab = open_tab(context, server, name)
+    panel = tab.page.get_by_role("complementary", name="Files")
+    expect(panel).to_have_count(0)  # an instance without a file shows no panel
+    tab.send("note")
+    tab.wait_answer(NOTE_ANSWER)
+    card = tab.tool("write")
+    expect(card).to_have_attribute("data-state", "output-available")
+    expect(card).to_have_attribute("data-file-tool", "true")
+    expect(card.get_by_test_id("tool-target")).to_have_text("notes.md")
+
+    # The list, read again once the answer ended; a file opens read-only, as the server holds it.
+    files = panel.locator("button.file")
+    expect(files).to_have_count(1)
+    expect(files.first).to_have_attribute("data-path", "notes.md")
+    expect(files.first.locator(".file-size")).to_have_text(f"{len(NOTE.encode())} B")
+    files.first.click()
+    content = panel.get_by_label("Content of notes.md")
+    expect(content).to_have_text(NOTE)
+    got = httpx.get(f"{server.base}/agents/assistant/{name}/files/notes.md", timeout=10)
+    assert (got.status_code, got.text) == (200, NOTE)
+    assert panel.locator("textarea, [contenteditable]").count() == 0, "the view is read-only"
+    shot(tab, request, "1-file")
+    panel.get_by_role("button", name="← All files").click()
+    expect(files).to_have_count(1)
+
+    # The tool card opens the file it wrote.
+    card.get_by_role("button", name="Open").click()
+    expect(content).to_have_text(NOTE)
+    panel.get_by_role("button", name="← All files").click()
+
+    # A file written over HTTP shows after a refresh; binary content is never pasted into the page.
+    put = httpx.put(f"{server.base}/agents/assistant/{name}/files/img/logo.png", content=b"\x89PNG\x00\xff", timeout=10)
+    assert put.status_code == 200, put.text
+    panel.get_by_role("button", name="Refresh").click()
+    expect(files).to_have_count(2)
+    panel.locator('button.file[data-path="img/logo.png"]').click()
+    expect(panel.locator(".file-view")).to_contain_text("Binary content: not shown.")
+    expect(panel.locator(".file-content")).to_have_count(0)
+    shot(tab, request, "2-binary")
     assert not tab.errors, tab.report()
 
 

@@ -1,6 +1,7 @@
 import { useCallback, useEffect, useRef, useState } from "react";
 import { createSession, deleteSession, getMessages, listSessions, renameSession, titleOf } from "./api.js";
 import { Chat } from "./Chat.jsx";
+import { FileOpener, Files, useFiles } from "./Files.jsx";
 import {
   DEFAULT_NAME,
   authToken,
@@ -434,6 +435,13 @@ export function App() {
     document.title = current ? `${title} · ${current.agent} · think-server` : "think-server chat";
   }, [current, title]);
   const onTitle = useCallback((t) => list.setTitle(session, t), [list.setTitle, session]);
+  // The workspace's files change with the answers: read again after each one.
+  const [answers, setAnswers] = useState(0);
+  const files = useFiles(current?.agent, current?.name, answers);
+  const onSettled = useCallback(() => {
+    list.refresh();
+    setAnswers((n) => n + 1);
+  }, [list.refresh]);
   let body;
   if (error) {
     body = (
@@ -452,14 +460,17 @@ export function App() {
       <div className="layout" data-drawer={drawer.isOpen ? "open" : "closed"}>
         <Sidebar agents={agents} current={current} list={list} open={drawer.isOpen} onClose={drawer.close} />
         {drawer.isOpen && <div className="scrim" aria-hidden="true" onClick={() => drawer.close()} />}
-        <Chat
-          key={key}
-          agent={current.agent}
-          name={current.name}
-          session={current.session}
-          onTitle={onTitle}
-          onSettled={list.refresh}
-        />
+        <FileOpener.Provider value={files.open}>
+          <Chat
+            key={key}
+            agent={current.agent}
+            name={current.name}
+            session={current.session}
+            onTitle={onTitle}
+            onSettled={onSettled}
+          />
+        </FileOpener.Provider>
+        <Files agent={current.agent} name={current.name} state={files} version={answers} />
       </div>
     );
   }

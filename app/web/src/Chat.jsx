@@ -35,6 +35,7 @@ const SUGGESTIONS = [
   { text: "think", hint: "reasoning" },
   { text: "time", hint: "a tool your browser answers" },
   { text: "send money", hint: "a tool that asks for your approval" },
+  { text: "note", hint: "a file the agent writes" },
   { text: "story", hint: "a slow stream to stop" }
 ];
 

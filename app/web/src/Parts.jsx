@@ -1,5 +1,6 @@
 import { getToolName, isToolUIPart } from "ai";
-import { useEffect, useRef, useState } from "react";
+import { useContext, useEffect, useRef, useState } from "react";
+import { FILE_TOOLS, FileOpener } from "./Files.jsx";
 import { Markdown } from "./Markdown.jsx";
 
 const ROLE_LABELS = { user: "You", assistant: "Assistant", system: "System" };
@@ -70,8 +71,40 @@ function decisionOf(part) {
   return null;
 }
 
+/**
+ * What a file tool's card names in its summary: the file (or the pattern) it works on; and,
+ * once the call is done, a button that shows the file in the Files panel.
+ */
+function FileTarget({ name, part }) {
+  const openFile = useContext(FileOpener);
+  const key = FILE_TOOLS[name];
+  const target = key ? part.input?.[key] : null;
+  if (typeof target !== "string" || !target) return null;
+  const opens = key === "path" && name !== "delete" && part.state === "output-available" && openFile;
+  return (
+    <>
+      <span className="tool-target" data-testid="tool-target">
+        {target}
+      </span>
+      {opens && (
+        <button
+          type="button"
+          className="secondary open-file"
+          onClick={(e) => {
+            e.preventDefault(); // inside <summary>: open the file, not the card
+            openFile(target);
+          }}
+        >
+          Open
+        </button>
+      )}
+    </>
+  );
+}
+
 function ToolPart({ part, onApproval, live }) {
   const name = getToolName(part);
+  const fileTool = Object.hasOwn(FILE_TOOLS, name);
   const approvalId = part.approval?.id;
   const asking = part.state === "approval-requested" && approvalId;
   const approve = useRef(null);
@@ -82,10 +115,17 @@ function ToolPart({ part, onApproval, live }) {
   }, [asking, live]);
   const hasInput = part.input !== undefined && Object.keys(part.input ?? {}).length > 0;
   return (
-    <section className="tool" data-tool={name} data-state={part.state} aria-label={`Tool ${name}`}>
+    <section
+      className="tool"
+      data-tool={name}
+      data-state={part.state}
+      data-file-tool={fileTool ? "true" : undefined}
+      aria-label={`Tool ${name}`}
+    >
       <details open={asking ? true : undefined}>
         <summary>
           <span className="tool-name">{name}</span>
+          {fileTool && <FileTarget name={name} part={part} />}
           <span className="tool-state">{TOOL_STATES[part.state] ?? part.state}</span>
           {RUNNING.has(part.state) && <span className="spinner" aria-hidden="true" />}
           {decision && (

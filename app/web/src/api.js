@@ -88,3 +88,31 @@ export function titleOf(messages) {
   if (!text) return null;
   return text.length > TITLE_CHARS ? `${text.slice(0, TITLE_CHARS - 1)}…` : text;
 }
+
+/** The URL path of a workspace file: each part of the path encoded, the slashes kept. */
+function filePath(agent, name, path) {
+  return `${base(agent, name)}/files/${path.split("/").map(encodeURIComponent).join("/")}`;
+}
+
+/**
+ * The instance's workspace files ({path, size, is_text, modified_at}), by path; an instance
+ * without a file yet has none.
+ */
+export async function listFiles(agent, name) {
+  try {
+    const { files } = await call(`${base(agent, name)}/files`);
+    return Array.isArray(files) ? files : [];
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 404) return [];
+    throw e;
+  }
+}
+
+/** A text file's content. */
+export async function readFile(agent, name, path) {
+  const token = authToken();
+  const url = filePath(agent, name, path);
+  const res = await fetch(url, { headers: token ? { authorization: `Bearer ${token}` } : {} });
+  if (!res.ok) throw new ApiError(res.status, `GET ${url} answered ${res.status}`);
+  return res.text();
+}
