@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from harness import (
     MAX_SEARCH_RESULTS,
+    WHEN_BUSY,
     AnswerRefused,
     CapacityError,
     CompactionError,
@@ -146,14 +147,21 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         auto = body.get("auto_continue", True)
         if not isinstance(auto, bool):
             raise _Refused(400, "auto_continue: expected true or false", "auto_continue")
+        when_busy = body.get("when_busy")
+        if when_busy is not None and when_busy not in WHEN_BUSY:
+            raise _Refused(400, f"when_busy: expected one of {', '.join(WHEN_BUSY)}, got {when_busy!r:.60}",
+                           "when_busy")
         try:
-            receipt = await session.submit(body["input"], operation_id=op_id, auto_continue=auto, source="client")
+            receipt = await session.submit(body["input"], operation_id=op_id, auto_continue=auto, source="client",
+                                           when_busy=when_busy)
         except InputError as exc:
             raise _Refused(400, str(exc), "input") from None
         except AnswerRefused as exc:
             raise _Refused(409, str(exc), "input") from None
+        except SessionBusy as exc:
+            raise _Refused(409, str(exc), "when_busy") from None
         except SubmitRefused as exc:
-            raise _Refused(422, str(exc), "input") from None
+            raise _Refused(422, str(exc), exc.field or "input") from None
         status = "queued"
         if not receipt.accepted:  # an id seen before (in this session or another): where that operation is now
             owner = session if receipt.session == session.id else await harness.session(

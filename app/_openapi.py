@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness import WHEN_BUSY
+
 __all__ = ["openapi"]
 
 _REF = "#/components/schemas/"
@@ -86,7 +88,10 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "required": ["input"], "properties": {
                     "input": _ref("Input"), "operation_id": {"type": "string"},
-                    "auto_continue": {"type": "boolean", "default": True}}}}}},
+                    "auto_continue": {"type": "boolean", "default": True},
+                    "when_busy": {"type": "string", "enum": list(WHEN_BUSY),
+                                  "description": "what new input does while the session is busy (default: "
+                                                 "the agent's)"}}}}}},
             "responses": {"202": _json(_ref("Receipt"), "Accepted (or, with an id seen before, the first receipt)"),
                           **_errors(400, 401, 404, 409, 413, 422, 503)}}},
         f"{base}/operations": {"get": {

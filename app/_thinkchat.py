@@ -27,6 +27,7 @@ from harness import (
     OperationSettled,
     RunStarted,
     Session,
+    SessionBusy,
     SessionReset,
     StreamStarted,
     SubmitRefused,
@@ -278,8 +279,11 @@ class ThinkChat:
                 regenerate_from=regenerate_from,
                 client_tools=client_tools,
                 body=body.extra or None,
+                when_busy=body.extra.get("whenBusy"),  # the hook's `body` option, per request or per chat
             )
         except SubmitRefused as exc:
+            if isinstance(exc, SessionBusy):  # the sender's own copy of its message goes (nothing was written)
+                conn.send_later(self._transcript_frame())
             conn.send(dump_chat_response(rid, str(exc), done=True, error=True, outcome="error"))
             return
         finally:
@@ -534,6 +538,8 @@ class ThinkChat:
             # A chat request that produced no stream still ends, for its sender only.
             conn = self.connections.get(requester)
             if conn is not None:
+                if event.reason == "superseded":  # its messages were never written: its tab drops them
+                    conn.send_later(self._transcript_frame())
                 conn.send(self._terminal_frame(stream, event))
         self._answers.discard(event.operation_id)
         if self._recovering == event.operation_id:

@@ -4,6 +4,7 @@ from storage import SearchHit  # what search() answers: a storage row, shown as 
 
 from ._agent import Agent
 from ._answers import Answer, AnswerRefused
+from ._busy import WHEN_BUSY, WhenBusy
 from ._clock import Clock
 from ._compaction import Compaction, CompactionError, SummaryRequest
 from ._context_blocks import Block, Memory, MemoryBlockError, UnknownBlock
@@ -82,6 +83,7 @@ from .providers import ModelSpecError, Script, ScriptedModel, ScriptError, load_
 __all__ = [
     "MAX_SEARCH_RESULTS",
     "ROOT_SESSION",
+    "WHEN_BUSY",
     "Agent",
     "Answer",
     "AnswerRefused",
@@ -177,6 +179,7 @@ __all__ = [
     "TurnEndContext",
     "UnknownBlock",
     "Usage",
+    "WhenBusy",
     "Workspace",
     "WorkspaceError",
     "WorkspaceFull",

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from ._busy import DEFAULT_DEBOUNCE_MS, WhenBusy, check_when_busy
 from ._compaction import Compaction
 from ._context_blocks import Memory
 from ._hooks import HookContext, HookError, HookFn, call_hook
@@ -53,10 +54,19 @@ class Agent:
     #: The workspace's tools and limits (README "Workspace"); None: no tools (code may still use
     #: the instance's workspace, with the default limits).
     workspace: WorkspaceTools | None = None
+    #: What new input does while a turn runs or waits (README "When the user types while the
+    #: agent works"); a submission may choose otherwise.
+    when_busy: WhenBusy = "queue"
+    #: For ``when_busy="debounce"``: the quiet period after the newest input, in milliseconds.
+    debounce_ms: int = DEFAULT_DEBOUNCE_MS
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
+        check_when_busy(self.when_busy, "Agent(when_busy=...)")
+        if isinstance(self.debounce_ms, bool) or not isinstance(self.debounce_ms, int) or self.debounce_ms < 0:
+            raise ValueError(f"Agent(debounce_ms=...) must be a whole number of milliseconds >= 0; "
+                             f"got {self.debounce_ms!r}")
         for name in ("before_turn", "before_tool_call", "after_tool_call", "on_step_finish", "on_chunk",
                      "on_turn_end", "on_error", "classify_error", "on_recovery"):
             hook = getattr(self, name)

@@ -18,6 +18,7 @@ from protocol import TextPart, UIMessage, message_text, parse_message
 from storage import CompactionRow, SearchHit
 
 from ._answers import Answer
+from ._busy import WhenBusy
 from ._events import Compacted, HarnessEvent, OperationSettled
 from ._host import InstanceHost
 from ._inputs import InputError, parse_input, resolve_approval
@@ -90,12 +91,16 @@ class SessionHandle:
     # -- operations -------------------------------------------------------------------
 
     async def submit(self, input: object, *, operation_id: str | None = None, auto_continue: bool = True,
-                     source: Literal["server", "client"] = "server") -> Receipt:
+                     source: Literal["server", "client"] = "server", when_busy: WhenBusy | None = None,
+                     ) -> Receipt:
         """Durably queue ``input`` (see :mod:`harness._inputs` for its forms); it runs in its turn.
 
         The same ``operation_id`` again returns a receipt with ``accepted=False`` and starts
         nothing. Input with ``source="client"`` is checked as untrusted (user content only).
-        Raises :class:`InputError`, :class:`SubmitRefused` or :class:`AnswerRefused`.
+        New messages sent while the session is busy go as ``when_busy`` says (default: the
+        agent's; README "When the user types while the agent works").
+        Raises :class:`InputError`, :class:`SubmitRefused` (:class:`SessionBusy` for ``"drop"``)
+        or :class:`AnswerRefused`.
         """
         parsed = parse_input(input, self._harness.clock.new_id)
         async with self._use() as session:
@@ -105,7 +110,7 @@ class SessionHandle:
                 answer = resolve_approval(parsed, await session.transcript())
                 return await session.answer(answer, operation_id=operation_id, source=source,
                                             auto_continue=auto_continue)
-            return await session.submit(parsed, operation_id=operation_id, source=source)
+            return await session.submit(parsed, operation_id=operation_id, source=source, when_busy=when_busy)
 
     # The timeout is part of the API (and of HTTP's ?wait=): callers need not know asyncio.timeout.
     async def wait(self, operation_id: str, timeout: float | None = None) -> OperationResult:  # noqa: ASYNC109
@@ -114,11 +119,11 @@ class SessionHandle:
         async with self._use() as session:
             return await asyncio.wait_for(session.wait(operation_id), timeout)
 
-    async def prompt(self, input: object, *, operation_id: str | None = None,
-                     timeout: float | None = None) -> PromptResult:  # noqa: ASYNC109
+    async def prompt(self, input: object, *, operation_id: str | None = None, timeout: float | None = None,  # noqa: ASYNC109
+                     when_busy: WhenBusy | None = None) -> PromptResult:
         """Submit, wait, and return the answer's text and message."""
         self._check_not_inside("prompt")
-        receipt = await self.submit(input, operation_id=operation_id)
+        receipt = await self.submit(input, operation_id=operation_id, when_busy=when_busy)
         result = await self.wait(receipt.operation_id, timeout)
         info = await self.inspect(receipt.operation_id)
         message = None

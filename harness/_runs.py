@@ -39,6 +39,7 @@ from ._models import ModelCache
 from ._outcomes import INTERNAL_ERROR, OperationResult, describe_reason, result_of, storage_failure
 from ._pending import Pending
 from ._recovery import Recovered
+from ._session_busy import MERGED
 from ._tools import Tool
 from ._turn import Turn
 from ._turn_hooks import TurnHooks
@@ -89,6 +90,9 @@ class OperationRuns:
         async def system_for_model(self, system: str | None) -> str | None: ...
         def publish(self, event: HarnessEvent) -> None: ...
         def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> UIMessage: ...
+        def steer_waiting(self) -> bool: ...
+        async def _carried_messages(self, op_id: str) -> list[tuple[str, list[UIMessage]]]: ...
+        def _settle_carried(self, op_id: str, carried: list[tuple[str, list[UIMessage]]]) -> None: ...
 
     async def _run(self, op_id: str) -> None:
         written = self._pending.written(op_id)
@@ -125,12 +129,19 @@ class OperationRuns:
         message_id = self.clock.new_id()
         now = self.clock.now_ms()
         parent = ids[base_len - 1] if base_len else None
+        # Older inputs merged into this turn (when_busy merge or debounce): their messages first,
+        # and their ends written with this start, so a crash cannot run them twice.
+        merged = await self._carried_messages(op_id)
+        new_messages = [m for _, msgs in merged for m in msgs] + new_messages
         stored = [storable(m, self.policy.max_row_bytes) for m in new_messages]
         async with self.db.transaction() as tx:
             for m, text in stored:
                 await tx.insert_message(self.id, m.id, parent, m.role, text, op_id, now)
                 parent = m.id
+            for older, _ in merged:
+                await self.write_settlement(tx, older, MERGED)
             await tx.start_operation(op_id, message_id, now)
+        self._settle_carried(op_id, merged)
         new_messages = [m for m, _ in stored]
         self._streaming_id = message_id
         if new_messages:

@@ -52,6 +52,7 @@ from ._outcomes import (
 from ._pending import Pending
 from ._recovery import Recovered, recover_operation
 from ._runs import OperationRuns
+from ._session_busy import SessionBusyStrategies
 from ._session_compaction import SessionCompaction
 from ._session_memory import SessionMemory
 from ._session_transcript import SessionTranscript
@@ -65,7 +66,7 @@ __all__ = ["Session"]
 
 log = logging.getLogger("think_server.session")
 
-class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns):
+class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusyStrategies, OperationRuns):
     def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model, *,
                  stream_grace_ms: int = 10 * 60 * 1000, policy: InputPolicy | None = None,
                  work: WorkNotices | None = None, budget: HistoryBudget | None = None,
@@ -104,6 +105,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns
         self._unwritten = UnwrittenEnds(db, self.write_settlement)  # ends told to clients, not yet written
         self._closed = False
         self._hook_tasks: set[asyncio.Task[None]] = set()  # on_turn_end calls still running
+        self._init_busy()
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -117,6 +119,8 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns
                 await self._recover(op)
             else:
                 self._queue.append(op.id)
+                if op.kind == "input":
+                    self._load_queued_input(op.id, op.options_json, op.created_at)
                 if op.kind in ("input", "regenerate"):
                     # Queued messages are known from the start: a client's retry must not queue them twice.
                     ids = [m.get("id") for m in json.loads(op.input_json).get("messages", [])]
@@ -210,9 +214,13 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns
         client_tools: list[dict[str, Any]] | None = None,
         body: dict[str, Any] | None = None,
         continue_last: bool = False,
+        when_busy: str | None = None,
     ) -> Receipt:
         """Durably queue input: new messages to answer, a regeneration of ``regenerate_from``, or
-        (``continue_last``) another model call continuing the last assistant message."""
+        (``continue_last``) another model call continuing the last assistant message.
+
+        New messages arriving while the session is busy go as ``when_busy`` says (default: the
+        agent's ``when_busy``; :mod:`harness._busy`); ``"drop"`` raises :class:`SessionBusy`."""
         # The caller's id, even "": its terminal frame must name the id the client sent.
         op_id = operation_id if operation_id is not None else self.clock.new_id()
         empty = self.db.fresh  # a file made just now holds no operation and no message
@@ -232,7 +240,10 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns
         kind = "regenerate" if regenerate_from is not None else "continue" if continue_last else "input"
         payload = dumps({"messages": [m.model_dump(mode="json", exclude_unset=True) for m in new],
                          "regenerate_from": regenerate_from})
-        options = {"client_tools": client_tools, "body": body}
+        strategy = self._when_busy(when_busy) if kind == "input" else "queue"
+        self._refuse_if_dropped(strategy)
+        was_busy = self.busy()
+        options = {"client_tools": client_tools, "body": body, "when_busy": strategy}
         self._check_room()
         with self._pending.reservation(op_id, [m.id for m in new]) as held:
             await self._work_notices.opened()
@@ -252,6 +263,8 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns
         self.last_terminal = None
         if client_tools is not None:
             self._client_tools = list(client_tools)
+        if kind == "input":
+            return await self._place(op_id, strategy, was_busy, now)
         return self._enqueue(op_id)
 
     def knows(self, message_id: str) -> bool:
@@ -411,9 +424,12 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns
                     return
             # else queued while the index heard of it: drain again
 
-    def _enqueue(self, op_id: str) -> Receipt:
-        """An operation just written as pending takes its place in the queue."""
-        self._queue.append(op_id)
+    def _enqueue(self, op_id: str, at: int | None = None) -> Receipt:
+        """An operation just written as pending takes its place in the queue (the end, or ``at``)."""
+        if at is None:
+            self._queue.append(op_id)
+        else:
+            self._queue.insert(at, op_id)
         self.publish(OperationQueued(op_id))
         self._kick()
         return Receipt(op_id, self.id, accepted=True)
@@ -432,6 +448,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns
             await self._unwritten.flush()
             op_id = self._queue.popleft()
             self._running_id = op_id
+            op_id = self._running_id = await self._gather(op_id)
             current_agent.set(self.instance_key[0] or current_agent.get())
             current_instance.set(self.instance_key[1] or current_instance.get())
             current_session.set(self.id)
@@ -460,6 +477,9 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns
                     self._budget.released(self)
                 self._pending.forget(op_id)
                 self._abort_requested.discard(op_id)
+                self._queued_inputs.pop(op_id, None)
+                # Inputs gathered for a turn that never took them (it was aborted first) run next.
+                self._queue.extendleft(reversed(self._carried.pop(op_id, [])))
             if not self._closed and not self._resetting:
                 try:
                     await self._compact_if_due()
@@ -500,12 +520,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns
         hit = False
         for op_id in list(self._queue) if operation_id is None else [operation_id]:
             if op_id in self._queue:
-                self._queue.remove(op_id)
-                self._pending.forget(op_id)
-                outcome = Outcome("aborted", "unanswered", "aborted")
-                async with self.db.transaction() as tx:
-                    await self.write_settlement(tx, op_id, outcome)
-                self._finish(op_id, outcome, ())
+                await self._withdraw(op_id, Outcome("aborted", "unanswered", "aborted"))
                 hit = True
         if self._running_id is not None and (operation_id is None or operation_id == self._running_id):
             # Between leaving the queue and building its turn the operation is only a flag away.
@@ -514,6 +529,15 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, OperationRuns
                 self._turn.abort()
             hit = True
         return hit
+
+    async def _withdraw(self, op_id: str, outcome: Outcome) -> None:
+        """Take a queued operation out of the queue, ended as ``outcome``; it never runs."""
+        self._queue.remove(op_id)
+        self._pending.forget(op_id)
+        self._queued_inputs.pop(op_id, None)
+        async with self.db.transaction() as tx:
+            await self.write_settlement(tx, op_id, outcome)
+        self._finish(op_id, outcome, ())
 
     async def reset(self, note: UIMessage | None = None) -> None:
         """Abort everything open and clear the transcript; ``note`` (a handoff) starts the new one,

@@ -241,6 +241,13 @@ class Turn:
     async def _loop(self) -> Outcome:
         last_reason = "stop"
         for step in range(self._max_steps):
+            if step > 0 and self._session.steer_waiting():
+                # Input sent to steer this turn: it ends here, before its next model call, and the
+                # input runs next, with all this turn did in its context (when_busy="steer").
+                self._emit(FinishChunk(finishReason=last_reason), hold=True)
+                return await self._settle(Outcome("completed", "unanswered", "steered",
+                                                  message_text(self._assembler.message)),
+                                          stream_status="completed", progress=True)
             self._goto(TurnState.STREAMING)
             self._log.open_stream(self.message_id, self.continuation or step > 0 or self._plan.first_seq > 0)
             if step == 0:

@@ -239,3 +239,17 @@ async def test_the_workspace_files_over_http_example_runs(tmp_path: Path) -> Non
     assert got == "- Ann prefers tea"
     assert [f["path"] for f in json.loads(listed)["files"]] == ["notes/ann.md"]
     assert json.loads(deleted) == {"deleted": True}
+
+
+def test_the_when_busy_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    run_example(tmp_path, monkeypatch, 'when_busy="steer"')
+    assert capsys.readouterr().out.splitlines() == [
+        "steered", "Understood: only direct ones, please", "['user', 'assistant', 'user', 'assistant']"]
+
+
+async def test_the_when_busy_curl_lines_run(tmp_path: Path) -> None:
+    first, second = await served(tmp_path, sh_block('"when_busy": "drop"'))
+    assert json.loads(first)["accepted"] is True
+    refused = json.loads(second)
+    assert refused["field"] == "when_busy" and refused["error"].startswith("the agent is busy")

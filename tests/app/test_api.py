@@ -511,3 +511,27 @@ async def test_workspace_files_over_http(serve) -> None:
         assert (await c.delete(f"{base}/files/logo.png")).json() == {"deleted": True}
         assert (await c.delete(f"{base}/files/logo.png")).status_code == 404
         assert (await c.get(f"{base}/files/logo.png")).status_code == 404
+
+
+async def test_when_busy_over_http(serve) -> None:
+    srv = await serve()
+    async with await http(srv) as c:
+        long = (await c.post(f"{A}/busy/submit", json={"input": "long stream"})).json()["operation_id"]
+        r = await c.post(f"{A}/busy/submit", json={"input": "hi", "when_busy": "drop"})
+        assert (r.status_code, r.json()["field"]) == (409, "when_busy"), r.text
+        assert "busy" in r.json()["error"]
+        r = await c.post(f"{A}/busy/submit", json={"input": "hi", "when_busy": "sometimes"})
+        assert (r.status_code, r.json()["field"]) == (400, "when_busy"), r.text
+        two = (await c.post(f"{A}/busy/submit", json={"input": "two", "when_busy": "latest"})).json()
+        three = (await c.post(f"{A}/busy/submit", json={"input": "three", "when_busy": "latest"})).json()
+        gone = (await c.get(f"{A}/busy/operations/{two['operation_id']}", params={"wait": "10"})).json()
+        assert (gone["status"], gone["reason"]) == ("skipped", "superseded")
+        # interrupt: the long answer stops (what it said is kept) and this one goes before "three".
+        now = (await c.post(f"{A}/busy/submit", json={"input": "hello", "when_busy": "interrupt"})).json()
+        stopped = (await c.get(f"{A}/busy/operations/{long}", params={"wait": "10"})).json()
+        assert (stopped["status"], stopped["reason"]) == ("aborted", "aborted")
+        for op, text in ((now, "Hello!"), (three, "You said: three")):
+            info = (await c.get(f"{A}/busy/operations/{op['operation_id']}", params={"wait": "10"})).json()
+            assert (info["status"], info["text"]) == ("completed", text)
+        said = [text_of(m) for m in (await c.get(f"{A}/busy/get-messages")).json() if m["role"] == "user"]
+        assert said == ["long stream", "hello", "three"]

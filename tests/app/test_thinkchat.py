@@ -902,3 +902,38 @@ async def test_a_transcript_sent_back_as_the_server_sent_it_is_not_decoded_again
     assert [json.loads(b)["messages"].__len__() for b in decoded] == [1, 1, 1], \
         "each request decoded only its new message"
     await c.close()
+
+
+# ---------------------------------------------------------------- when busy
+
+
+async def test_when_busy_rides_in_the_chat_request_body(serve) -> None:
+    """The hook's `body` option (per chat or per message) carries `whenBusy`."""
+    srv = await serve()
+    c = await Client.open(url(srv, "busy-chat"))
+    long_rid, frame, _ = chat_request("long stream")
+    await c.send(frame)
+    await c.wait_for(nth_delta(long_rid, 3))
+    # drop: nothing written; the sender gets the transcript back (its own copy of the message
+    # goes) and the request's end, with the reason.
+    mark = len(c.frames)
+    rid, frame, user = chat_request("hi", whenBusy="drop")
+    await c.send(frame)
+    done = await c.wait_for(is_done(rid), start=mark)
+    assert done.get("error") is True and "busy" in done["body"]
+    rolled_back = [f for f in c.frames[mark:] if f.get("type") == "cf_agent_chat_messages"]
+    assert rolled_back and user["id"] not in [m["id"] for m in rolled_back[-1]["messages"]]
+    # A strategy that is not one ends its request with the reason, the socket open.
+    rid, frame, _ = chat_request("hi", whenBusy="sometimes")
+    await c.send(frame)
+    done = await c.wait_for(is_done(rid), start=mark)
+    assert done.get("error") is True and "when_busy: expected one of" in done["body"]
+    # interrupt: the long answer ends (aborted) and this one runs at once.
+    rid, frame, _ = chat_request("hi", whenBusy="interrupt")
+    await c.send(frame)
+    stopped = await c.wait_for(is_done(long_rid), start=mark)
+    assert stopped["outcome"] == "aborted"
+    done = await c.wait_for(is_done(rid), start=mark)
+    assert done["outcome"] == "completed" and deltas_of(chunks_of(c, rid)) == "Hello!"
+    assert [text_of(m) for m in await get_messages(srv, "busy-chat") if m["role"] == "user"] == ["long stream", "hi"]
+    await c.close()

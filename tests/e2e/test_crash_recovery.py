@@ -184,6 +184,37 @@ async def test_killed_mid_tool_call_reports_a_report_tool_as_interrupted(server:
     await b.close()
 
 
+async def test_a_steer_killed_after_it_took_effect_is_applied_once(server: Server) -> None:
+    """when_busy="steer": the running turn stops before its next model call and the steer runs
+    next; the server is SIGKILLed once the steer's message is written and its answer streams."""
+    name = "steer"
+    a = await Client.open(server.ws(name, "tab-a"))
+    first, frame, _ = chat_request("rerun it")
+    await a.send(frame)
+    for _ in range(250):
+        if server.tool_runs() == ["slowRerun start"]:
+            break
+        await asyncio.sleep(0.02)
+    steer, frame, user = chat_request("go slow", whenBusy="steer")
+    await a.send(frame)
+    await a.wait_for(is_done(first), timeout=15)
+    await a.wait_for(body_has(steer, '"w3 "'), timeout=15)
+    server.kill()
+
+    await server.start()
+    b = await reconnect_and_finish(server, name, steer)
+    assert server.tool_runs() == ["slowRerun start", "slowRerun end"], "the steered turn's tool ran once"
+    msgs = await get_messages(server, name)
+    assert [(m["role"], text_of(m)) for m in msgs] == [("user", "rerun it"), ("assistant", ""),
+                                                       ("user", "go slow"), ("assistant", SLOW_TEXT)]
+    assert msgs[2] == user, "the steer's message, once, where it took effect"
+    tool = next(p for p in msgs[1]["parts"] if p["type"] == "tool-slowRerun")
+    assert tool["state"] == "output-available" and tool["output"] == {"double": 14}
+    assert server.operation(name, first) == ("completed", "unanswered", "steered")
+    assert server.operation(name, steer) == ("completed", "done", None)
+    await b.close()
+
+
 async def test_a_turn_that_keeps_killing_the_process_is_sealed(server: Server) -> None:
     name = "crash-loop"
     a = await Client.open(server.ws(name, "tab-a"))
