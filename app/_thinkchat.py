@@ -10,12 +10,9 @@ synchronous, so a replay and the live stream never interleave.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from harness import (
     Answer,
@@ -53,19 +50,17 @@ from protocol import (
     StreamResuming,
     ToolApprovalFrame,
     ToolResultFrame,
-    UIMessage,
     UseChatRequest,
     dump_chat_response,
     dump_frame,
-    is_unicode_text,
     parse_chat_request_body,
 )
 from protocol import (
     MessageUpdated as MessageUpdatedFrame,
 )
-from storage import OperationRow
 
 from ._connection import Connection, Later, Replay
+from ._wirestream import Recent, Stream, error_frame, retrieved, settled_of
 
 __all__ = ["MAX_ACKED_PER_CONNECTION", "ThinkChat", "error_frame"]
 
@@ -77,71 +72,6 @@ log = logging.getLogger("think_server.chat")
 MAX_ACKED_PER_CONNECTION = 64
 
 
-def _error_frame(message: str) -> str:
-    """Our one addition to the protocol: a frame clients that do not know it ignore."""
-    text = json.dumps({"type": "cf_agent_error", "error": message}, separators=(",", ":"), ensure_ascii=False)
-    if not is_unicode_text(text):  # a lone surrogate quoted from bad input: escape it, as JSON.stringify does
-        text = json.dumps({"type": "cf_agent_error", "error": message}, separators=(",", ":"))
-    return text
-
-
-error_frame = _error_frame
-
-
-def _settled(op: OperationRow) -> OperationSettled:
-    """A stored settled operation as the event that would have announced it."""
-    return OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
-
-
-def _retrieved(task: asyncio.Future[str]) -> None:
-    # A transcript that could not be read is logged by each socket that waited for it; one
-    # that no socket waited for (all closed first) must not be logged as never retrieved.
-    if not task.cancelled():
-        task.exception()
-
-
-class _Recent:
-    """The ``limit`` stream ids a socket ACKed last; the oldest is forgotten first."""
-
-    __slots__ = ("_ids", "_limit")
-
-    def __init__(self, limit: int) -> None:
-        self._ids: OrderedDict[str, None] = OrderedDict()
-        self._limit = limit
-
-    def __contains__(self, stream_id: object) -> bool:
-        return stream_id in self._ids
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def add(self, stream_id: str) -> None:
-        self._ids[stream_id] = None
-        self._ids.move_to_end(stream_id)
-        if len(self._ids) > self._limit:
-            self._ids.popitem(last=False)
-
-
-@dataclass(slots=True)
-class _Stream:
-    """The wire stream of one operation: every committed chunk body, in order."""
-
-    id: str
-    continuation: bool
-    bodies: list[str] = field(default_factory=list)
-    settled: OperationSettled | None = None
-    message_id: str = ""
-    # The continued message, changed outside the stream (an approved call's result): told when
-    # the stream ends, never during it. The AI SDK 7 hook streams a continuation into a copy of
-    # the message taken when it asked; each chunk it applies writes that copy back, which would
-    # undo an update told meanwhile.
-    updated: UIMessage | None = None
-
-    def live_frame(self, seq: int, body: str) -> str:
-        """Chunk ``seq`` as a live frame (a socket that follows the stream after a replay gets the same)."""
-        return dump_chat_response(self.id, body, done=False, seq=seq, continuation=self.continuation)
-
-
 class ThinkChat:
     def __init__(self, session: Session, *, now_ms: Callable[[], int]) -> None:
         self.session = session
@@ -151,11 +81,11 @@ class ThinkChat:
         # Told `pending` (by the probe id they asked with, if any): told `resuming` when the stream
         # starts, or `none` when the work ends without one.
         self._parked: dict[str, str | None] = {}
-        self._active: _Stream | None = None
+        self._active: Stream | None = None
         self._requesters: dict[str, str] = {}  # operation id -> connection id that asked for it
         self._clearing: str | None = None
         self._answers: set[str] = set()  # operations that answer a tool call (no request of their own)
-        self._acked: dict[str, _Recent] = {}  # connection id -> streams it was replayed (once each)
+        self._acked: dict[str, Recent] = {}  # connection id -> streams it was replayed (once each)
         self._recovering: str | None = None  # the operation being continued after an interruption
         self._unsubscribe = session.subscribe(self._on_event)
 
@@ -309,7 +239,7 @@ class ThinkChat:
             conn.send(dump_chat_response(rid, "Invalid chat request: that request id belongs to another "
                                               "conversation", done=True, error=True, outcome="error"))
             return
-        conn.send(self._terminal_frame(_Stream(rid, continuation=False), _settled(op)))
+        conn.send(self._terminal_frame(Stream(rid, continuation=False), settled_of(op)))
 
     async def _answer(self, conn: Connection, answer: Answer, auto_continue: bool,
                       client_tools: list[dict[str, object]] | None) -> None:
@@ -328,7 +258,7 @@ class ThinkChat:
             self._answers.discard(op_id)
             if auto_continue:
                 self._parked.pop(conn.id, None)
-            conn.send(_error_frame(f"{answer.kind} refused ({exc.reason}): {exc}"))
+            conn.send(error_frame(f"{answer.kind} refused ({exc.reason}): {exc}"))
 
     def _on_resume_request(self, conn: Connection, probe_id: str | None) -> None:
         active = self._active
@@ -394,23 +324,23 @@ class ThinkChat:
             bodies.extend(await db.read.chunk_bodies(row.id))
         op = await db.read.operation(request_id)
         terminal = self.session.last_terminal
-        stream = _Stream(request_id, continuation, bodies)
+        stream = Stream(request_id, continuation, bodies)
         self._replay(conn, stream)
         if terminal is not None and terminal.get("operationId") == request_id:
             conn.send(dump_chat_response(request_id, str(terminal.get("body") or "The turn failed."), done=True,
                                          error=True, continuation=continuation, outcome="error"))
         elif op is not None and op.status not in ("pending", "running"):
-            conn.send(self._terminal_frame(stream, _settled(op), replay=True))
+            conn.send(self._terminal_frame(stream, settled_of(op), replay=True))
         else:
             conn.send(dump_chat_response(request_id, "", done=True, replay=True))
 
-    def _acked_by(self, conn: Connection) -> _Recent:
+    def _acked_by(self, conn: Connection) -> Recent:
         acked = self._acked.get(conn.id)
         if acked is None:
-            acked = self._acked[conn.id] = _Recent(MAX_ACKED_PER_CONNECTION)
+            acked = self._acked[conn.id] = Recent(MAX_ACKED_PER_CONNECTION)
         return acked
 
-    def _replay(self, conn: Connection, stream: _Stream, *, join: bool = False) -> None:
+    def _replay(self, conn: Connection, stream: Stream, *, join: bool = False) -> None:
         """Queue the chunks the stream has now, as one item the socket's writer renders at the
         client's pace: however long the stream, it neither copies it nor counts as a backlog.
 
@@ -469,7 +399,7 @@ class ThinkChat:
                 active.updated = event.message
 
     def _on_run_started(self, event: RunStarted) -> None:
-        self._active = _Stream(event.operation_id, event.continuation, list(event.prior),
+        self._active = Stream(event.operation_id, event.continuation, list(event.prior),
                                message_id=event.message_id)
         if event.prior:
             # A recovered stream already has chunks no socket here has seen: every live socket
@@ -522,7 +452,7 @@ class ThinkChat:
         stream = active if active is not None and active.id == event.operation_id else None
         if stream is None:
             # Another operation (a queued one withdrawn, say): the active stream goes on.
-            stream = _Stream(event.operation_id, continuation=False)
+            stream = Stream(event.operation_id, continuation=False)
         else:
             self._active = None
             self._awaiting_ack.clear()  # so sockets that never ACKed still see the end
@@ -577,7 +507,7 @@ class ThinkChat:
                     + (',"connect":true}' if connect else "}"))
 
         task = asyncio.ensure_future(make())
-        task.add_done_callback(_retrieved)
+        task.add_done_callback(retrieved)
         return Later(task)
 
     def _broadcast_transcript(self, *, exclude: Iterable[str] = ()) -> None:
@@ -588,7 +518,7 @@ class ThinkChat:
             for conn in targets:
                 conn.send_later(later)
 
-    def _terminal_frame(self, stream: _Stream, event: OperationSettled, *, replay: bool = False) -> str:
+    def _terminal_frame(self, stream: Stream, event: OperationSettled, *, replay: bool = False) -> str:
         ids = list(event.message_ids) or None
         if event.status == "error":
             return dump_chat_response(stream.id, describe_reason(event.reason), done=True, error=True,

@@ -57,7 +57,17 @@ from ._outcomes import INTERNAL_ERROR, storage_failure
 from ._recovery_policy import RecoveryPolicy
 from ._tools import Tool
 from ._turn_hooks import CONTEXT_OVERFLOW
-from ._turn_plan import CallScope, Outcome, TurnHost, TurnPlan, TurnSuspended, Unsettled, closing_chunks
+from ._turn_plan import (
+    CallScope,
+    Outcome,
+    TurnHost,
+    TurnPlan,
+    TurnSuspended,
+    Unsettled,
+    approved_calls,
+    closing_chunks,
+    is_runnable,
+)
 
 __all__ = ["Turn", "TurnState"]
 
@@ -257,7 +267,7 @@ class Turn:
                 # Chosen per turn where the agent's model, system or tools are functions.
                 self._model, self._system, self._tools = await self._run_inner(
                     self._hooks.choose(self._model, self._system, self._tools))
-                first = [*self._plan.rerun, *self._approved_calls()]
+                first = [*self._plan.rerun, *approved_calls(self._assembler.message, self._tools)]
                 if first:
                     # Approved calls and calls cut short by a crash run first; the model sees their results.
                     self._goto(TurnState.TOOLS)
@@ -302,7 +312,7 @@ class Turn:
             self._emit(FinishStepChunk())
             self._assembler.settle()  # a tool call whose input never finished streaming is dropped
             last_reason = result.finish_reason
-            runnable = [c for c in result.calls if self._is_runnable(c)]
+            runnable = [c for c in result.calls if is_runnable(self._assembler.message, self._tools, c)]
             if not runnable:
                 # Before the turn settles, so that a hook that fails still ends it with an error.
                 await self._step_finished(step, result)
@@ -358,25 +368,6 @@ class Turn:
         delay = self._recovery.backoff_s(attempts)
         if delay > 0:
             await self._run_inner(asyncio.sleep(delay))
-
-    def _approved_calls(self) -> list[tuple[str, str, Any]]:
-        return [
-            (p.toolCallId, p.tool_name, p.input)
-            for p in self._assembler.message.parts
-            if isinstance(p, ToolPart) and p.state == "approval-responded"
-            and p.tool_name in self._tools and not self._tools[p.tool_name].is_client
-        ]
-
-    def _is_runnable(self, call: tuple[str, str, Any]) -> bool:
-        part = self._tool_part(call[0])
-        return (part is not None and part.state == "input-available" and call[1] in self._tools
-                and not self._tools[call[1]].is_client)
-
-    def _tool_part(self, tool_call_id: str) -> ToolPart | None:
-        for p in self._assembler.message.parts:
-            if isinstance(p, ToolPart) and p.toolCallId == tool_call_id:
-                return p
-        return None
 
     async def _request(self) -> ModelRequest:
         msg = self._assembler.message

@@ -7,7 +7,7 @@ share these without importing one another.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,6 +24,7 @@ from protocol import (
     ToolOutputAvailableChunk,
     ToolOutputDeniedChunk,
     ToolOutputErrorChunk,
+    ToolPart,
     UIMessage,
 )
 from storage import Database, Tx
@@ -37,7 +38,7 @@ from ._tools import Tool
 from ._turn_hooks import TurnHooks
 
 __all__ = ["CONTINUING", "CallScope", "Outcome", "TurnHost", "TurnPlan", "TurnSuspended", "Unsettled",
-           "calls_introduced", "closing_chunks"]
+           "approved_calls", "calls_introduced", "closing_chunks", "is_runnable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,21 @@ def closing_chunks(assembler: MessageAssembler) -> list[Chunk]:
 
 #: The operation kinds whose wire stream continues an earlier answer.
 CONTINUING = frozenset({"tool_result", "approval", "continue"})
+
+def approved_calls(message: UIMessage, tools: Mapping[str, Tool]) -> list[tuple[str, str, Any]]:
+    """(call id, tool, input) of the message's approved server calls, waiting to run."""
+    return [(p.toolCallId, p.tool_name, p.input) for p in message.parts
+            if isinstance(p, ToolPart) and p.state == "approval-responded"
+            and p.tool_name in tools and not tools[p.tool_name].is_client]
+
+
+def is_runnable(message: UIMessage, tools: Mapping[str, Tool], call: tuple[str, str, Any]) -> bool:
+    """Whether the server runs ``call`` (call id, tool, input) now: a known server tool whose part
+    waits with its input (not for an approval)."""
+    part = next((p for p in message.parts if isinstance(p, ToolPart) and p.toolCallId == call[0]), None)
+    return (part is not None and part.state == "input-available" and call[1] in tools
+            and not tools[call[1]].is_client)
+
 
 _INTRODUCING = frozenset({"tool-input-start", "tool-input-available", "tool-input-error"})
 

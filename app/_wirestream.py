@@ -1,0 +1,77 @@
+"""What the chat adapter keeps of the streams it serves: one operation's wire stream, the
+streams a socket was replayed, and the frames made from stored state."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from harness import OperationSettled
+from protocol import UIMessage, dump_chat_response, is_unicode_text
+from storage import OperationRow
+
+__all__ = ["Recent", "Stream", "error_frame", "retrieved", "settled_of"]
+
+
+def error_frame(message: str) -> str:
+    """Our one addition to the protocol: a frame clients that do not know it ignore."""
+    text = json.dumps({"type": "cf_agent_error", "error": message}, separators=(",", ":"), ensure_ascii=False)
+    if not is_unicode_text(text):  # a lone surrogate quoted from bad input: escape it, as JSON.stringify does
+        text = json.dumps({"type": "cf_agent_error", "error": message}, separators=(",", ":"))
+    return text
+
+
+def settled_of(op: OperationRow) -> OperationSettled:
+    """A stored settled operation as the event that would have announced it."""
+    return OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
+
+
+def retrieved(task: asyncio.Future[str]) -> None:
+    # A transcript that could not be read is logged by each socket that waited for it; one
+    # that no socket waited for (all closed first) must not be logged as never retrieved.
+    if not task.cancelled():
+        task.exception()
+
+
+class Recent:
+    """The ``limit`` stream ids a socket ACKed last; the oldest is forgotten first."""
+
+    __slots__ = ("_ids", "_limit")
+
+    def __init__(self, limit: int) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._limit = limit
+
+    def __contains__(self, stream_id: object) -> bool:
+        return stream_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(self, stream_id: str) -> None:
+        self._ids[stream_id] = None
+        self._ids.move_to_end(stream_id)
+        if len(self._ids) > self._limit:
+            self._ids.popitem(last=False)
+
+
+@dataclass(slots=True)
+class Stream:
+    """The wire stream of one operation: every committed chunk body, in order."""
+
+    id: str
+    continuation: bool
+    bodies: list[str] = field(default_factory=list)
+    settled: OperationSettled | None = None
+    message_id: str = ""
+    # The continued message, changed outside the stream (an approved call's result): told when
+    # the stream ends, never during it. The AI SDK 7 hook streams a continuation into a copy of
+    # the message taken when it asked; each chunk it applies writes that copy back, which would
+    # undo an update told meanwhile.
+    updated: UIMessage | None = None
+
+    def live_frame(self, seq: int, body: str) -> str:
+        """Chunk ``seq`` as a live frame (a socket that follows the stream after a replay gets the same)."""
+        return dump_chat_response(self.id, body, done=False, seq=seq, continuation=self.continuation)
