@@ -22,7 +22,8 @@ WORKDIR /src
 # Dependencies first, in their own layer, at the versions CI tests (constraints.txt): a change to
 # the code reuses this layer instead of installing everything again.
 COPY pyproject.toml constraints.txt ./
-RUN python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" \
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+print(*p['dependencies'], *p['optional-dependencies']['otel'], sep='\n')" \
         > requirements.txt \
     && /opt/think/bin/pip install -c constraints.txt -r requirements.txt
 COPY README.md ./

@@ -43,6 +43,7 @@ from harness import (
     WorkspaceError,
     WorkspaceFull,
     WorkspaceNotFound,
+    trace_carrier,
     validate_session_id,
 )
 from protocol import ProtocolError, check_value, load_json
@@ -153,7 +154,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
                            "when_busy")
         try:
             receipt = await session.submit(body["input"], operation_id=op_id, auto_continue=auto, source="client",
-                                           when_busy=when_busy)
+                                           when_busy=when_busy, trace=trace_carrier(request.headers))
         except InputError as exc:
             raise _Refused(400, str(exc), "input") from None
         except AnswerRefused as exc:

@@ -19,6 +19,7 @@ from protocol import agent_name_to_kebab
 
 from ._asgi import create_app
 from ._logging import configure_logging
+from ._telemetry import setup_tracing
 from ._wsprotocol import ChatWebSocketProtocol
 from .demo import DEMO_AGENTS
 from .settings import Settings, SettingsError
@@ -119,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.load(args, flags={setting: flag for flag, setting, _, _ in _FLAGS})
         configure_logging(settings.log_level, settings.log_json)
+        setup_tracing(settings.trace_content)
         agents = load_agents(target) if target else DEMO_AGENTS
         app = create_app(agents, settings)
     except (CliError, SettingsError, ValueError) as exc:

@@ -104,6 +104,8 @@ class Settings(BaseModel):
     # -- logs ----------------------------------------------------------------------
     log_level: str = "info"
     log_json: bool = False
+    #: Spans may carry message content (user text, answers, tool input and output); off: ids only.
+    trace_content: bool = False
 
     @field_validator("cors_origins", mode="before")
     @classmethod

@@ -73,6 +73,7 @@ from ._session_transcript import MAX_SEARCH_RESULTS
 from ._sessions import SessionError, SessionExists, SessionInfo, SessionNotFound, validate_session_id
 from ._startup import StartupRecovery
 from ._tools import Tool, ToolInputError, client_tool, tool
+from ._tracing import configure_tracing, trace_carrier
 from ._turn_hooks import is_context_overflow
 from ._work import OnWork
 from ._workspace import FileInfo, Workspace, WorkspaceError, WorkspaceFull, WorkspaceLimits, WorkspaceNotFound
@@ -190,6 +191,7 @@ __all__ = [
     "WouldDeadlock",
     "check_data_dir_free",
     "client_tool",
+    "configure_tracing",
     "current_agent",
     "current_instance",
     "current_operation",
@@ -199,5 +201,6 @@ __all__ = [
     "load_script",
     "resolve_model",
     "tool",
+    "trace_carrier",
     "validate_session_id",
 ]

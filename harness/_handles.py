@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
@@ -92,13 +92,14 @@ class SessionHandle:
 
     async def submit(self, input: object, *, operation_id: str | None = None, auto_continue: bool = True,
                      source: Literal["server", "client"] = "server", when_busy: WhenBusy | None = None,
-                     ) -> Receipt:
+                     trace: Mapping[str, str] | None = None) -> Receipt:
         """Durably queue ``input`` (see :mod:`harness._inputs` for its forms); it runs in its turn.
 
         The same ``operation_id`` again returns a receipt with ``accepted=False`` and starts
         nothing. Input with ``source="client"`` is checked as untrusted (user content only).
         New messages sent while the session is busy go as ``when_busy`` says (default: the
         agent's; README "When the user types while the agent works").
+        ``trace``: a W3C trace context (``{"traceparent": ...}``) the turn's span continues.
         Raises :class:`InputError`, :class:`SubmitRefused` (:class:`SessionBusy` for ``"drop"``)
         or :class:`AnswerRefused`.
         """
@@ -110,7 +111,8 @@ class SessionHandle:
                 answer = resolve_approval(parsed, await session.transcript())
                 return await session.answer(answer, operation_id=operation_id, source=source,
                                             auto_continue=auto_continue)
-            return await session.submit(parsed, operation_id=operation_id, source=source, when_busy=when_busy)
+            return await session.submit(parsed, operation_id=operation_id, source=source, when_busy=when_busy,
+                                        trace=trace)
 
     # The timeout is part of the API (and of HTTP's ?wait=): callers need not know asyncio.timeout.
     async def wait(self, operation_id: str, timeout: float | None = None) -> OperationResult:  # noqa: ASYNC109

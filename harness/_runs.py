@@ -14,6 +14,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import trace
+
 from protocol import UIMessage, message_text, parse_message
 from storage import CompactionRow, Database, OperationRow, Tx
 
@@ -34,6 +36,7 @@ from ._history import History
 from ._hooks import HookError
 from ._input import InputPolicy
 from ._json import dumps, storable
+from ._logcontext import current_operation
 from ._model import Model
 from ._models import ModelCache
 from ._outcomes import INTERNAL_ERROR, OperationResult, describe_reason, result_of, storage_failure
@@ -41,6 +44,7 @@ from ._pending import Pending
 from ._recovery import Recovered
 from ._session_busy import MERGED
 from ._tools import Tool
+from ._tracing import set_outcome, span, traces_content
 from ._turn import Turn
 from ._turn_hooks import TurnHooks
 from ._turn_plan import CONTINUING, Outcome, TurnPlan, calls_introduced
@@ -237,7 +241,14 @@ class OperationRuns:
         except AnswerRefused as exc:
             await self._settle_without_turn(op_id, [], Outcome("error", "unanswered", exc.reason))
             return
-        updated = apply_answer((await self._messages())[index], answer)
+        message = (await self._messages())[index]
+        if answer.kind == "approval":
+            asked = await self.db.read.approval_asked_at(self.id, message.id)
+            with span("think.approval_wait", {"gen_ai.tool.call.id": answer.tool_call_id,
+                                              "think.approved": answer.approved},
+                      start_time=asked * 1_000_000 if asked is not None else None):
+                pass  # from the turn that asked to this answer: a span of the wait, ended now
+        updated = apply_answer(message, answer)
         updated, text = storable(updated, self.policy.max_row_bytes)
         now = self.clock.now_ms()
         async with self.db.transaction() as tx:
@@ -346,6 +357,9 @@ class OperationRuns:
         self._finish(op_id, outcome, message_ids)
 
     def _finish(self, op_id: str, outcome: Outcome, message_ids: Sequence[str]) -> None:
+        if op_id == current_operation.get():  # inside its own think.turn span
+            set_outcome(trace.get_current_span(), outcome.status, outcome.outcome, outcome.reason,
+                        outcome.text if traces_content() else None)
         self.publish(OperationSettled(op_id, outcome.status, outcome.outcome, outcome.reason, tuple(message_ids)))
         result = result_of(outcome.outcome, outcome.text, outcome.reason)
         for fut in self._waiters.pop(op_id, []):

@@ -14,7 +14,7 @@ import json
 import logging
 import sqlite3
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from protocol import UIMessage
@@ -56,6 +56,7 @@ from ._session_busy import SessionBusyStrategies
 from ._session_compaction import SessionCompaction
 from ._session_memory import SessionMemory
 from ._session_transcript import SessionTranscript
+from ._tracing import continue_from, span
 from ._turn import Turn
 from ._turn_plan import Outcome, TurnSuspended, Unsettled
 from ._unwritten import UnwrittenEnds
@@ -106,6 +107,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         self._closed = False
         self._hook_tasks: set[asyncio.Task[None]] = set()  # on_turn_end calls still running
         self._init_busy()
+        self._traces: dict[str, dict[str, str]] = {}  # queued operation -> the trace context it continues
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -119,6 +121,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
                 await self._recover(op)
             else:
                 self._queue.append(op.id)
+                self._remember_trace(op)
                 if op.kind == "input":
                     self._load_queued_input(op.id, op.options_json, op.created_at)
                 if op.kind in ("input", "regenerate"):
@@ -138,12 +141,26 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         except Exception as exc:  # housekeeping: a full disk must not keep the conversation from opening
             log.warning("session %r: sweeping finished streams failed: %s", self.id, exc)
 
+    def _remember_trace(self, op: OperationRow) -> dict[str, str] | None:
+        """The trace context an operation left queued or running by a dead process continues."""
+        trace = json.loads(op.options_json).get("trace") if op.options_json else None
+        if isinstance(trace, dict) and trace:
+            self._traces[op.id] = {str(k): str(v) for k, v in trace.items()}
+            return self._traces[op.id]
+        return None
+
     def start(self) -> None:
         """Run the queue: recovered operations first, then what was pending."""
         self._kick()
 
     async def _recover(self, op: OperationRow) -> None:
-        recovered = await recover_operation(self, op)
+        with span("think.recovery", {"think.session": self.id, "think.operation": op.id},
+                  parent=continue_from(self._remember_trace(op))) as current:
+            recovered = await recover_operation(self, op)
+            current.set_attributes({"think.recovery.attempt": recovered.attempts,
+                                    "think.recovery.rerun": len(recovered.rerun)})
+            if recovered.gave_up is not None:
+                current.set_attribute("think.recovery.gave_up", recovered.gave_up)
         if recovered.gave_up is not None:  # sealed, in the same transaction
             log.warning("operation %s: giving up after %d interruptions (%s)", op.id, recovered.attempts,
                         recovered.gave_up)
@@ -215,12 +232,14 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         body: dict[str, Any] | None = None,
         continue_last: bool = False,
         when_busy: str | None = None,
+        trace: Mapping[str, str] | None = None,
     ) -> Receipt:
         """Durably queue input: new messages to answer, a regeneration of ``regenerate_from``, or
         (``continue_last``) another model call continuing the last assistant message.
 
         New messages arriving while the session is busy go as ``when_busy`` says (default: the
-        agent's ``when_busy``; :mod:`harness._busy`); ``"drop"`` raises :class:`SessionBusy`."""
+        agent's ``when_busy``; :mod:`harness._busy`); ``"drop"`` raises :class:`SessionBusy`.
+        ``trace``: the W3C trace context (``traceparent``) the turn's span continues."""
         # The caller's id, even "": its terminal frame must name the id the client sent.
         op_id = operation_id if operation_id is not None else self.clock.new_id()
         empty = self.db.fresh  # a file made just now holds no operation and no message
@@ -243,7 +262,8 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         strategy = self._when_busy(when_busy) if kind == "input" else "queue"
         self._refuse_if_dropped(strategy)
         was_busy = self.busy()
-        options = {"client_tools": client_tools, "body": body, "when_busy": strategy}
+        options = {"client_tools": client_tools, "body": body, "when_busy": strategy,
+                   "trace": dict(trace) if trace else None}
         self._check_room()
         with self._pending.reservation(op_id, [m.id for m in new]) as held:
             await self._work_notices.opened()
@@ -263,6 +283,8 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         self.last_terminal = None
         if client_tools is not None:
             self._client_tools = list(client_tools)
+        if trace:
+            self._traces[op_id] = dict(trace)
         if kind == "input":
             return await self._place(op_id, strategy, was_busy, now)
         return self._enqueue(op_id)
@@ -454,7 +476,8 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
             current_session.set(self.id)
             current_operation.set(op_id)
             try:
-                await self._run(op_id)
+                with span("think.turn", parent=continue_from(self._traces.pop(op_id, None))):
+                    await self._run(op_id)
             except TurnSuspended:
                 return  # shutting down (closed): the operation stays running
             except Unsettled as exc:
@@ -529,15 +552,6 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
                 self._turn.abort()
             hit = True
         return hit
-
-    async def _withdraw(self, op_id: str, outcome: Outcome) -> None:
-        """Take a queued operation out of the queue, ended as ``outcome``; it never runs."""
-        self._queue.remove(op_id)
-        self._pending.forget(op_id)
-        self._queued_inputs.pop(op_id, None)
-        async with self.db.transaction() as tx:
-            await self.write_settlement(tx, op_id, outcome)
-        self._finish(op_id, outcome, ())
 
     async def reset(self, note: UIMessage | None = None) -> None:
         """Abort everything open and clear the transcript; ``note`` (a handoff) starts the new one,

@@ -53,7 +53,6 @@ class SessionBusyStrategies:
     if TYPE_CHECKING:  # the session's, used here
         def _enqueue(self, op_id: str, at: int | None = None) -> Receipt: ...
         async def abort(self, operation_id: str | None = None) -> bool: ...
-        async def _withdraw(self, op_id: str, outcome: Outcome) -> None: ...
         async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome) -> None: ...
         def _finish(self, op_id: str, outcome: Outcome, message_ids: Sequence[str]) -> None: ...
 
@@ -111,6 +110,15 @@ class SessionBusyStrategies:
         except ValueError:
             when_busy = "queue"
         self._queued_inputs[op_id] = _Queued(when_busy, created_at)
+
+    async def _withdraw(self, op_id: str, outcome: Outcome) -> None:
+        """Take a queued operation out of the queue, ended as ``outcome``; it never runs."""
+        self._queue.remove(op_id)
+        self._pending.forget(op_id)
+        self._queued_inputs.pop(op_id, None)
+        async with self.db.transaction() as tx:
+            await self.write_settlement(tx, op_id, outcome)
+        self._finish(op_id, outcome, ())
 
     # -- the running turn -------------------------------------------------------------
 

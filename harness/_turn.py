@@ -56,6 +56,7 @@ from ._model import (
 from ._outcomes import INTERNAL_ERROR, storage_failure
 from ._recovery_policy import RecoveryPolicy
 from ._tools import Tool
+from ._tracing import Span, span, tool_ended, traces_content
 from ._turn_hooks import CONTEXT_OVERFLOW
 from ._turn_plan import (
     CallScope,
@@ -386,6 +387,23 @@ class Turn:
         return ModelRequest(messages=view, system=await self._session.system_for_model(self._system), tools=tools)
 
     async def _model_call(self, request: ModelRequest, model: Model, step: int) -> _StepResult:
+        attrs: dict[str, Any] = {"gen_ai.request.model": getattr(model, "model", None) or type(model).__name__,
+                                 "think.step": step}
+        if traces_content():
+            attrs["think.prompt"] = next((message_text(m) for m in reversed(request.messages) if m.role == "user"), "")
+        call = self._stream_model(request, model, step)
+        del request  # the call has it; this frame must not keep the parsed transcript while it streams
+        with span("think.model_call", attrs) as current:
+            result: _StepResult = await call
+            current.set_attribute("gen_ai.response.finish_reasons", [result.finish_reason])
+            if result.usage is not None:
+                for key, value in (("gen_ai.usage.input_tokens", result.usage.input_tokens),
+                                   ("gen_ai.usage.output_tokens", result.usage.output_tokens)):
+                    if value is not None:
+                        current.set_attribute(key, value)
+            return result
+
+    async def _stream_model(self, request: ModelRequest, model: Model, step: int) -> _StepResult:
         result = _StepResult()
         stall = self._recovery.stall_timeout_s
         loop = asyncio.get_running_loop()
@@ -450,6 +468,12 @@ class Turn:
                                          self._tools[name].recovery, dumps(tool_input), now)
 
         async def one(call_id: str, name: str, tool_input: Any) -> None:
+            attrs = {"gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id, "think.step": step,
+                     "think.tool.input": dumps(tool_input) if traces_content() else None}
+            with span("think.tool_call", attrs) as current:
+                await run_one(call_id, name, tool_input, current)
+
+        async def run_one(call_id: str, name: str, tool_input: Any, current: Span) -> None:
             started = time.perf_counter()
             self._running_calls[call_id] = name
             decision = ToolDecision()
@@ -476,6 +500,7 @@ class Turn:
                 record = ("failed", None, error)
             self._session.publish(ToolCallFinished(self.operation_id, name, time.perf_counter() - started,
                                                    record[0] == "succeeded"))
+            tool_ended(current, decision.action, record[0], record[1], record[2])
             # One result at a time: its chunk, the message and its record commit together, and a
             # result that finishes meanwhile cannot ride in that commit without its record.
             async with results:

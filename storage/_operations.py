@@ -82,6 +82,16 @@ class OperationReads(Access):
         return r is not None
 
 
+    async def approval_asked_at(self, session_id: str, message_id: str) -> int | None:
+        """When (ms) the last turn that ended waiting for an approval on this message ended."""
+        r = await self._fetchone(
+            "SELECT MAX(completed_at) FROM operations WHERE session_id = ? AND target_message_id = ? "
+            "AND reason = 'awaiting_approval'",
+            (session_id, message_id),
+        )
+        return int(r[0]) if r is not None and r[0] is not None else None
+
+
 class OperationWrites(Access):
     async def consume_deferred_continuations(self, session_id: str, message_id: str) -> None:
         """The turn continues now: the intents recorded for this message are fulfilled."""
