@@ -72,6 +72,8 @@ from ._session_memory import BlockState
 from ._session_transcript import MAX_SEARCH_RESULTS
 from ._sessions import SessionError, SessionExists, SessionInfo, SessionNotFound, validate_session_id
 from ._startup import StartupRecovery
+from ._subagents import agent_tool
+from ._toolcall import RunningCall, current_tool_call, report_progress
 from ._tools import Tool, ToolInputError, client_tool, tool
 from ._tracing import configure_tracing, trace_carrier
 from ._turn_hooks import is_context_overflow
@@ -136,6 +138,7 @@ __all__ = [
     "RecoveryContext",
     "RecoveryPolicy",
     "RunStarted",
+    "RunningCall",
     "Schedule",
     "ScheduleError",
     "ScheduleExists",
@@ -189,6 +192,7 @@ __all__ = [
     "WorkspaceNotFound",
     "WorkspaceTools",
     "WouldDeadlock",
+    "agent_tool",
     "check_data_dir_free",
     "client_tool",
     "configure_tracing",
@@ -196,9 +200,11 @@ __all__ = [
     "current_instance",
     "current_operation",
     "current_session",
+    "current_tool_call",
     "describe_reason",
     "is_context_overflow",
     "load_script",
+    "report_progress",
     "resolve_model",
     "tool",
     "trace_carrier",

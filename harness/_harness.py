@@ -76,6 +76,7 @@ class Harness:
             hibernate_after_s=hibernate_after_s,
             stream_grace_ms=int(stream_grace_s * 1000), policy=input_policy or InputPolicy(),
             budget=HistoryBudget(int(transcript_memory_mb * 1024 * 1024)), clock=self.clock)
+        self.registry.host = self
         self.recovery = StartupRecovery(self.registry, recovery_concurrency)
         #: Runs the schedules of every instance (see :meth:`schedules`).
         self.scheduler = Scheduler(self.registry, self.clock, recovery_concurrency)

@@ -8,6 +8,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from storage import Database
 
@@ -60,6 +61,8 @@ class Instance:
         #: The instance's file tree (README "Workspace"), with the agent's limits: one for the
         #: instance, so its sessions' tools and code change it one write at a time.
         self.workspace = Workspace(db, clock, agent.workspace.limits if agent.workspace else None)
+        #: The harness that opened it (set by its registry): its sessions' tools may drive other instances.
+        self.host: Any = None
 
 
     @classmethod
@@ -121,6 +124,7 @@ class Instance:
                               stream_grace_ms=self.stream_grace_ms, policy=self.policy, work=self.work,
                               budget=self.budget, workspace=self.workspace)
             session.instance_key = (self.agent_name, self.name)
+            session.host = self.host
             session.models = self.models
             await session.load()
         except BaseException as exc:

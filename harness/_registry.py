@@ -23,6 +23,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from storage import StorageError, WorkIndex, instance_db_path, problem_of, trim_heap
 
@@ -64,6 +65,8 @@ class InstanceRegistry:
         self.model_cache = ModelCache()
         self._idle_timeout_s = idle_timeout_s
         self._hibernate_after_s = hibernate_after_s
+        #: The harness these instances belong to (its sessions' tools may drive other instances).
+        self.host: Any = None
         #: Called with each instance as it opens, before its work resumes (a host attaches here).
         self.on_open: list[Callable[[Instance], None]] = []
         #: Called with each instance once it is closed.
@@ -265,6 +268,7 @@ class InstanceRegistry:
                                             policy=self._policy, on_work=functools.partial(self._on_work, agent, name),
                                             budget=self.history_budget, key=key)
                 instance.models = self.model_cache
+                instance.host = self.host
             except (StorageError, sqlite3.Error, OSError) as exc:
                 error = self._activation_failed(key, exc)
                 if error is None or error is exc:

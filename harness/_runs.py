@@ -80,6 +80,7 @@ class OperationRuns:
     _pending: Pending
     workspace: Workspace
     policy: InputPolicy
+    host: Any
     last_terminal: dict[str, Any] | None
 
     if TYPE_CHECKING:  # the session's, used here

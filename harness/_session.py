@@ -84,6 +84,8 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         self.id = session_id
         #: (agent, instance name) of the instance the session belongs to, for logs and the deadlock check.
         self.instance_key = ("", "")
+        #: The harness the instance was opened by (tools that drive other agents use it); None alone.
+        self.host: Any = None
         self.models = ModelCache()  # the instance's, once it has one
         self.agent = agent
         self.model = model

@@ -55,6 +55,7 @@ from ._model import (
 )
 from ._outcomes import INTERNAL_ERROR, storage_failure
 from ._recovery_policy import RecoveryPolicy
+from ._toolcall import RunningCall, current_tool_call
 from ._tools import Tool
 from ._tracing import Span, span, tool_ended, traces_content
 from ._turn_hooks import CONTEXT_OVERFLOW
@@ -476,6 +477,12 @@ class Turn:
         async def run_one(call_id: str, name: str, tool_input: Any, current: Span) -> None:
             started = time.perf_counter()
             self._running_calls[call_id] = name
+
+            def progress(output: Any) -> None:
+                if call_id in self._running_calls:  # never after its result
+                    self._emit(ToolOutputAvailableChunk(toolCallId=call_id, output=output, preliminary=True))
+
+            current_tool_call.set(RunningCall(call_id, name, self._session.host, progress, lambda: self._aborting))
             decision = ToolDecision()
             output: Any = None
             try:

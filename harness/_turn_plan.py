@@ -154,6 +154,7 @@ class TurnHost(Protocol):
     clock: Clock
     agent: Agent
     policy: InputPolicy
+    host: Any  # the harness, for tools that drive other instances (harness._toolcall)
 
     def publish(self, event: HarnessEvent) -> None: ...
 

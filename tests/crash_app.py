@@ -10,7 +10,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from harness import Agent, RecoveryPolicy, ScriptedModel, WorkspaceTools, tool
+from harness import Agent, RecoveryPolicy, ScriptedModel, WorkspaceTools, agent_tool, tool
 
 SCRIPT = {
     "rules": [
@@ -79,7 +79,22 @@ FILES_SCRIPT = {
     ]
 }
 
+# An agent that hands its work to another (the crash agent, whose "slow" answer takes ~1.6 s).
+BOSS_SCRIPT = {
+    "rules": [
+        {"match": "*", "steps": [
+            [{"tool_call": {"name": "ask_crash_agent", "input": {"task": "be slow"}}}],
+            [{"text": ["It said: ", "{result}"]}],
+        ]},
+    ]
+}
+
 agents = {
+    "boss-agent": Agent(
+        model=ScriptedModel(BOSS_SCRIPT),
+        tools=[agent_tool("crash-agent")],
+        recovery=RecoveryPolicy(backoff_ms=50, crash_limit=3),
+    ),
     "files-agent": Agent(
         model=ScriptedModel(FILES_SCRIPT),
         workspace=WorkspaceTools(),

@@ -253,3 +253,10 @@ async def test_the_when_busy_curl_lines_run(tmp_path: Path) -> None:
     assert json.loads(first)["accepted"] is True
     refused = json.loads(second)
     assert refused["field"] == "when_busy" and refused["error"].startswith("the agent is busy")
+
+
+def test_the_sub_agent_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    run_example(tmp_path, monkeypatch, 'agent_tool("researcher")')
+    assert capsys.readouterr().out.splitlines() == ["My researcher says: 100 °C at sea level."]
+    assert len(list((tmp_path / "data" / "agents" / "researcher").glob("sub-*.sqlite3"))) == 1

@@ -215,6 +215,40 @@ async def test_a_steer_killed_after_it_took_effect_is_applied_once(server: Serve
     await b.close()
 
 
+async def test_a_sub_agent_killed_mid_answer_is_waited_for_not_run_again(server: Server) -> None:
+    """The parent's agent tool runs a turn of another instance; SIGKILL while the child streams.
+    After the restart the child's turn continues in its own file, the parent's call runs again
+    and finds it (its operation id comes from the call): one task, one answer."""
+    a = await Client.open(f"{server.ws_base}/agents/boss-agent/office?_pk=tab-a")
+    rid, frame, _ = chat_request("delegate")
+    await a.send(frame)
+    await a.wait_for(lambda f: f.get("id") == rid and '"preliminary":true' in (f.get("body") or "")
+                     and 'w3 ' in (f.get("body") or ""), timeout=15)
+    server.kill()
+
+    await server.start()
+    b = await Client.open(f"{server.ws_base}/agents/boss-agent/office?_pk={uuid.uuid4()}")
+    await b.send({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
+    answer = await b.wait_for(lambda f: f.get("probeId") == "p1", timeout=10)
+    if answer["type"] != "cf_agent_stream_resume_none":
+        if answer["type"] == "cf_agent_stream_pending":
+            answer = await b.wait_for(lambda f: f.get("type") == "cf_agent_stream_resuming", timeout=30)
+        await b.send({"type": "cf_agent_stream_resume_ack", "id": answer["id"]})
+        await b.wait_for(is_done(rid), timeout=30)
+    async with httpx.AsyncClient(base_url=server.base, timeout=30) as http:
+        info = (await http.get(f"/agents/boss-agent/office/operations/{rid}", params={"wait": "30"})).json()
+        assert (info["status"], info["text"]) == ("completed", f"It said: {SLOW_TEXT}")
+        boss = (await http.get("/agents/boss-agent/office/get-messages")).json()
+        (call,) = [p for p in boss[1]["parts"] if p["type"] == "tool-ask_crash_agent"]
+        assert (call["state"], call["output"]) == ("output-available", SLOW_TEXT)
+    children = sorted(p.name.split(".")[0] for p in (server.data_dir / "agents" / "crash-agent").glob("*.sqlite3"))
+    assert len(children) == 1 and children[0].startswith("sub-")
+    msgs = await get_messages(server, children[0])
+    assert [(m["role"], text_of(m)) for m in msgs] == [("user", "be slow"), ("assistant", SLOW_TEXT)]
+    await a.close()
+    await b.close()
+
+
 async def test_a_turn_that_keeps_killing_the_process_is_sealed(server: Server) -> None:
     name = "crash-loop"
     a = await Client.open(server.ws(name, "tab-a"))
