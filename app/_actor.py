@@ -8,10 +8,12 @@ open; a closed instance closes its sockets with ``1012`` (the client reconnects)
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import enum
 from collections.abc import Callable
 
-from harness import Harness, HarnessEvent, Instance, Session
+from harness import Harness, HarnessEvent, Instance, McpConnections, McpUnavailable, Session
 from protocol import Identity, McpServers, dump_frame
 
 from ._connection import Connection
@@ -34,6 +36,14 @@ class Actor:
         self.chats: dict[str, ThinkChat] = {}
         self._events: dict[str, SessionEvents] = {}  # of sessions an SSE client follows (or followed)
         self.state = ActorState.ACTIVE
+        # The agent's MCP servers, as the chat's server list shows them (kept in step while open).
+        mcp = getattr(instance.host, "mcp", None)
+        self._mcp = mcp if instance.agent.mcp and isinstance(mcp, McpConnections) else None
+        self._mcp_frame = dump_frame(McpServers())
+        self._opening: asyncio.Task[None] | None = None
+        if self._mcp is not None:
+            self._mcp.on_change.append(self._mcp_changed)
+            self._mcp_frame = self._mcp_state()
 
     def on_session(self, session: Session) -> None:
         # Before the session's queue runs: recovered work reaches the sockets from its first chunk.
@@ -66,8 +76,29 @@ class Actor:
         chat = await self.chat(session_id)
         if await chat.connect(conn):  # else a newer socket of the same client is here: this one is closing
             conn.send(dump_frame(Identity(name=self.name, agent=self.agent_name)))
-            conn.send(dump_frame(McpServers()))
+            conn.send(self._mcp_frame)
+            if self._mcp is not None and self._opening is None:
+                # A chat is open: connect the servers now (in the background), so the list it shows
+                # fills in; a turn would open them anyway.
+                self._opening = asyncio.get_running_loop().create_task(self._open_mcp())
         return chat
+
+    def _mcp_state(self) -> str:
+        assert self._mcp is not None
+        return dump_frame(McpServers(mcp=self._mcp.state(self.instance.agent.mcp)))
+
+    def _mcp_changed(self) -> None:
+        frame = self._mcp_state()
+        if frame != self._mcp_frame:
+            self._mcp_frame = frame
+            for chat in self.chats.values():
+                for conn in chat.connections.values():
+                    conn.send(frame)
+
+    async def _open_mcp(self) -> None:
+        assert self._mcp is not None
+        with contextlib.suppress(McpUnavailable):  # its state says so
+            await self._mcp.tools(self.instance.agent.mcp)
 
     @property
     def connections(self) -> int:
@@ -78,6 +109,11 @@ class Actor:
         if self.state is ActorState.CLOSED:
             return
         self.state = ActorState.CLOSED
+        if self._mcp is not None:
+            with contextlib.suppress(ValueError):
+                self._mcp.on_change.remove(self._mcp_changed)
+        if self._opening is not None:
+            self._opening.cancel()
         for events in self._events.values():
             events.close()
         for chat in self.chats.values():

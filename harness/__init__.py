@@ -44,6 +44,7 @@ from ._input import InputPolicy
 from ._inputs import InputError, SessionInput
 from ._instance import ROOT_SESSION, Instance
 from ._logcontext import current_agent, current_instance, current_operation, current_session
+from ._mcp import McpConnections, McpServer, McpUnavailable
 from ._model import (
     Finish,
     Model,
@@ -115,6 +116,9 @@ __all__ = [
     "Instance",
     "InstanceRegistry",
     "Listener",
+    "McpConnections",
+    "McpServer",
+    "McpUnavailable",
     "Memory",
     "MemoryBlockError",
     "MessagePersisted",

@@ -10,6 +10,7 @@ from ._busy import DEFAULT_DEBOUNCE_MS, WhenBusy, check_when_busy
 from ._compaction import Compaction
 from ._context_blocks import Memory
 from ._hooks import HookContext, HookError, HookFn, call_hook
+from ._mcp import McpServer
 from ._model import Model
 from ._recovery_policy import RecoveryPolicy
 from ._tools import Tool
@@ -59,6 +60,8 @@ class Agent:
     when_busy: WhenBusy = "queue"
     #: For ``when_busy="debounce"``: the quiet period after the newest input, in milliseconds.
     debounce_ms: int = DEFAULT_DEBOUNCE_MS
+    #: MCP servers whose tools join the agent's (README "MCP tools").
+    mcp: Sequence[McpServer] = ()
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:

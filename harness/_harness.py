@@ -28,6 +28,7 @@ from ._handles import SessionHandle, Sessions
 from ._history import HistoryBudget
 from ._input import InputPolicy
 from ._instance import ROOT_SESSION, Instance
+from ._mcp import McpConnections
 from ._model import Model
 from ._registry import InstanceRegistry
 from ._scheduler import Scheduler
@@ -77,6 +78,8 @@ class Harness:
             stream_grace_ms=int(stream_grace_s * 1000), policy=input_policy or InputPolicy(),
             budget=HistoryBudget(int(transcript_memory_mb * 1024 * 1024)), clock=self.clock)
         self.registry.host = self
+        #: Connections to the agents' MCP servers, opened when first needed, shared, closed with the harness.
+        self.mcp = McpConnections()
         self.recovery = StartupRecovery(self.registry, recovery_concurrency)
         #: Runs the schedules of every instance (see :meth:`schedules`).
         self.scheduler = Scheduler(self.registry, self.clock, recovery_concurrency)
@@ -101,6 +104,7 @@ class Harness:
         await self.scheduler.close()
         await self.recovery.close()
         await self.registry.close()
+        await self.mcp.close()
         for model in {id(m): m for m in self.models.values()}.values():
             await model.aclose()
         if self._lock is not None:

@@ -37,6 +37,7 @@ from ._hooks import HookError
 from ._input import InputPolicy
 from ._json import dumps, storable
 from ._logcontext import current_operation
+from ._mcp import McpConnections
 from ._model import Model
 from ._models import ModelCache
 from ._outcomes import INTERNAL_ERROR, OperationResult, describe_reason, result_of, storage_failure
@@ -81,6 +82,7 @@ class OperationRuns:
     workspace: Workspace
     policy: InputPolicy
     host: Any
+    _mcp_tools: dict[str, Tool]
     last_terminal: dict[str, Any] | None
 
     if TYPE_CHECKING:  # the session's, used here
@@ -109,6 +111,7 @@ class OperationRuns:
             if row is None or row.status not in ("pending", "running"):
                 return
             kind, input_json = row.kind, row.input_json
+        await self._refresh_mcp_tools()
         await self.history()  # held until the operation is done: drop_history() refuses while it runs
         await self.compactions()  # what the model is shown in place of older messages
         payload = json.loads(input_json)
@@ -179,9 +182,17 @@ class OperationRuns:
         return self.models.get(spec)
 
     async def server_tools(self, operation_id: str = "") -> dict[str, Tool]:
-        """The agent's tools (asked of its ``tools`` function, where it has one), and its memory's."""
-        return {**self._memory_tools(), **self._workspace_tools(),
+        """The agent's tools (asked of its ``tools`` function, where it has one), its memory's, its
+        workspace's and its MCP servers'."""
+        return {**self._memory_tools(), **self._workspace_tools(), **self._mcp_tools,
                 **await self.agent.tools_for(self.hooks(operation_id).context())}
+
+    async def _refresh_mcp_tools(self) -> None:
+        """The MCP servers' tools as they are now (listed once a connection opens; a server that is
+        down keeps the tools it had, which then fail with the reason)."""
+        connections = getattr(self.host, "mcp", None)
+        if self.agent.mcp and isinstance(connections, McpConnections):
+            self._mcp_tools = await connections.tools(self.agent.mcp)
 
     def _turn_for(self, plan: TurnPlan) -> Turn:
         agent = self.agent
@@ -380,7 +391,7 @@ class OperationRuns:
         return {t.name: t for t in workspace_tools(config, self.workspace)}
 
     def _tools(self) -> dict[str, Tool]:
-        tools = {**self._memory_tools(), **self._workspace_tools(),
+        tools = {**self._memory_tools(), **self._workspace_tools(), **self._mcp_tools,
                  **({} if callable(self.agent.tools) else self.agent.tool_map())}
         for spec in self._client_tools:
             name = spec.get("name")

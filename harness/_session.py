@@ -56,6 +56,7 @@ from ._session_busy import SessionBusyStrategies
 from ._session_compaction import SessionCompaction
 from ._session_memory import SessionMemory
 from ._session_transcript import SessionTranscript
+from ._tools import Tool
 from ._tracing import continue_from, span
 from ._turn import Turn
 from ._turn_plan import Outcome, TurnSuspended, Unsettled
@@ -86,6 +87,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         self.instance_key = ("", "")
         #: The harness the instance was opened by (tools that drive other agents use it); None alone.
         self.host: Any = None
+        self._mcp_tools: dict[str, Tool] = {}  # the agent's MCP servers' tools, as of the last operation
         self.models = ModelCache()  # the instance's, once it has one
         self.agent = agent
         self.model = model

@@ -260,3 +260,10 @@ def test_the_sub_agent_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     run_example(tmp_path, monkeypatch, 'agent_tool("researcher")')
     assert capsys.readouterr().out.splitlines() == ["My researcher says: 100 °C at sea level."]
     assert len(list((tmp_path / "data" / "agents" / "researcher").glob("sub-*.sqlite3"))) == 1
+
+
+def test_the_mcp_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "calc_server.py").write_text(python_block("# calc_server.py"))
+    run_example(tmp_path, monkeypatch, 'McpServer("calc", command=[sys.executable, "calc_server.py"])')
+    assert capsys.readouterr().out.splitlines() == ["20 + 22 = 42"]
