@@ -152,7 +152,6 @@ class SessionBusyStrategies:
             return op_id
         for later in group[1:]:
             self._queue.remove(later)
-        self._queued_inputs.pop(op_id, None)
         newest = group[-1]
         if newest != op_id:
             self._carried[newest] = group[:-1]
@@ -178,4 +177,5 @@ class SessionBusyStrategies:
         self._carried.pop(op_id, None)
         for older, messages in carried:
             self._pending.forget(older)
+            self._queued_inputs.pop(older, None)
             self._finish(older, MERGED, [m.id for m in messages])

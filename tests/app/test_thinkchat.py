@@ -937,3 +937,48 @@ async def test_when_busy_rides_in_the_chat_request_body(serve) -> None:
     assert done["outcome"] == "completed" and deltas_of(chunks_of(c, rid)) == "Hello!"
     assert [text_of(m) for m in await get_messages(srv, "busy-chat") if m["role"] == "user"] == ["long stream", "hi"]
     await c.close()
+
+
+async def test_a_steer_shows_in_every_tab_where_it_took_effect(serve) -> None:
+    running, release = asyncio.Event(), asyncio.Event()
+
+    @tool(name="slowLookup")
+    async def slow_lookup() -> str:
+        """Looks something up, slowly."""
+        running.set()
+        await release.wait()
+        return "looked up"
+
+    script = {"rules": [
+        {"match": "look", "steps": [[{"tool_call": {"name": "slowLookup", "input": {}}}], [{"text": ["never said"]}]]},
+        {"match": "*", "steps": [[{"text": ["You said: {user}"]}]]},
+    ]}
+    srv = await serve(agents_with(script, slow_lookup))
+    a = await Client.open(url(srv, "steer-tabs"))
+    b = await Client.open(url(srv, "steer-tabs"))
+    first, frame, _ = chat_request("look it up")
+    await a.send(frame)
+    await asyncio.wait_for(running.wait(), 10)
+    steer, frame, said = chat_request("only the cheap ones", whenBusy="steer")
+    await a.send(frame)
+    async with httpx.AsyncClient(base_url=srv.base) as http:
+        for _ in range(200):  # queued (durably) before the tool returns and the turn looks for it
+            pending = (await http.get(f"/agents/{AGENT}/steer-tabs/operations")).json()["pending"]
+            if steer in [p["operation_id"] for p in pending]:
+                break
+            await asyncio.sleep(0.01)
+    release.set()
+    ended = await a.wait_for(is_done(first))
+    assert ended["outcome"] == "completed"
+    await a.wait_for(is_done(steer))
+    # The other tab got the transcript with the steer right after the turn it steered.
+    seen = await b.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages" and not f.get("connect")
+                            and said["id"] in [m["id"] for m in f["messages"]])
+    roles = [(m["role"], m["id"] == said["id"]) for m in seen["messages"]]
+    assert roles[:3] == [("user", False), ("assistant", False), ("user", True)]
+    final = await get_messages(srv, "steer-tabs")
+    assert [text_of(m) for m in final] == ["look it up", "", "only the cheap ones", "You said: only the cheap ones"]
+    (part,) = tool_parts(final[1])
+    assert part["state"] == "output-available" and part["output"] == "looked up"
+    await a.close()
+    await b.close()
