@@ -195,10 +195,19 @@ def web_dist_v6() -> Path:
 # ── server and browser ──────────────────────────────────────────────────
 
 
-@pytest.fixture(scope="module", params=["ai7", "ai6"])
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test on the demo server runs on the page built on each AI SDK major, or on those its
+    ``@pytest.mark.ai_sdk(...)`` names (the page's own layout and controls do not depend on it)."""
+    if "server" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("ai_sdk")
+        metafunc.parametrize("server", list(marker.args) if marker else ["ai7", "ai6"], indirect=True,
+                             scope="module")
+
+
+@pytest.fixture(scope="module")
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThinkServer]:
     """``python -m app serve`` with the demo agent on its own script, in a fresh data dir, serving
-    the page built on either AI SDK major (the tests that use it run with both)."""
+    the page built on either AI SDK major."""
     dist: Path = request.getfixturevalue("web_dist" if request.param == "ai7" else "web_dist_v6")
     with run_think_server(tmp_path_factory.mktemp("browser-server"), model=f"scripted:{DEMO_SCRIPT}",
                           env={"THINK_WEB_DIR": str(dist)}) as srv:
@@ -800,6 +809,7 @@ def _new_chat(tab: Tab, name: str, before: str | None) -> str:
     return session
 
 
+@pytest.mark.ai_sdk("ai7")  # the page's own layout and controls
 def test_conversations_are_sessions_the_server_keeps(playwright: Playwright, context: BrowserContext,
                                                      server: ThinkServer, tmp_path: Path,
                                                      request: pytest.FixtureRequest) -> None:
@@ -1081,6 +1091,7 @@ def test_reconnecting_after_the_server_restarts(context: BrowserContext, restart
     assert not tab.errors, tab.report()
 
 
+@pytest.mark.ai_sdk("ai7")  # the page's own layout and controls
 def test_phone_width(playwright: Playwright, server: ThinkServer, tmp_path: Path,
                      request: pytest.FixtureRequest) -> None:
     """At 390x844 the message box ended up below the screen (the chat column grew to the whole
@@ -1160,6 +1171,7 @@ def test_markdown_and_code(context: BrowserContext, script_server: ThinkServer,
     assert not tab.errors, tab.report()
 
 
+@pytest.mark.ai_sdk("ai7")  # the page's own layout and controls
 def test_keyboard_only(context: BrowserContext, server: ThinkServer, request: pytest.FixtureRequest) -> None:
     """Enter sends, Esc stops, the focus stays in the message box, the box grows with its text,
     and no live region wraps the whole list (a screen reader hears the status line)."""
@@ -1191,6 +1203,7 @@ def test_keyboard_only(context: BrowserContext, server: ThinkServer, request: py
     assert not tab.errors, tab.report()
 
 
+@pytest.mark.ai_sdk("ai7")  # the page's own layout and controls
 def test_suggestions_rename_and_the_list(context: BrowserContext, server: ThinkServer,
                                         request: pytest.FixtureRequest) -> None:
     """An empty conversation offers the demo's topics; the list names a conversation by the title a
