@@ -105,6 +105,8 @@ class _Connection:
         self.instructions: str | None = None
         self.tools: list[Any] = []  # the SDK's Tool objects, as last listed
         self._client: Any = None
+        self.came_up = False  # it was ready once (a failure after that is not a failure to start)
+        self.ended_at: float | None = None  # when its task ended (loop time)
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._hold(), name=f"mcp:{server.name}")
@@ -119,7 +121,7 @@ class _Connection:
                 listed = await client.list_tools()
                 self.tools = list(listed.tools)
                 self.instructions = getattr(client, "instructions", None)
-                self._client, self.state = client, "ready"
+                self._client, self.state, self.came_up = client, "ready", True
                 self._ready.set()
                 self._on_state()
                 await self._stop.wait()
@@ -128,6 +130,7 @@ class _Connection:
             log.warning("MCP server %r failed: %s", self.server.name, self.error)
         finally:
             self._client, self.state = None, "failed" if self.error else "closed"
+            self.ended_at = asyncio.get_running_loop().time()
             self._ready.set()
             self._on_state()
 
@@ -176,7 +179,7 @@ class McpConnections:
     def __init__(self) -> None:
         self._open: dict[tuple[Any, ...], _Connection] = {}
         self._known: dict[tuple[Any, ...], list[Any]] = {}  # tools last listed, for a server that went down
-        self._servers: dict[tuple[Any, ...], McpServer] = {}
+        self._failures: dict[tuple[Any, ...], int] = {}  # failures to start in a row, by server
         self._closed = False
         #: Called with nothing when a server's state or tools change (the chat's server list listens).
         self.on_change: list[Callable[[], None]] = []
@@ -192,9 +195,15 @@ class McpConnections:
         if self._closed:
             raise McpUnavailable("the harness is closing")
         key = server._key()
-        self._servers[key] = server
         conn = self._open.get(key)
+        if conn is not None and not conn.alive and not conn.came_up:
+            # It could not start: not again before its backoff (1 s, doubling to a minute) is over.
+            delay = min(60.0, 2.0 ** self._failures.get(key, 0))
+            if conn.ended_at is not None and asyncio.get_running_loop().time() < conn.ended_at + delay:
+                raise McpUnavailable(f"MCP server {server.name!r} is unavailable: {conn.error or 'closed'}")
         if conn is None or not conn.alive:  # never opened, or failed or closed since: open it (again)
+            if conn is not None:
+                self._failures[key] = 0 if conn.came_up else self._failures.get(key, 0) + 1
             conn = self._open[key] = _Connection(server, self._changed)
             self._changed()
         await conn.ready()

@@ -67,11 +67,16 @@ async def test_a_server_that_dies_fails_its_tools_clearly_and_is_opened_again(tm
 
 
 async def test_a_server_that_cannot_start_takes_only_its_own_tools_down(tmp_path: Path) -> None:
-    broken = McpServer("calc", command=[sys.executable, "-c", "raise SystemExit(1)"])
+    starts = tmp_path / "starts.log"
+    broken = McpServer("calc", command=[sys.executable, "-c",
+                                        f"open({str(starts)!r}, 'a').write('start\\n'); raise SystemExit(1)"])
     async with Harness({"a": Agent(model=MODEL, mcp=[broken])}, data_dir=tmp_path / "data") as h:
-        result = await (await h.session("a", "x")).prompt("which tools")
+        s = await h.session("a", "x")
+        result = await s.prompt("which tools")
         assert result.status == "done" and "calc__" not in result.text
         assert h.mcp.state([broken])["servers"]["calc"]["state"] == "failed"
+        assert (await s.prompt("which tools now")).status == "done"
+        assert starts.read_text().splitlines() == ["start"], "not started again within its backoff"
 
 
 def free_port() -> int:
