@@ -77,7 +77,7 @@ from protocol import (
 )
 from tests.chaos.app import APPROVAL_TOOL, CLIENT_TOOL, REPORT_TOOLS
 from tests.chaos.client import RESPONSE, Conversation
-from tests.chaos.store import Store
+from tests.chaos.store import Store, ToolRow
 
 INVARIANTS = ("accepted-kept", "one-answer", "tools-once", "ops-terminal", "streams-replayable", "words-kept",
               "frames-match-store")
@@ -383,11 +383,21 @@ class Checker:
         """An approved call's result is never in a stream: the call was made in an earlier one (a
         continuation speaks only of its own calls: the turn applies the result as a chunk), or the
         approval came after the conversation moved on and the call ran with no stream at all (its
-        result applied as an answer is). Its record has the result."""
+        result applied as an answer is). Its record has the result, unless the model made a call
+        with the same id in another message since (the scripted model reuses ids across
+        branches; the record follows the latest call): then only the stored message says it."""
         row = self.store.tool_calls.get(call_id)
         part = next((p for p in state.parts if getattr(p, "toolCallId", None) == call_id), None)
         if row is None or part is None or getattr(part, "state", None) != "approval-responded":
             return state
+        if row.message_id != state.id:
+            kept = next((p for p in self.store.messages[state.id].content["parts"]
+                         if p.get("toolCallId") == call_id), None)
+            if kept is None or kept.get("state") not in ("output-available", "output-error"):
+                return state
+            row = ToolRow(call_id, row.operation_id, state.id, row.tool_name,
+                          "succeeded" if kept["state"] == "output-available" else "failed",
+                          kept.get("output"), kept.get("errorText"))
         if row.state not in ("succeeded", "failed", "interrupted"):
             return state
         ok = row.state == "succeeded"

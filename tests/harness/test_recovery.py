@@ -335,3 +335,37 @@ async def test_without_bytes_the_same_silence_is_a_stall(open_instance: Any) -> 
     r = await s.submit([user("u1", "think hard")])
     result = await settle(s, r.operation_id)
     assert (result.status, result.reason) == ("unanswered", "interrupted") and model.calls == 2
+
+
+async def test_an_approved_rerun_call_cut_short_by_a_crash_runs_again_once(db_path: Any) -> None:
+    """After the restart the call is both approved (its part) and cut short (its record): one run."""
+    runs: list[int] = []
+    first_run = asyncio.Event()
+
+    async def fetch() -> str:
+        runs.append(len(runs) + 1)
+        if len(runs) == 1:
+            first_run.set()
+            await asyncio.Event().wait()  # the process dies in it
+        await asyncio.sleep(0.05)  # a second run at the same time would show here
+        return f"run {len(runs)}"
+
+    model = script({"match": "*", "steps": [[{"tool_call": {"name": "fetch", "input": {}}}],
+                                            [{"text": ["got {result}"]}]]})
+    agent = Agent(tools=[Tool("fetch", execute=fetch, needs_approval=True, recovery="rerun")],
+                  recovery=RecoveryPolicy(backoff_ms=1))
+    inst = await Instance.open(db_path, agent, model)
+    s = await inst.session()
+    asked = await s.submit([user("u1", "go")])
+    assert (await settle(s, asked.operation_id)).reason == "awaiting_approval"
+    approved = await s.answer(Answer("approval", "call_fetch_1", approved=True))
+    await asyncio.wait_for(first_run.wait(), 5)
+    await crash(inst)
+
+    again = await Instance.open(db_path, agent, model)
+    try:
+        s2 = await again.session()
+        assert (await settle(s2, approved.operation_id)).text == "got run 2"
+        assert runs == [1, 2], "run again once, not once as approved and once as cut short"
+    finally:
+        await again.close()
