@@ -84,7 +84,8 @@ class SessionBusyStrategies:
             return self._enqueue(op_id)
         if when_busy == "latest":
             for older in [o for o in self._queue if o in self._queued_inputs]:
-                await self._withdraw(older, Outcome("skipped", "unanswered", "superseded"))
+                if older in self._queue:  # not taken by the worker while the one before was withdrawn
+                    await self._withdraw(older, Outcome("skipped", "unanswered", "superseded"))
             return self._enqueue(op_id)
         if self._running_id is None:  # nothing to stop or to steer yet: the turn to come takes it
             return self._enqueue(op_id)
