@@ -8,6 +8,7 @@ writes one, and so does the first submission to an id never used.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -127,6 +128,16 @@ async def fork_session(instance: Instance, from_id: str, at_message: str | None 
         for row in path:  # the same ids: a message is one message, wherever it was copied
             await tx.insert_message(sid, row.id, parent, row.role, row.content, None, now)
             parent = row.id
+        # Summaries of what was copied whole go with it (the fork's model reads what the
+        # source's did); one that reaches past the fork point does not.
+        copied = {row.id for row in path}
+        for c in await tx.compactions(from_id):
+            if c.from_message_id in copied and c.to_message_id in copied:
+                await tx.insert_compaction(dataclasses.replace(c, id=instance.clock.new_id(), session_id=sid,
+                                                               created_at=now))
+        source = await tx.session(from_id)
+        if source is not None and source.client_tools_json:  # the browser's tools, as the source had them
+            await tx.set_client_tools(sid, source.client_tools_json, now)
     return SessionInfo(sid, now, now, len(path))
 
 

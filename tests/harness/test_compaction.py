@@ -10,6 +10,7 @@ import pytest
 
 from harness import Agent, Compacted, Compaction, SessionBusy
 from harness._compaction import ModelView, SummaryRequest, overlay_on, plan_compaction
+from harness._sessions import fork_session
 from protocol import TextPart, ToolPart, UIMessage, message_text
 from storage import CompactionRow
 
@@ -203,3 +204,31 @@ async def test_a_tool_call_and_its_result_stay_together(open_instance: Any) -> N
     # call and its result is summarized whole, or kept whole.
     end = ids.index(event.to_message_id)
     assert transcript[end + 1].role == "user"
+
+
+async def test_a_fork_takes_the_summaries_of_what_it_copies_whole(open_instance: Any) -> None:
+    agent = Agent(compaction=Compaction(keep_tokens=0, keep_messages=2, summarize=lambda r: "SUMMARY"))
+    model = FakeModel(text("t", "answer"))
+    inst = await open_instance(model, agent)
+    s = await inst.session()
+    tools = [{"name": "getLocation", "description": "Where the user is."}]
+    r = await s.submit([user("u0", "question 0 about topic0")], client_tools=tools)
+    await settle(s, r.operation_id)
+    await _chat(s, 2, start=1)
+    made = await s.compact()
+    assert made is not None
+    path = [m.id for m in await s.transcript()]
+
+    whole = await fork_session(inst, "", session_id="whole")
+    early = await fork_session(inst, "", at_message=path[path.index(made.to_message_id) - 1], session_id="early")
+    assert [c.summary for c in await inst.db.read.compactions("whole")] == ["SUMMARY"]
+    assert await inst.db.read.compactions("early") == [], "its summary reaches past the fork point"
+    for sid in (whole.id, early.id):
+        row = await inst.db.read.session(sid)
+        assert row is not None and row.client_tools_json is not None and "getLocation" in row.client_tools_json
+
+    forked = await inst.session(whole.id)
+    r = await forked.submit([user("w1", "and in the fork?")])
+    await settle(forked, r.operation_id)
+    assert message_text(model.requests[-1].messages[1]) == "[Summary of the earlier conversation]\nSUMMARY"
+    assert await inst.db.read.compactions("") != [] and len(await inst.db.read.compactions("whole")) == 1
