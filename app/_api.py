@@ -23,7 +23,6 @@ from starlette.routing import Route
 
 from harness import (
     MAX_SEARCH_RESULTS,
-    WHEN_BUSY,
     AnswerRefused,
     CapacityError,
     CompactionError,
@@ -43,6 +42,7 @@ from harness import (
     WorkspaceError,
     WorkspaceFull,
     WorkspaceNotFound,
+    check_when_busy,
     trace_carrier,
     validate_session_id,
 )
@@ -149,9 +149,11 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         if not isinstance(auto, bool):
             raise _Refused(400, "auto_continue: expected true or false", "auto_continue")
         when_busy = body.get("when_busy")
-        if when_busy is not None and when_busy not in WHEN_BUSY:
-            raise _Refused(400, f"when_busy: expected one of {', '.join(WHEN_BUSY)}, got {when_busy!r:.60}",
-                           "when_busy")
+        if when_busy is not None:
+            try:
+                when_busy = check_when_busy(when_busy)
+            except ValueError as exc:
+                raise _Refused(400, str(exc), "when_busy") from None
         try:
             receipt = await session.submit(body["input"], operation_id=op_id, auto_continue=auto, source="client",
                                            when_busy=when_busy, trace=trace_carrier(request.headers))

@@ -4,7 +4,7 @@ from storage import SearchHit  # what search() answers: a storage row, shown as 
 
 from ._agent import Agent
 from ._answers import Answer, AnswerRefused
-from ._busy import WHEN_BUSY, WhenBusy
+from ._busy import WHEN_BUSY, WhenBusy, check_when_busy
 from ._clock import Clock
 from ._compaction import Compaction, CompactionError, SummaryRequest
 from ._context_blocks import Block, Memory, MemoryBlockError, UnknownBlock
@@ -198,6 +198,7 @@ __all__ = [
     "WouldDeadlock",
     "agent_tool",
     "check_data_dir_free",
+    "check_when_busy",
     "client_tool",
     "configure_tracing",
     "current_agent",

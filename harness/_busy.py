@@ -26,4 +26,4 @@ def check_when_busy(value: object, what: str = "when_busy") -> WhenBusy:
     """``value`` if it names a strategy; ValueError naming the strategies otherwise."""
     if isinstance(value, str) and value in WHEN_BUSY:
         return value
-    raise ValueError(f"{what}: expected one of {', '.join(WHEN_BUSY)}; got {value!r}")
+    raise ValueError(f"{what}: expected one of {', '.join(WHEN_BUSY)}; got {value!r:.60}")

@@ -45,7 +45,7 @@ from ._pending import Pending
 from ._recovery import Recovered
 from ._session_busy import MERGED
 from ._tools import Tool
-from ._tracing import set_outcome, span, traces_content
+from ._tracing import recording, set_outcome, span, traces_content
 from ._turn import Turn
 from ._turn_hooks import TurnHooks
 from ._turn_plan import CONTINUING, Outcome, TurnPlan, calls_introduced
@@ -83,6 +83,7 @@ class OperationRuns:
     policy: InputPolicy
     host: Any
     _mcp_tools: dict[str, Tool]
+    _own_tools: dict[str, Tool] | None
     last_terminal: dict[str, Any] | None
 
     if TYPE_CHECKING:  # the session's, used here
@@ -184,8 +185,7 @@ class OperationRuns:
     async def server_tools(self, operation_id: str = "") -> dict[str, Tool]:
         """The agent's tools (asked of its ``tools`` function, where it has one), its memory's, its
         workspace's and its MCP servers'."""
-        return {**self._memory_tools(), **self._workspace_tools(), **self._mcp_tools,
-                **await self.agent.tools_for(self.hooks(operation_id).context())}
+        return {**self._builtin_tools(), **await self.agent.tools_for(self.hooks(operation_id).context())}
 
     async def _refresh_mcp_tools(self) -> None:
         """The MCP servers' tools as they are now (listed once a connection opens; a server that is
@@ -254,7 +254,7 @@ class OperationRuns:
             await self._settle_without_turn(op_id, [], Outcome("error", "unanswered", exc.reason))
             return
         message = (await self._messages())[index]
-        if answer.kind == "approval":
+        if answer.kind == "approval" and recording():  # the read is for the span alone
             asked = await self.db.read.approval_asked_at(self.id, message.id)
             with span("think.approval_wait", {"gen_ai.tool.call.id": answer.tool_call_id,
                                               "think.approved": answer.approved},
@@ -384,15 +384,17 @@ class OperationRuns:
             self._hook_tasks.add(task)
             task.add_done_callback(self._hook_tasks.discard)
 
-    def _workspace_tools(self) -> dict[str, Tool]:
-        config = self.agent.workspace
-        if config is None or not config.tools:
-            return {}
-        return {t.name: t for t in workspace_tools(config, self.workspace)}
+    def _builtin_tools(self) -> dict[str, Tool]:
+        """The tools the harness gives the agent: its memory's and its workspace's (made once: they
+        depend on the agent's settings only), and its MCP servers' (as of the last operation)."""
+        if self._own_tools is None:
+            config = self.agent.workspace
+            workspace = workspace_tools(config, self.workspace) if config is not None and config.tools else []
+            self._own_tools = {**self._memory_tools(), **{t.name: t for t in workspace}}
+        return {**self._own_tools, **self._mcp_tools}
 
     def _tools(self) -> dict[str, Tool]:
-        tools = {**self._memory_tools(), **self._workspace_tools(), **self._mcp_tools,
-                 **({} if callable(self.agent.tools) else self.agent.tool_map())}
+        tools = {**self._builtin_tools(), **({} if callable(self.agent.tools) else self.agent.tool_map())}
         for spec in self._client_tools:
             name = spec.get("name")
             if isinstance(name, str) and name and name not in tools:  # never replaces a server tool

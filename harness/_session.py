@@ -88,6 +88,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         #: The harness the instance was opened by (tools that drive other agents use it); None alone.
         self.host: Any = None
         self._mcp_tools: dict[str, Tool] = {}  # the agent's MCP servers' tools, as of the last operation
+        self._own_tools: dict[str, Tool] | None = None  # memory and workspace tools, made when first asked
         self.models = ModelCache()  # the instance's, once it has one
         self.agent = agent
         self.model = model
@@ -571,12 +572,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
 
     async def _reset(self, note: UIMessage | None) -> None:
         for op_id in list(self._queue):
-            self._queue.remove(op_id)
-            self._pending.forget(op_id)
-            outcome = Outcome("skipped", "unanswered", "reset")
-            async with self.db.transaction() as tx:
-                await self.write_settlement(tx, op_id, outcome)
-            self._finish(op_id, outcome, ())
+            await self._withdraw(op_id, Outcome("skipped", "unanswered", "reset"))
         worker = self._worker
         if self._running_id is not None:
             self._abort_requested.add(self._running_id)

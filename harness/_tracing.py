@@ -21,8 +21,8 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from ._logcontext import current_agent, current_instance, current_operation, current_session
 
-__all__ = ["Span", "configure_tracing", "continue_from", "set_outcome", "span", "tool_ended", "trace_carrier",
-           "traces_content"]
+__all__ = ["Span", "configure_tracing", "continue_from", "recording", "set_outcome", "span", "tool_ended",
+           "trace_carrier", "traces_content"]
 
 _tracer = trace.get_tracer("think_server")
 _content = False
@@ -36,6 +36,11 @@ def configure_tracing(*, content: bool = False) -> None:
 
 def traces_content() -> bool:
     return _content
+
+
+def recording() -> bool:
+    """Whether the current span is kept (an SDK is set up): work done only for a span can be skipped."""
+    return trace.get_current_span().is_recording()
 
 
 def trace_carrier(headers: Mapping[str, str]) -> dict[str, str] | None:

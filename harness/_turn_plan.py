@@ -89,7 +89,9 @@ def is_runnable(message: UIMessage, tools: Mapping[str, Tool], call: tuple[str, 
             and not tools[call[1]].is_client)
 
 
-_INTRODUCING = frozenset({"tool-input-start", "tool-input-available", "tool-input-error"})
+#: The chunks that make a tool call's part, as classes and as the ``type`` their JSON names.
+_MAKING = (ToolInputStartChunk, ToolInputAvailableChunk, ToolInputErrorChunk)
+_INTRODUCING = frozenset(str(c.model_fields["type"].default) for c in _MAKING)
 
 
 def calls_introduced(bodies: Iterable[str]) -> frozenset[str]:
@@ -112,7 +114,6 @@ class CallScope:
     """The tool calls a continuation's stream made (see :func:`calls_introduced`), growing as it
     streams: a chunk about another call is not the stream's to carry."""
 
-    _MAKING = (ToolInputStartChunk, ToolInputAvailableChunk, ToolInputErrorChunk)
     _ABOUT = (ToolOutputAvailableChunk, ToolOutputErrorChunk, ToolOutputDeniedChunk, ToolApprovalRequestChunk)
 
     def __init__(self, made: frozenset[str]) -> None:
@@ -120,7 +121,7 @@ class CallScope:
 
     def speaks_of(self, chunk: Chunk) -> bool:
         """Whether the stream may carry ``chunk``; False: it goes out as a message update."""
-        if isinstance(chunk, self._MAKING):
+        if isinstance(chunk, _MAKING):
             self._made.add(chunk.toolCallId)
             return True
         return not isinstance(chunk, self._ABOUT) or chunk.toolCallId in self._made

@@ -940,20 +940,12 @@ async def test_when_busy_rides_in_the_chat_request_body(serve) -> None:
 
 
 async def test_a_steer_shows_in_every_tab_where_it_took_effect(serve) -> None:
-    running, release = asyncio.Event(), asyncio.Event()
-
-    @tool(name="slowLookup")
-    async def slow_lookup() -> str:
-        """Looks something up, slowly."""
-        running.set()
-        await release.wait()
-        return "looked up"
-
+    hold, running, release = gate_tool()
     script = {"rules": [
-        {"match": "look", "steps": [[{"tool_call": {"name": "slowLookup", "input": {}}}], [{"text": ["never said"]}]]},
+        {"match": "look", "steps": [[{"tool_call": {"name": "hold", "input": {}}}], [{"text": ["never said"]}]]},
         {"match": "*", "steps": [[{"text": ["You said: {user}"]}]]},
     ]}
-    srv = await serve(agents_with(script, slow_lookup))
+    srv = await serve(agents_with(script, hold))
     a = await Client.open(url(srv, "steer-tabs"))
     b = await Client.open(url(srv, "steer-tabs"))
     first, frame, _ = chat_request("look it up")
@@ -979,6 +971,6 @@ async def test_a_steer_shows_in_every_tab_where_it_took_effect(serve) -> None:
     final = await get_messages(srv, "steer-tabs")
     assert [text_of(m) for m in final] == ["look it up", "", "only the cheap ones", "You said: only the cheap ones"]
     (part,) = tool_parts(final[1])
-    assert part["state"] == "output-available" and part["output"] == "looked up"
+    assert part["state"] == "output-available" and part["output"] == "released"
     await a.close()
     await b.close()

@@ -34,8 +34,8 @@ class Server(ServerProcess):
         super().__init__(app="tests.crash_app:agents", data_dir=data_dir, log_path=log_path, log_level="info",
                          env={"THINK_CRASH_LOG": str(data_dir / "tool-runs.log")})
 
-    def ws(self, name: str, pk: str) -> str:
-        return f"{self.ws_base}/agents/{AGENT}/{name}?_pk={pk}"
+    def ws(self, name: str, pk: str, agent: str = AGENT) -> str:
+        return f"{self.ws_base}/agents/{agent}/{name}?_pk={pk}"
 
     def tool_runs(self) -> list[str]:
         path = self.data_dir / "tool-runs.log"
@@ -59,9 +59,9 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
         srv.stop()
 
 
-async def get_messages(srv: Server, name: str) -> list[dict[str, Any]]:
+async def get_messages(srv: ServerProcess, name: str, agent: str = AGENT) -> list[dict[str, Any]]:
     async with httpx.AsyncClient() as http:
-        r = await http.get(f"{srv.base}/agents/{AGENT}/{name}/get-messages")
+        r = await http.get(f"{srv.base}/agents/{agent}/{name}/get-messages")
         r.raise_for_status()
         result: list[dict[str, Any]] = r.json()
         return result
@@ -82,18 +82,19 @@ def body_has(rid: str, needle: str) -> Callable[[dict[str, Any]], bool]:
     return lambda f: f.get("id") == rid and needle in f.get("body", "")
 
 
-async def reconnect_and_finish(srv: Server, name: str, rid: str, *, may_be_done: bool = False) -> Client:
+async def reconnect_and_finish(srv: Server, name: str, rid: str, *, may_be_done: bool = False,
+                               agent: str = AGENT) -> Client:
     """A reloaded tab: probe, ACK when offered, wait for the request's end.
 
     With ``may_be_done`` the recovered turn may have finished before the tab
     connects: then the transcript it got on connect must already hold the answer.
     """
-    c = await Client.open(srv.ws(name, str(uuid.uuid4())))
+    c = await Client.open(srv.ws(name, str(uuid.uuid4()), agent))
     await c.send({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
     answer = await c.wait_for(lambda f: f.get("probeId") == "p1", timeout=10)
     if may_be_done and answer["type"] == "cf_agent_stream_resume_none":
         greeting = next(f for f in c.frames if f.get("type") == "cf_agent_chat_messages")
-        assert greeting["messages"] == await get_messages(srv, name)
+        assert greeting["messages"] == await get_messages(srv, name, agent)
         return c
     assert answer["type"] in ("cf_agent_stream_resuming", "cf_agent_stream_pending"), answer
     if answer["type"] == "cf_agent_stream_pending":
@@ -219,7 +220,7 @@ async def test_a_sub_agent_killed_mid_answer_is_waited_for_not_run_again(server:
     """The parent's agent tool runs a turn of another instance; SIGKILL while the child streams.
     After the restart the child's turn continues in its own file, the parent's call runs again
     and finds it (its operation id comes from the call): one task, one answer."""
-    a = await Client.open(f"{server.ws_base}/agents/boss-agent/office?_pk=tab-a")
+    a = await Client.open(server.ws("office", "tab-a", "boss-agent"))
     rid, frame, _ = chat_request("delegate")
     await a.send(frame)
     await a.wait_for(lambda f: f.get("id") == rid and '"preliminary":true' in (f.get("body") or "")
@@ -227,14 +228,7 @@ async def test_a_sub_agent_killed_mid_answer_is_waited_for_not_run_again(server:
     server.kill()
 
     await server.start()
-    b = await Client.open(f"{server.ws_base}/agents/boss-agent/office?_pk={uuid.uuid4()}")
-    await b.send({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
-    answer = await b.wait_for(lambda f: f.get("probeId") == "p1", timeout=10)
-    if answer["type"] != "cf_agent_stream_resume_none":
-        if answer["type"] == "cf_agent_stream_pending":
-            answer = await b.wait_for(lambda f: f.get("type") == "cf_agent_stream_resuming", timeout=30)
-        await b.send({"type": "cf_agent_stream_resume_ack", "id": answer["id"]})
-        await b.wait_for(is_done(rid), timeout=30)
+    b = await reconnect_and_finish(server, "office", rid, may_be_done=True, agent="boss-agent")
     async with httpx.AsyncClient(base_url=server.base, timeout=30) as http:
         info = (await http.get(f"/agents/boss-agent/office/operations/{rid}", params={"wait": "30"})).json()
         assert (info["status"], info["text"]) == ("completed", f"It said: {SLOW_TEXT}")
@@ -337,17 +331,9 @@ async def test_a_workspace_edit_killed_after_its_commit_is_never_applied_twice(t
                 break
             await asyncio.sleep(0.05)
         await c.close()
-        msgs = await get_messages_of(again, name)
+        msgs = await get_messages(again, name, agent="files-agent")
     finally:
         again.stop()
     assert notes() == "tea\ncoffee\n", "the edit was not applied a second time"
     [edit] = [p for p in msgs[-1]["parts"] if p.get("type") == "tool-edit"]
     assert edit["state"] == "output-error", edit  # reported as cut short, not run again
-
-
-async def get_messages_of(srv: ServerProcess, name: str) -> list[dict[str, Any]]:
-    async with httpx.AsyncClient() as http:
-        r = await http.get(f"{srv.base}/agents/files-agent/{name}/get-messages")
-        r.raise_for_status()
-        result: list[dict[str, Any]] = r.json()
-        return result
