@@ -267,3 +267,24 @@ def test_the_mcp_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     (tmp_path / "calc_server.py").write_text(python_block("# calc_server.py"))
     run_example(tmp_path, monkeypatch, 'McpServer("calc", command=[sys.executable, "calc_server.py"])')
     assert capsys.readouterr().out.splitlines() == ["20 + 22 = 42"]
+
+
+def test_the_progress_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    run_example(tmp_path, monkeypatch, "report_progress({")
+    shown = [json.loads(line)["output"] for line in capsys.readouterr().out.splitlines()]
+    assert shown == [{"at": 1}, {"at": 2}, {"at": 3}]
+
+
+def test_the_tracing_example_runs(tmp_path: Path) -> None:
+    # Its own process: the example sets the process's tracer provider, which is set once.
+    script = tmp_path / "example.py"
+    script.write_text(python_block("InMemorySpanExporter()"))
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["['think.model_call', 'think.turn']", "traced Hello!"]
+
+
+async def test_the_traceparent_curl_line_runs(tmp_path: Path) -> None:
+    (submitted,) = await served(tmp_path, sh_block("traceparent: 00-"))
+    assert json.loads(submitted)["accepted"] is True
