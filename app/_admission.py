@@ -45,14 +45,17 @@ class OriginPolicy:
         self.any = "*" in origins
         self._allowed = {key for key in map(_origin_key, origins) if key is not None}
 
+    def listed(self, origin: str) -> bool:
+        """Whether ``origin`` is one of the CORS origins (or any is)."""
+        return self.any or _origin_key(origin) in self._allowed
+
     def allows(self, origin: str, host: str | None) -> bool:
-        if self.any:
+        """Whether a page of ``origin`` may call this server, reached as ``host``."""
+        if self.listed(origin):
             return True
         key = _origin_key(origin)
         if key is None:
             return False
-        if key in self._allowed:
-            return True
         if not host:
             return False
         own = urlsplit(f"//{host}")

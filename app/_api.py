@@ -20,6 +20,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from harness import (
     MAX_SEARCH_RESULTS,
@@ -50,6 +51,7 @@ from protocol import ProtocolError, check_value, load_json
 from storage import StorageError, describe_problem
 
 from ._actor import ChatHost
+from ._admission import AddressLimits, SocketCap
 
 __all__ = ["MAX_WAIT_S", "api_routes"]
 
@@ -76,8 +78,13 @@ class _Refused(Exception):
 
 
 def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Callable[[str, str], str | None],
-               max_body_bytes: int) -> list[Route]:
-    """The routes of the HTTP API; ``guard`` answers a request that may not be served (auth)."""
+               max_body_bytes: int, limits: AddressLimits, streams: SocketCap,
+               on_refused: Callable[[str], None] = lambda reason: None) -> list[Route]:
+    """The routes of the HTTP API; ``guard`` answers a request that may not be served (auth).
+
+    ``limits`` and ``streams`` are the chat sockets' caps: a client address creates as many new
+    instances a minute over HTTP as over sockets, and an event stream takes a socket's place.
+    """
 
     def endpoint(handler: Handler) -> Handler:
         async def run(request: Request) -> Response:
@@ -104,9 +111,17 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         return run
 
     def address(request: Request, *, read: bool) -> tuple[str, str]:
+        """The instance a request names; a read of one that has no file is refused (404), and a
+        request that would create one counts against its client address's new instances."""
         agent, name = request.path_params["agent"], request.path_params["name"]
-        if read and not harness.exists(agent, name):
-            raise _Refused(404, f"no agent instance {agent}/{name}")
+        if not harness.exists(agent, name):
+            if read:
+                raise _Refused(404, f"no agent instance {agent}/{name}")
+            if not limits.take_new_instance(client_of(request)):
+                on_refused("address_new_instances")
+                raise _Refused(429, f"this client address created {limits.max_new_per_minute} new agent instances "
+                                    "in the last minute, the most it may (THINK_MAX_NEW_INSTANCES_PER_MINUTE); "
+                                    "try again later", headers={"Retry-After": "60"})
         return agent, name
 
     async def session_of(request: Request, *, read: bool) -> SessionHandle:
@@ -118,11 +133,19 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         return await harness.session(agent, name, sid)
 
     async def body_of(request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        if len(raw) > max_body_bytes:
-            raise _Refused(413, f"the body has {len(raw)} bytes, over the limit of {max_body_bytes}")
+        """The JSON object a request carries ({} for none)."""
+        kind = request.headers.get("content-type")
+        if kind is not None and not _is_json(kind):
+            # A page of any site can make a browser POST text/plain or a form without asking first;
+            # JSON it cannot. So a JSON route takes JSON only, whatever the body says.
+            raise _Refused(415, f"expected a JSON body (Content-Type: application/json), got Content-Type "
+                                f"{kind[:80]!r} (with curl: --json '{{...}}' or -H 'Content-Type: application/json')")
+        raw = await read_body(request, max_body_bytes)
         if not raw:
             return {}
+        if kind is None:
+            raise _Refused(415, "expected a JSON body with Content-Type: application/json; the request names no "
+                                "Content-Type (with curl: --json '{...}')")
         try:
             value = load_json(raw, "request body")
             check_value(value, "request body")
@@ -275,9 +298,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
                 if not await ws.delete(path):
                     raise _Refused(404, f"no file {path!r} in the workspace")
                 return JSONResponse({"deleted": True})
-            body = await request.body()
-            if len(body) > max_body_bytes:
-                raise _Refused(413, f"the body has {len(body)} bytes, over the limit of {max_body_bytes}")
+            body = await read_body(request, max_body_bytes)
             return JSONResponse((await ws.write(path, body)).to_json())
         except WorkspaceNotFound as exc:
             raise _Refused(404, str(exc)) from None
@@ -353,26 +374,32 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
 
     async def events(request: Request) -> Response:
         session = await session_of(request, read=True)
-        instance = await harness.instance(session.agent, session.name)
-        release = instance.hold()  # for as long as the client follows
+        # A stream is held as long as a socket and costs what one costs: it takes a place among the
+        # sockets of its client address and of the server.
+        client = client_of(request)
+        if not streams.take():
+            on_refused("server_sockets")
+            raise _Refused(503, f"this server has {streams.open} chat sockets and event streams open, the most "
+                                f"{streams.why} allows; try again later", headers={"Retry-After": "5"})
+        if not limits.open_socket(client):
+            streams.release()
+            on_refused("address_sockets")
+            raise _Refused(429, f"this client address has {limits.max_sockets} chat sockets and event streams open, "
+                                "the most it may (THINK_MAX_SOCKETS_PER_ADDRESS); close one or try again later",
+                           headers={"Retry-After": "5"})
+        releases = [streams.release, lambda: limits.close_socket(client)]
         try:
+            instance = await harness.instance(session.agent, session.name)
+            # Watched, not held: a stream alone never keeps another instance from opening (README "Security").
+            releases.append(instance.watch())
             if not await instance.has_session(session.id):
                 raise _Refused(404, f"no session {session.id!r}", "session")
             log = await host.actor(instance).events(session.id)
         except BaseException:
-            release()
+            _release_all(releases)
             raise
         last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-
-        async def frames() -> AsyncIterator[str]:
-            try:
-                async for frame in log.follow(last):
-                    yield frame
-            finally:
-                release()
-
-        return StreamingResponse(frames(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return _Followed(log.follow(last), lambda: _release_all(releases))
 
     async def schedules(request: Request) -> Response:
         agent, name = address(request, read=request.method == "GET")
@@ -429,6 +456,58 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         Route(f"{base}/schedules", endpoint(schedules), methods=["GET", "POST"]),
         Route(base + "/schedules/{schedule_id}", endpoint(schedule_item), methods=["GET", "DELETE"]),
     ]
+
+
+def client_of(request: Request) -> str:
+    """The client's address: the peer's, or the ``X-Forwarded-For`` of a trusted proxy."""
+    return request.client.host if request.client is not None else ""
+
+
+def _is_json(content_type: str) -> bool:
+    kind = content_type.partition(";")[0].strip().lower()
+    return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, refused (413) as soon as it is known to pass ``limit`` bytes: from its
+    ``Content-Length`` before a byte is read, or, for a body sent without one, the moment it passes."""
+    # "Connection: close": the server closes the connection after the answer rather than read the
+    # rest of the body to reuse it (uvicorn would read and drop all of it).
+    close = {"Connection": "close"}
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _Refused(413, f"the body has {declared} bytes, over the limit of {limit} (THINK_MAX_FRAME_BYTES)",
+                       headers=close)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _Refused(413, f"the body has more than {limit} bytes, over the limit (THINK_MAX_FRAME_BYTES)",
+                           headers=close)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _release_all(releases: list[Callable[[], None]]) -> None:
+    while releases:
+        releases.pop()()
+
+
+class _Followed(StreamingResponse):
+    """An event stream that gives back what it holds when it ends, however it ends: a generator's
+    ``finally`` would not run if the client left before the first frame."""
+
+    def __init__(self, frames: AsyncIterator[str], release: Callable[[], None]) -> None:
+        super().__init__(frames, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 #: What ``POST /schedules`` takes: the input, where it runs, its id, and exactly one of its times.

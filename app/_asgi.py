@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from harness import (
     Agent,
@@ -35,6 +36,7 @@ from ._admission import AddressLimits, OriginPolicy, SocketCap
 from ._api import api_routes
 from ._auth import Authenticator, AuthError
 from ._fdlimit import fd_budget
+from ._guard import Guard, HostPolicy, TrustedProxies
 from ._metrics import CONTENT_TYPE_LATEST, Metrics
 from ._openapi import openapi
 from ._socket import SocketServices, serve_socket
@@ -216,12 +218,20 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         finally:
             await harness.close()
 
-    middleware = []
+    # Outermost: the host and the page a request comes from, judged by the real peer (the proxy
+    # headers are read after, by uvicorn's middleware, which the CLI turns off in uvicorn itself).
+    middleware = [
+        Middleware(Guard, hosts=HostPolicy(settings.allowed_hosts, bind=settings.host,
+                                           cors_origins=settings.cors_origins),
+                   origins=services.origins, proxies=TrustedProxies(settings.forwarded_allow_ips),
+                   on_refused=lambda reason: metrics.refusals.labels(reason).inc()),
+        Middleware(ProxyHeadersMiddleware, trusted_hosts=settings.forwarded_allow_ips),
+    ]
     if settings.cors_origins:
         middleware.append(Middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
             allow_headers=["*"],
             allow_credentials="*" not in settings.cors_origins,
             max_age=86400,
@@ -233,7 +243,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             Route("/metrics", metrics_endpoint),
             Route("/openapi.json", openapi_endpoint),
             WebSocketRoute("/agents/{agent}/{name}", chat_socket),
-            *api_routes(harness, host, refused, check_address, settings.max_frame_bytes),
+            *api_routes(harness, host, refused, check_address, settings.max_frame_bytes, services.limits,
+                        services.sockets, lambda reason: metrics.refusals.labels(reason).inc()),
             Route("/agents/{agent}/{name}/{rest:path}", agent_http, methods=["GET", "POST", "HEAD"]),
             *web_routes(sorted(routed), dist=settings.web_dir, guard=refused),
         ],

@@ -142,7 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # ws: uvicorn's own sans-I/O WebSocket protocol, without the last frame it would keep per socket.
     # loop/http fixed: uvicorn's "auto" would switch to uvloop and httptools wherever they happen to
     # be installed (the bench extra brings them), so the server tested, measured and shipped differ.
+    # proxy_headers off: the app reads X-Forwarded-* itself (app/_guard.py), after judging the real peer.
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=None, loop="asyncio", http="h11",
+                            proxy_headers=False,
                             ws=ChatWebSocketProtocol, ws_max_size=settings.websocket_max_size, log_config=None,
                             timeout_graceful_shutdown=10, limit_concurrency=app.state.fd_budget.max_connections)
     server = _Server(config, ready=_ready_line(settings, agents, target))

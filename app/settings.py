@@ -100,6 +100,13 @@ class Settings(BaseModel):
     #: Origins allowed to call the HTTP API and open chat sockets from a browser (CORS); ``*`` for any.
     #: Empty: CORS off, and only pages of this server's own origin may open sockets.
     cors_origins: tuple[str, ...] = ()
+    #: Host names this server answers for beyond its addresses, ``localhost`` and the hosts of the CORS
+    #: origins: ``chat.example.com``, ``.example.com`` (it and every name under it), ``*`` (any: no check).
+    #: A request naming another host (DNS rebinding) is refused before anything of it is read.
+    allowed_hosts: tuple[str, ...] = ()
+    #: Proxies whose ``X-Forwarded-For``, ``-Proto`` and ``-Host`` count (addresses or networks, ``*`` for any).
+    #: Unset: uvicorn's ``FORWARDED_ALLOW_IPS`` if set, else ``127.0.0.1,::1``.
+    forwarded_allow_ips: str = "127.0.0.1,::1"
 
     # -- logs ----------------------------------------------------------------------
     log_level: str = "info"
@@ -107,7 +114,7 @@ class Settings(BaseModel):
     #: Spans may carry message content (user text, answers, tool input and output); off: ids only.
     trace_content: bool = False
 
-    @field_validator("cors_origins", mode="before")
+    @field_validator("cors_origins", "allowed_hosts", mode="before")
     @classmethod
     def _split_origins(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -170,6 +177,8 @@ class Settings(BaseModel):
         """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
+        if env.get("FORWARDED_ALLOW_IPS"):  # uvicorn's own variable, which the app now reads for it
+            values["forwarded_allow_ips"] = env["FORWARDED_ALLOW_IPS"]
         for name in cls.model_fields:
             raw = env.get(ENV_PREFIX + name.upper())
             if raw is not None and raw != "":

@@ -57,6 +57,7 @@ class Instance:
         #: Called with a session's id once it is stopped and forgotten (deleted).
         self.on_unload: list[Callable[[str], None]] = []
         self._holds = 0
+        self._watches = 0
         self.last_used = time.monotonic()
         #: The instance's file tree (README "Workspace"), with the agent's limits: one for the
         #: instance, so its sessions' tools and code change it one write at a time.
@@ -87,6 +88,24 @@ class Instance:
             if not released:
                 released = True
                 self._holds -= 1
+                self.touch()
+
+        return release
+
+    def watch(self) -> Callable[[], None]:
+        """Keep the instance open for a follower (an event stream) until the returned release is
+        called, as :meth:`hold` does, except when the place is needed: an instance only watched
+        is closed before a new one is refused for want of room (its followers end, and come back).
+        So followers alone, however many, never keep other instances from opening."""
+        self._watches += 1
+        self.touch()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._watches -= 1
                 self.touch()
 
         return release
@@ -182,7 +201,13 @@ class Instance:
 
     @property
     def idle(self) -> bool:
-        """No operation running or queued in any loaded session, and nobody holding it."""
+        """No operation running or queued in any loaded session, and nobody holding or watching it."""
+        return not self._watches and self.reclaimable
+
+    @property
+    def reclaimable(self) -> bool:
+        """No operation running or queued in any loaded session, and nobody holding it (it may be
+        watched): it can be closed to make room for another."""
         return not self._holds and all(s.idle for s in self._sessions.values())
 
     async def hibernate(self) -> bool:

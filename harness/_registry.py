@@ -220,6 +220,9 @@ class InstanceRegistry:
     def _evictable(self, key: _Key, instance: Instance) -> bool:
         return instance.idle and key not in self._closing and key not in self._waiters
 
+    def _reclaimable(self, key: _Key, instance: Instance) -> bool:
+        return instance.reclaimable and key not in self._closing and key not in self._waiters
+
     def _reserve(self) -> list[asyncio.Task[None]]:
         """Take a place for one more instance, synchronously: close the least recently used idle
         instances if the cap is reached (their closes are returned, to be awaited before opening);
@@ -227,8 +230,9 @@ class InstanceRegistry:
         over = len(self._open) + len(self._activating) + 1 - self.max_instances
         if over <= 0:
             return []
-        idle = heapq.nsmallest(over, (a for k, a in self._open.items() if self._evictable(k, a)),
-                               key=lambda a: a.last_used)
+        # The idle ones first, then those only followers watch (they come back), each least recently used first.
+        idle = heapq.nsmallest(over, (a for k, a in self._open.items() if self._reclaimable(k, a)),
+                               key=lambda a: (not a.idle, a.last_used))
         if len(idle) < over:
             raise CapacityError(
                 f"this server has {len(self._open) + len(self._activating)} agent instances open or opening, "

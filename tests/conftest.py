@@ -47,9 +47,10 @@ class RunningServer:
 async def start_server(agents: Mapping[str, Agent], data_dir: Path, **settings: Any) -> RunningServer:
     app = create_app(agents, Settings(data_dir=data_dir, **settings))
     port = free_port()
-    # The WebSocket protocol the command line runs, so that the tests serve sockets as it does.
+    # The WebSocket protocol the command line runs, and its proxy headers (read by the app, not by
+    # uvicorn), so that the tests serve sockets as it does.
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
-                            ws=ChatWebSocketProtocol)
+                            ws=ChatWebSocketProtocol, proxy_headers=False)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     for _ in range(200):
@@ -99,8 +100,9 @@ class Client:
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
-    async def open(cls, url: str) -> Client:
-        ws = await connect(url, max_size=None)
+    async def open(cls, url: str, **options: Any) -> Client:
+        """``options`` go to websockets' ``connect`` (``additional_headers``, ``origin``...)."""
+        ws = await connect(url, max_size=None, **options)
         c = cls(ws)
         c._reader = asyncio.create_task(c._read())
         return c

@@ -82,7 +82,7 @@ async def test_bad_requests_name_the_field_and_store_nothing(serve) -> None:
     srv = await serve()
     async with await http(srv) as c:
         cases = [
-            ({"content": b"{not json"}, 400, None),
+            ({"content": b"{not json", "headers": {"content-type": "application/json"}}, 400, None),
             ({"json": [1, 2]}, 400, None),
             ({"json": {}}, 400, "input"),
             ({"json": {"input": 5}}, 400, "input"),

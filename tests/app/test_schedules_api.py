@@ -72,7 +72,8 @@ async def test_bad_schedules_name_the_field_and_store_nothing(serve) -> None:
         for body, status, field in cases:
             r = await c.post(f"{A}/bad-sch/schedules", json=body)
             assert (r.status_code, r.json().get("field")) == (status, field), (body, r.text)
-        assert (await c.post(f"{A}/bad-sch/schedules", content=b"{nope")).status_code == 400
+        assert (await c.post(f"{A}/bad-sch/schedules", content=b"{nope",
+                             headers={"content-type": "application/json"})).status_code == 400
         assert (await c.get(f"{A}/bad-sch/schedules")).json() == {"schedules": []}
         assert (await c.post("/agents/nobody/x/schedules", json={"input": "hi", "delay_s": 1})).status_code == 404
 
