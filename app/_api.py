@@ -281,7 +281,10 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
     async def files(request: Request) -> Response:
         agent, name = address(request, read=True)
         glob = request.query_params.get("glob")
-        listed = await harness.workspace(agent, name).list(glob or None)
+        try:
+            listed = await harness.workspace(agent, name).list(glob or None)
+        except WorkspaceError as exc:  # the glob
+            raise _Refused(400, str(exc), "glob") from None
         return JSONResponse({"files": [f.to_json() for f in listed]})
 
     async def file_item(request: Request) -> Response:

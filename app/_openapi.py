@@ -177,7 +177,7 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
                 "type": "object", "properties": {"path": {"type": "string"}, "size": {"type": "integer"},
                                                  "is_text": {"type": "boolean"},
                                                  "modified_at": {"type": "integer"}}}}}}, "The files"),
-                          **_errors(401, 404)}}},
+                          **_errors(400, 401, 404)}}},
         base + "/files/{path}": {
             "get": {"summary": "A file's content (text/plain for text, application/octet-stream for bytes)",
                     "parameters": [*params, _PATH_PARAM],

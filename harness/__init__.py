@@ -79,7 +79,16 @@ from ._tools import Tool, ToolInputError, client_tool, tool
 from ._tracing import configure_tracing, trace_carrier
 from ._turn_hooks import is_context_overflow
 from ._work import OnWork
-from ._workspace import FileInfo, Workspace, WorkspaceError, WorkspaceFull, WorkspaceLimits, WorkspaceNotFound
+from ._workspace import (
+    FileInfo,
+    GrepCut,
+    GrepResult,
+    Workspace,
+    WorkspaceError,
+    WorkspaceFull,
+    WorkspaceLimits,
+    WorkspaceNotFound,
+)
 from ._workspace_handle import WorkspaceHandle
 from ._workspace_tools import WorkspaceTools
 from .providers import ModelSpecError, Script, ScriptedModel, ScriptError, load_script, resolve_model
@@ -104,6 +113,8 @@ __all__ = [
     "ErrorContext",
     "FileInfo",
     "Finish",
+    "GrepCut",
+    "GrepResult",
     "Harness",
     "HarnessEvent",
     "History",

@@ -18,16 +18,17 @@ import builtins
 import contextlib
 import hashlib
 import os
-import re
+import time
 import unicodedata
 from dataclasses import dataclass
 
 from storage import Database, WorkspaceFileRow
 
 from ._clock import Clock
+from ._workspace_scan import BadPattern, GrepCut, GrepScan, compile_glob, compile_pattern, in_scan_thread
 
-__all__ = ["FileInfo", "Workspace", "WorkspaceError", "WorkspaceFull", "WorkspaceLimits", "WorkspaceNotFound",
-           "check_path"]
+__all__ = ["FileInfo", "GrepCut", "GrepResult", "Workspace", "WorkspaceError", "WorkspaceFull", "WorkspaceLimits",
+           "WorkspaceNotFound", "check_path"]
 
 MAX_PATH = 512
 MAX_PART = 255
@@ -53,6 +54,12 @@ class WorkspaceLimits:
     max_files: int = 10_000
     #: Content up to this size is kept in the row; larger, in a file beside the instance's.
     row_bytes: int = 256 * 1024
+    #: The most bytes of text one grep reads: a file that would take it past them is not searched,
+    #: and the answer says how much was.
+    grep_bytes: int = 20_000_000
+    #: The most seconds one grep runs, checked before each line (one long line under a costly
+    #: pattern can take it past: README "Workspace"); the answer then says how much it searched.
+    grep_seconds: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,22 @@ class FileInfo:
 
     def to_json(self) -> dict[str, object]:
         return {"path": self.path, "size": self.size, "is_text": self.is_text, "modified_at": self.modified_at}
+
+
+@dataclass(frozen=True, slots=True)
+class GrepResult:
+    """What :meth:`Workspace.grep` found: (path, line number from 1, line) of each matching line, and
+    how much it searched: ``files_searched`` of the ``files`` text files (``bytes_searched`` of their
+    ``bytes``). ``cut`` says why it stopped early (``None``: every file was searched) and ``note``
+    says it in words, for the model."""
+
+    matches: list[tuple[str, int, str]]
+    files_searched: int
+    files: int
+    bytes_searched: int
+    bytes: int
+    cut: GrepCut | None = None
+    note: str | None = None
 
 
 def check_path(path: object) -> str:
@@ -98,28 +121,6 @@ def _as_text(data: bytes) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
-
-
-def _glob(pattern: str) -> re.Pattern[str]:
-    """``*`` within a part, ``**`` across parts, ``?`` one character; anything else as it is."""
-    out, i = [], 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z", re.DOTALL)
 
 
 class Workspace:
@@ -197,34 +198,66 @@ class Workspace:
                 await self._forget_external(old.external)
         return True
 
-    async def list(self, glob: str | None = None) -> list[FileInfo]:
+    async def list(self, glob: str | None = None) -> builtins.list[FileInfo]:
         """Every file (by path), or those whose path matches ``glob``."""
         rows = [] if self._db.fresh else await self._db.read.workspace_listing()
-        match = _glob(glob).match if glob else None
-        return [_info(r) for r in rows if match is None or match(r.path)]
+        if not glob:
+            return [_info(r) for r in rows]
+        # Up to max_files paths: matched in a worker thread, so the event loop serves others meanwhile.
+        return await in_scan_thread(_matching, glob, rows)
 
     async def walk(self) -> builtins.list[FileInfo]:
         return await self.list()
 
-    async def grep(self, pattern: str, glob: str | None = None, max_matches: int = 200,
-                   ) -> builtins.list[tuple[str, int, str]]:
-        """(path, line number from 1, line) of each line of a text file matching ``pattern``."""
+    async def grep(self, pattern: str, glob: str | None = None, max_matches: int = 200) -> GrepResult:
+        """Each line of a text file (those matching ``glob``, if given) that ``pattern`` (RE2 syntax)
+        matches, up to ``max_matches``, within the budgets of :class:`WorkspaceLimits`."""
+        deadline = time.monotonic() + self.limits.grep_seconds
         try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            raise WorkspaceError(f"not a regular expression: {exc}") from None
-        found: builtins.list[tuple[str, int, str]] = []
-        for f in await self.list(glob):
-            if not f.is_text:
-                continue
-            text = await self.read(f.path)
-            assert isinstance(text, str)
-            for n, line in enumerate(text.splitlines(), 1):
-                if regex.search(line):
-                    found.append((f.path, n, line[:500]))
-                    if len(found) >= max_matches:
-                        return found
-        return found
+            regex = await in_scan_thread(compile_pattern, pattern)
+        except BadPattern as exc:
+            raise WorkspaceError(str(exc)) from None
+        files = [f for f in await self.list(glob) if f.is_text]
+        total = sum(f.size for f in files)
+        scan = GrepScan(regex, max_matches, deadline)
+        batch: builtins.list[tuple[str, str, int]] = []
+        read = in_batch = 0
+        cut: GrepCut | None = None
+        for f in files:
+            if read + f.size > self.limits.grep_bytes:
+                cut = GrepCut.BYTES
+                break
+            if time.monotonic() > deadline:
+                cut = GrepCut.TIME
+                break
+            try:
+                text = await self.read(f.path)  # the reads stay on the loop (async); the search does not
+            except WorkspaceNotFound:
+                continue  # deleted since the listing
+            if isinstance(text, str):
+                batch.append((f.path, text, f.size))
+                read += f.size
+                in_batch += f.size
+            if in_batch >= _BATCH_BYTES:
+                await in_scan_thread(scan.scan, batch)
+                batch, in_batch = [], 0
+                if scan.cut is not None:
+                    break
+        if batch and scan.cut is None:
+            await in_scan_thread(scan.scan, batch)
+        cut = scan.cut or cut
+        return GrepResult(scan.matches, scan.files_searched, len(files), scan.bytes_searched, total, cut,
+                          None if cut is None else self._grep_note(cut, scan, len(files), total, max_matches))
+
+    def _grep_note(self, cut: GrepCut, scan: GrepScan, files: int, total: int, max_matches: int) -> str:
+        searched = f"searched {scan.files_searched} of {files} files ({scan.bytes_searched:,} of {total:,} bytes)"
+        if cut is GrepCut.MATCHES:
+            return f"[the first {max_matches} matches, the most grep answers with: narrow the pattern or the glob]"
+        if cut is GrepCut.BYTES:
+            return (f"[{searched}: the rest is past grep's budget of {self.limits.grep_bytes:,} bytes a search; "
+                    "narrow it with a glob]")
+        return (f"[{searched}: grep's time budget of {self.limits.grep_seconds:g} s ran out; narrow it with a glob "
+                "or a simpler pattern]")
 
     async def _read(self, path: str) -> tuple[bool, bytes]:
         """(whether it is text, its bytes): one read of its row, and of the file beside if it is there."""
@@ -257,3 +290,16 @@ class Workspace:
 
 def _info(row: WorkspaceFileRow) -> FileInfo:
     return FileInfo(row.path, row.size, row.is_text, row.modified_at)
+
+
+#: Text handed to a worker thread at a time by grep: few thread hops, the reads still interleaved.
+_BATCH_BYTES = 1_000_000
+
+
+def _matching(glob: str, rows: list[WorkspaceFileRow]) -> list[FileInfo]:
+    """The rows whose path matches ``glob`` (in a worker thread)."""
+    try:
+        match = compile_glob(glob).fullmatch
+    except BadPattern as exc:
+        raise WorkspaceError(str(exc)) from None
+    return [_info(r) for r in rows if match(r.path) is not None]

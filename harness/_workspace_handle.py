@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 
 from ._host import InstanceHost
-from ._workspace import FileInfo
+from ._workspace import FileInfo, GrepResult
 
 __all__ = ["WorkspaceHandle"]
 
@@ -43,7 +43,8 @@ class WorkspaceHandle:
     async def walk(self) -> builtins.list[FileInfo]:
         return await self.list()
 
-    async def grep(self, pattern: str, glob: str | None = None) -> builtins.list[tuple[str, int, str]]:
+    async def grep(self, pattern: str, glob: str | None = None) -> GrepResult:
+        """The lines that ``pattern`` (RE2 syntax) matches, and how much was searched (README "Workspace")."""
         async with self._harness.hold(self.agent, self.name) as inst:
             return await inst.workspace.grep(pattern, glob)
 

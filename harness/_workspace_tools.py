@@ -95,7 +95,7 @@ def workspace_tools(config: WorkspaceTools, ws: Workspace) -> list[Tool]:
         return [{"path": f.path, "size": f.size, "text": f.is_text} for f in files if f.path.startswith(prefix)]
 
     async def find(glob: str) -> list[str]:
-        """Find files whose path matches a glob ('*' within a folder, '**' across folders).
+        """Find files whose path matches a glob ('*' within a folder, '**' across folders, '?' one character).
 
         Args:
             glob: The pattern, such as '**/*.md' or 'notes/*.txt'.
@@ -103,13 +103,17 @@ def workspace_tools(config: WorkspaceTools, ws: Workspace) -> list[Tool]:
         return [f.path for f in await ws.list(glob)]
 
     async def grep(pattern: str, glob: str | None = None) -> list[str]:
-        """Search the text files for lines matching a regular expression.
+        """Search the text files for lines matching a regular expression; answers 'path:line: text'.
+        A search cut short (too many matches, or past its budget of bytes or time) ends with a note
+        saying how much it searched.
 
         Args:
-            pattern: A Python regular expression.
+            pattern: A regular expression (RE2 syntax: no backreferences or lookaround).
             glob: Only files whose path matches this glob.
         """
-        return [f"{path}:{n}: {line}" for path, n, line in await ws.grep(pattern, glob)]
+        found = await ws.grep(pattern, glob)
+        lines = [f"{path}:{n}: {line}" for path, n, line in found.matches]
+        return [*lines, found.note] if found.note else lines
 
     async def delete(path: str) -> str:
         """Delete a file from the workspace.

@@ -229,7 +229,8 @@ def test_the_workspace_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
                                     capsys: pytest.CaptureFixture[str]) -> None:
     run_example(tmp_path, monkeypatch, "WorkspaceTools())}")
     out = capsys.readouterr().out
-    assert out == "From my notes: 1\t- Ann prefers tea\n- Ann prefers tea\n ['notes.md']\n"
+    assert out == ("From my notes: 1\t- Ann prefers tea\n- Ann prefers tea\n ['notes.md']\n"
+                   "[('notes.md', 1, '- Ann prefers tea')] None\n")
 
 
 async def test_the_workspace_files_over_http_example_runs(tmp_path: Path) -> None:

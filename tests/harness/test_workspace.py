@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import Agent, Clock, ScriptedModel, Workspace, WorkspaceError, WorkspaceLimits, WorkspaceTools
+from harness import (
+    Agent,
+    Clock,
+    GrepCut,
+    ScriptedModel,
+    Workspace,
+    WorkspaceError,
+    WorkspaceLimits,
+    WorkspaceTools,
+)
 from harness._workspace import check_path
 from protocol import ToolPart
 from storage import Database
@@ -31,7 +42,7 @@ def test_ordinary_paths_are_kept() -> None:
         assert check_path(path) == path
 
 
-async def _workspace(db_path: Path, **limits: int) -> tuple[Database, Workspace]:
+async def _workspace(db_path: Path, **limits: float) -> tuple[Database, Workspace]:
     db = await Database.open(db_path)
     return db, Workspace(db, Clock(), WorkspaceLimits(**limits))
 
@@ -60,7 +71,7 @@ async def test_write_read_edit_list_find_grep_delete(db_path: Path) -> None:
         assert [f.path for f in await ws.list("notes/*.md")] == ["notes/done.md", "notes/todo.md"]
         assert [f.path for f in await ws.list("**/*.md")] == ["notes/done.md", "notes/todo.md"]
         assert [f.path for f in await ws.list("*.md")] == []  # '*' stays in a folder
-        assert await ws.grep(r"call \w+") == [("notes/todo.md", 2, "- call Ann")]
+        assert (await ws.grep(r"call \w+")).matches == [("notes/todo.md", 2, "- call Ann")]
         with pytest.raises(WorkspaceError, match=r"not a regular expression"):
             await ws.grep("(")  # an unclosed group
         assert await ws.delete("dup.txt") and not await ws.delete("dup.txt")
@@ -111,6 +122,55 @@ async def test_large_content_lives_beside_the_file_and_goes_with_the_row(db_path
         await db.close()
 
 
+async def test_grep_stops_at_its_budgets_and_says_how_much_it_searched(db_path: Path) -> None:
+    db, ws = await _workspace(db_path, grep_bytes=130)
+    try:
+        for name in ("a.md", "b.md", "c.md"):
+            await ws.write(name, "tea\n" * 15)  # 60 bytes, 15 matching lines each
+        await ws.write("logo.png", b"\x89PNG\x00tea")  # not text: neither searched nor counted
+        found = await ws.grep("tea")
+        assert [m[0] for m in found.matches] == ["a.md"] * 15 + ["b.md"] * 15  # c.md would pass 130 bytes
+        assert (found.files_searched, found.files, found.bytes_searched, found.bytes) == (2, 3, 120, 180)
+        assert found.cut is GrepCut.BYTES
+        assert found.note == ("[searched 2 of 3 files (120 of 180 bytes): the rest is past grep's budget of 130 "
+                              "bytes a search; narrow it with a glob]")
+
+        found = await ws.grep("tea", max_matches=20)  # the match cap stays
+        assert len(found.matches) == 20 and found.cut is GrepCut.MATCHES
+        assert found.note == "[the first 20 matches, the most grep answers with: narrow the pattern or the glob]"
+
+        found = await ws.grep("tea", glob="[ab].md")  # a glob's '[' is itself: no file
+        assert (found.matches, found.files, found.cut, found.note) == ([], 0, None, None)
+        found = await ws.grep("tea", glob="c.*")
+        assert len(found.matches) == 15 and found.cut is None and found.note is None
+    finally:
+        await db.close()
+
+    db, ws = await _workspace(db_path, grep_seconds=0)  # out of time before the first line
+    try:
+        found = await ws.grep("tea")
+        assert found.matches == [] and found.cut is GrepCut.TIME
+        assert found.note == ("[searched 0 of 3 files (0 of 180 bytes): grep's time budget of 0 s ran out; "
+                              "narrow it with a glob or a simpler pattern]")
+    finally:
+        await db.close()
+
+
+async def test_grep_takes_re2_syntax_and_says_what_it_lacks(db_path: Path) -> None:
+    db, ws = await _workspace(db_path)
+    try:
+        await ws.write("todo.md", "- call Ann\n- CALL Bob\n")
+        assert [m[1] for m in (await ws.grep(r"(?i)^- call (?P<who>\w+)$")).matches] == [1, 2]
+        with pytest.raises(WorkspaceError, match=r"without backreferences"):
+            await ws.grep(r"(\w)\1")
+        with pytest.raises(WorkspaceError, match=r"without lookaround"):
+            await ws.grep(r"call (?!Ann)")
+        with pytest.raises(WorkspaceError, match="a glob has at most 1024 characters; got 1025"):
+            await ws.list("*" * 1025)
+    finally:
+        await db.close()
+
+
 SCRIPT = ScriptedModel({"rules": [
     {"match": "note", "steps": [
         [{"tool_call": {"name": "write", "input": {"path": "notes.md", "content": "# Notes\nAnn likes tea\n"}}}],
@@ -128,6 +188,12 @@ SCRIPT = ScriptedModel({"rules": [
         [{"tool_call": {"name": "grep", "input": {"pattern": "tea"}}}],
         [{"text": ["{result}"]}]]},
     {"match": "show tools", "steps": [[{"text": ["{tools}"]}]]},
+    {"match": "catastrophic", "steps": [
+        [{"tool_call": {"name": "grep", "input": {"pattern": "(a+)+$"}}}],
+        [{"text": ["{result}"]}]]},
+    {"match": "backreference", "steps": [
+        [{"tool_call": {"name": "grep", "input": {"pattern": "(a)\\1"}}}],
+        [{"text": ["Tried."]}]]},
 ]})
 
 
@@ -162,3 +228,46 @@ async def test_an_agent_may_pick_its_workspace_tools(open_instance: Any) -> None
     assert await _ask(s, "u0", "show tools") == "list,read"
     with pytest.raises(ValueError, match="unknown workspace tools"):
         WorkspaceTools(tools=("read", "rm"))
+
+
+async def test_a_catastrophic_pattern_through_the_grep_tool_answers_and_leaves_the_loop_free(
+        open_instance: Any) -> None:
+    inst = await open_instance(SCRIPT, Agent(workspace=WorkspaceTools()))
+    s = await inst.session()
+    # Python's re takes about 2**29 steps on this line under (a+)+$ (some 16 s here, every other
+    # task of the event loop frozen meanwhile); RE2 takes one pass.
+    await inst.workspace.write("long.txt", "a" * 28 + "!\n")
+    await inst.workspace.write("hit.txt", "aaa\n")
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def tick() -> None:  # another task of the same loop: how long it waited between turns
+        last = time.monotonic()
+        while not done.is_set():
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    ticker = asyncio.create_task(tick())
+    try:
+        assert await _ask(s, "u0", "catastrophic") == '["hit.txt:1: aaa"]'
+    finally:
+        done.set()
+        await ticker
+    # Generous (the ticker sleeps 10 ms): the grep's search ran in a worker thread.
+    assert max(gaps) < 1.0, max(gaps)
+
+    await _ask(s, "u1", "backreference")
+    [part] = [p for p in (await s.transcript())[-1].parts if isinstance(p, ToolPart)]
+    assert part.state == "output-error" and "without backreferences" in (part.errorText or "")
+
+
+async def test_the_grep_tool_ends_a_cut_answer_with_a_note(open_instance: Any) -> None:
+    inst = await open_instance(SCRIPT, Agent(workspace=WorkspaceTools(limits=WorkspaceLimits(grep_bytes=20))))
+    s = await inst.session()
+    await inst.workspace.write("a.md", "Ann likes tea\n")  # 14 bytes
+    await inst.workspace.write("b.md", "Bob likes tea\n")
+    assert await _ask(s, "u0", "search") == (
+        '["a.md:1: Ann likes tea","[searched 1 of 2 files (14 of 28 bytes): the rest is past grep\'s budget of 20 '
+        'bytes a search; narrow it with a glob]"]')
