@@ -67,12 +67,10 @@ class HttpEdge:
 
     def protocol(self) -> type[H11Protocol]:
         """The class for ``uvicorn.Config(http=...)``: :class:`EdgeProtocol` bound to this edge."""
-        edge = self
-
         class BoundEdgeProtocol(EdgeProtocol):
             pass
 
-        BoundEdgeProtocol.edge = edge
+        BoundEdgeProtocol.edge = self
         return BoundEdgeProtocol
 
 

@@ -90,9 +90,10 @@ class Settings(BaseModel):
     #: had begun). A real client sends its head at once; 10 s leaves room for a slow link.
     header_timeout_s: float = Field(10.0, gt=0)
     #: Plain HTTP connections one client address (the TCP peer) may hold open at once; past it a new
-    #: one is answered 503 and closed. A browser opens at most 6 per server: 64 leaves room for
-    #: ten behind one NAT. A chat socket stops counting once upgraded. 0: no cap.
-    max_http_connections_per_address: int = Field(64, ge=0)
+    #: one is answered 503 and closed. A chat socket counts until its upgrade is read, and after a
+    #: restart all of an address's sockets reconnect at once: as many as ``max_sockets_per_address``
+    #: lets every one through (a browser opens at most 6 plain ones). 0: no cap.
+    max_http_connections_per_address: int = Field(256, ge=0)
 
     # -- auth and browsers ---------------------------------------------------------
     #: A static bearer token every request must carry (header; ``?token=`` on the WebSocket upgrade only).
