@@ -148,11 +148,11 @@ async def test_a_kept_alive_connection_that_trickles_its_next_request_is_closed(
 
 
 async def test_normal_requests_and_keep_alive_still_work(server) -> None:
-    srv = await server(THINK_HEADER_TIMEOUT_S="1")
+    srv = await server(THINK_HEADER_TIMEOUT_S="3")  # 0.8 s of pauses per request: room for a loaded machine
     raw = await Raw.open(srv.port)
-    for _ in range(4):  # four requests on one connection, each within the deadline of its own
+    for _ in range(4):  # four requests on one connection (1.6 s in all), each within a deadline of its own
         raw.write(HEAD)
-        await asyncio.sleep(0.4)  # a head in two parts, 0.4 s apart, is still in time
+        await asyncio.sleep(0.4)  # a head in two parts, 0.4 s apart, is in time
         raw.write(b"\r\n")
         answer = await raw.response()
         assert answer.startswith(b"HTTP/1.1 200 "), answer
@@ -162,6 +162,13 @@ async def test_normal_requests_and_keep_alive_still_work(server) -> None:
     async with httpx.AsyncClient(base_url=srv.base) as http:
         for _ in range(3):
             assert (await http.get("/healthz")).status_code == 200
+
+
+async def settled(srv: ServerProcess) -> None:
+    """Once a request closed by the server is answered, the server has seen the close of the
+    connection :meth:`ServerProcess.start` probed the port with (it counted until then)."""
+    async with httpx.AsyncClient(base_url=srv.base) as http:
+        assert (await http.get("/healthz", headers={"connection": "close"})).status_code == 200
 
 
 async def held(port: int) -> Raw:
@@ -181,6 +188,7 @@ async def served_at_last(raw: Raw) -> None:
 
 async def test_http_connections_per_address_are_capped(server) -> None:
     srv = await server(THINK_MAX_HTTP_CONNECTIONS_PER_ADDRESS="5", THINK_HEADER_TIMEOUT_S="60")
+    await settled(srv)
     holding = [await held(srv.port) for _ in range(5)]
     sixth = await Raw.open(srv.port)
     refused = await sixth.closed_by_server()
@@ -189,6 +197,11 @@ async def test_http_connections_per_address_are_capped(server) -> None:
     async with httpx.AsyncClient(base_url=srv.base) as http:
         r = await http.get("/healthz")
         assert r.status_code == 503 and r.headers["retry-after"] == "60", r.text
+    # Another address (127.0.0.2 is loopback too) has its own count.
+    other = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+    async with httpx.AsyncClient(base_url=srv.base, transport=other) as elsewhere:
+        assert (await elsewhere.get("/healthz")).status_code == 200
+    async with httpx.AsyncClient(base_url=srv.base) as http:
         holding.pop(0).close()
         for _ in range(200):  # until the server has seen the close: then there is room for one
             r = await http.get("/healthz", headers={"connection": "close"})
@@ -206,6 +219,7 @@ async def test_http_connections_per_address_are_capped(server) -> None:
 
 async def test_a_websocket_upgrade_does_not_keep_its_http_slot(server) -> None:
     srv = await server(THINK_MAX_HTTP_CONNECTIONS_PER_ADDRESS="5", THINK_HEADER_TIMEOUT_S="60")
+    await settled(srv)
     holding = [await held(srv.port) for _ in range(2)]
     sockets = []
     for n in range(5):  # five chat sockets, each an HTTP upgrade: with their slots kept, three would fail
