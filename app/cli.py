@@ -18,6 +18,7 @@ from harness import Agent, DataDirInUse, check_data_dir_free
 from protocol import agent_name_to_kebab
 
 from ._asgi import create_app
+from ._httpprotocol import MAX_HEAD_BYTES, HttpEdge
 from ._logging import configure_logging
 from ._telemetry import setup_tracing
 from ._wsprotocol import ChatWebSocketProtocol
@@ -142,8 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # ws: uvicorn's own sans-I/O WebSocket protocol, without the last frame it would keep per socket.
     # loop/http fixed: uvicorn's "auto" would switch to uvloop and httptools wherever they happen to
     # be installed (the bench extra brings them), so the server tested, measured and shipped differ.
+    # http: h11 with a deadline on each request head and a cap per client address (app/_httpprotocol.py);
+    # heads of at most 16 KiB, kept-alive connections idle 5 s at most (uvicorn's defaults, said here).
     # proxy_headers off: the app reads X-Forwarded-* itself (app/_guard.py), after judging the real peer.
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=None, loop="asyncio", http="h11",
+    edge = HttpEdge(settings.header_timeout_s, settings.max_http_connections_per_address,
+                    on_refusal=lambda reason: app.state.metrics.refusals.labels(reason).inc())
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=None, loop="asyncio",
+                            http=edge.protocol(), h11_max_incomplete_event_size=MAX_HEAD_BYTES, timeout_keep_alive=5,
                             proxy_headers=False,
                             ws=ChatWebSocketProtocol, ws_max_size=settings.websocket_max_size, log_config=None,
                             timeout_graceful_shutdown=10, limit_concurrency=app.state.fd_budget.max_connections)

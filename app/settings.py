@@ -85,6 +85,15 @@ class Settings(BaseModel):
     #: Bytes of frames queued for one socket before it is closed as too slow (one frame counts at
     #: most half of it; replays are not counted: they go at the client's pace).
     max_send_queue_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
+    #: Seconds a client has to send a whole request head (request line and headers), from the
+    #: connection's start or the end of the previous response on it; then it is closed (408 if it
+    #: had begun). A real client sends its head at once; 10 s leaves room for a slow link.
+    header_timeout_s: float = Field(10.0, gt=0)
+    #: Plain HTTP connections one client address (the TCP peer) may hold open at once; past it a new
+    #: one is answered 503 and closed. A chat socket counts until its upgrade is read, and after a
+    #: restart all of an address's sockets reconnect at once: as many as ``max_sockets_per_address``
+    #: lets every one through (a browser opens at most 6 plain ones). 0: no cap.
+    max_http_connections_per_address: int = Field(256, ge=0)
 
     # -- auth and browsers ---------------------------------------------------------
     #: A static bearer token every request must carry (header; ``?token=`` on the WebSocket upgrade only).

@@ -73,8 +73,9 @@ async def chat(work: Path, *, sockets: int, seconds: float, warmup: float, sampl
     warm-up to speak of, and memory is a full-size run's figure), no error frame, no failed turn.
     """
     report = Report("chat")
+    # One address plays every client: caps per address that let all of them in, upgrades (HTTP) included.
     async with serve(work, max_actors=str(max(1000, sockets * 2)), max_sockets_per_address=str(sockets + 10),
-               max_new_instances_per_minute="0") as server:
+                     max_http_connections_per_address="0", max_new_instances_per_minute="0") as server:
         tally = Tally()
         stop = asyncio.Event()
 
@@ -196,7 +197,8 @@ async def storm(work: Path, *, clients: int, text: str = FLOOD_PACED, deltas: in
     from 0, every delta) and its done frame.
     """
     report = Report("storm")
-    async with serve(work, max_sockets_per_address=str(clients * 2 + 10), max_new_instances_per_minute="0") as server:
+    async with serve(work, max_sockets_per_address=str(clients * 2 + 10), max_http_connections_per_address="0",
+                     max_new_instances_per_minute="0") as server:
         pks = [str(uuid.uuid4()) for _ in range(clients)]
         rids = [uuid.uuid4().hex[:8] for _ in range(clients)]
         firsts = []
