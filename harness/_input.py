@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from protocol import ROW_LIMIT_BYTES, DataPart, FilePart, TextPart, UIMessage
 
+from ._inputs import check_input_id
 from ._outcomes import SubmitRefused
 
 __all__ = ["RESERVED_METADATA_KEYS", "InputPolicy", "check_client_messages"]
@@ -42,15 +43,21 @@ class InputPolicy:
 
 
 def check_client_messages(messages: Sequence[UIMessage], policy: InputPolicy,
-                          roles: tuple[str, ...] = ("user",)) -> list[UIMessage]:
-    """The messages as they may be stored; :class:`SubmitRefused` names the first rule broken.
+                          roles: tuple[str, ...] = ("user",), *, server_ids: bool = False) -> list[UIMessage]:
+    """The messages as they may be stored; :class:`SubmitRefused` names the first rule broken,
+    :class:`InputError` an id a client may not use (``protocol``'s rule for ids).
 
     ``roles`` widens what a client may write without a model call (history it imports
-    may hold assistant text); the parts are user content whatever the role.
+    may hold assistant text); the parts are user content whatever the role. ``server_ids``:
+    the server named the messages (the run of a schedule a client made): their ids are its own.
     """
     if len(messages) > policy.max_messages_per_request:
         raise SubmitRefused(f"{len(messages)} new messages is over the limit of "
                             f"{policy.max_messages_per_request} per request")
+    if not server_ids:
+        for m in messages:
+            shown = m.id if len(m.id) <= 40 else m.id[:37] + "..."
+            check_input_id(m.id, f"message id {shown!r}", new=True)
     out = []
     for m in messages:
         if m.role not in roles:

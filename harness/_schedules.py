@@ -170,6 +170,8 @@ def _check_input(value: object, source: Literal["server", "client"], instance: I
             check_client_messages(parsed, instance.policy)
         except SubmitRefused as exc:
             raise ScheduleRefused(str(exc), "input") from None
+        except InputError as exc:
+            raise ScheduleError(str(exc), "input") from None
     if isinstance(value, str):
         return dumps(value)
     return dumps([_without_id(m) for m in parsed])
