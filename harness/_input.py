@@ -26,7 +26,7 @@ RESERVED_METADATA_KEYS = ("channel", "turnMetadata")
 
 @dataclass(frozen=True, slots=True)
 class InputPolicy:
-    """Limits on what one submission may add. The first three apply to client input only."""
+    """Limits on what one submission may add, and on schedules. The first three apply to client input only."""
 
     #: New messages one client submission may add (messages the session knows do not count).
     max_messages_per_request: int = 1000
@@ -40,6 +40,13 @@ class InputPolicy:
     #: Size of a stored message as UTF-8 JSON, from any source. A larger one is made to fit (its
     #: long tool outputs, then its long texts, shortened; its metadata says which), not refused.
     max_row_bytes: int = ROW_LIMIT_BYTES
+    #: Schedules one instance may hold, from any source (0: no cap). Every due schedule is a turn
+    #: the scheduler starts: thousands of them in one instance took the CPU, and runs fell behind.
+    max_schedules: int = 100
+    #: The shortest time between two runs of a cron schedule, in seconds, from any source (0: any).
+    #: A cron of five fields runs a minute apart at the closest; this refuses the seconds field's
+    #: "every second". A one-shot (``delay_s``, ``at``) runs once and is not bound by it.
+    min_schedule_interval_s: float = 60.0
 
 
 def check_client_messages(messages: Sequence[UIMessage], policy: InputPolicy,
