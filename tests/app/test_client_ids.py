@@ -179,6 +179,9 @@ async def test_a_client_cannot_claim_a_scheduled_runs_ids_and_the_schedule_runs_
         assert (msgs[0]["id"], [text_of(m) for m in msgs]) == (op, ["echo on time", "You said: echo on time"])
         info = (await c.get(f"{A}/claim/operations/{op}")).json()
         assert info["status"] == "completed" and info["message_ids"][0] == op
+        # The hook sends the transcript back, the schedule's message in it: held, it is taken by id.
+        _, done, _ = await send_turn(sock, "echo after", history=msgs)
+        assert done["outcome"] == "completed", done
     await sock.close()
 
 
