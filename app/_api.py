@@ -47,7 +47,7 @@ from harness import (
     trace_carrier,
     validate_session_id,
 )
-from protocol import ProtocolError, check_value, load_json
+from protocol import ProtocolError, check_value, client_id_problem, load_json
 from storage import StorageError, describe_problem
 
 from ._actor import ChatHost
@@ -167,7 +167,13 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         if "input" not in body:
             raise _Refused(400, "input: required (a string, a message, a list of messages, {\"parts\": [...]} "
                                 "or a tool answer)", "input")
-        op_id = optional_str(body, "operation_id") or request.headers.get("idempotency-key") or None
+        op_id = optional_str(body, "operation_id")
+        field = "operation_id"
+        if op_id is None and request.headers.get("idempotency-key"):
+            op_id, field = request.headers["idempotency-key"], "Idempotency-Key"
+        problem = None if op_id is None else client_id_problem(op_id, new=True)
+        if problem is not None:
+            raise _Refused(400, f"{field} {problem}", field)
         auto = body.get("auto_continue", True)
         if not isinstance(auto, bool):
             raise _Refused(400, "auto_continue: expected true or false", "auto_continue")
@@ -181,7 +187,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
             receipt = await session.submit(body["input"], operation_id=op_id, auto_continue=auto, source="client",
                                            when_busy=when_busy, trace=trace_carrier(request.headers))
         except InputError as exc:
-            raise _Refused(400, str(exc), "input") from None
+            raise _Refused(400, str(exc), exc.field or "input") from None
         except AnswerRefused as exc:
             raise _Refused(409, str(exc), "input") from None
         except SessionBusy as exc:

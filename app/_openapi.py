@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from harness import WHEN_BUSY
+from protocol import MAX_CLIENT_ID_LENGTH, SERVER_ID_PREFIXES
 
 __all__ = ["openapi"]
 
@@ -34,6 +36,12 @@ _PATH_PARAM = {"name": "path", "in": "path", "required": True, "schema": {"type"
                "description": "The file's path in the workspace: relative, '/'-separated, no '..'."}
 _SESSION_PARAM = {"name": "session", "in": "query", "required": False, "schema": {"type": "string", "default": ""},
                   "description": "The session (conversation) of the instance; the root session when absent."}
+
+#: README "Ids a client sends": also no control, format (bidi, zero-width) or separator characters.
+_CLIENT_ID = {"type": "string", "minLength": 1, "maxLength": MAX_CLIENT_ID_LENGTH,
+              "not": {"pattern": "^(" + "|".join(map(re.escape, SERVER_ID_PREFIXES)) + ")"},
+              "description": "An id of the client's: no control, bidi or zero-width characters; "
+                             f"{' and '.join(SERVER_ID_PREFIXES)} begin the server's own ids."}
 
 _SCHEMAS: dict[str, Any] = {
     "Error": {"type": "object", "required": ["error"],
@@ -84,10 +92,11 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
     paths: dict[str, Any] = {
         f"{base}/submit": {"post": {
             "summary": "Queue input durably; the turn runs in its order", "parameters": [*params, _SESSION_PARAM,
-                {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}}],
+                {"name": "Idempotency-Key", "in": "header", "required": False, "schema": _CLIENT_ID,
+                 "description": "works as operation_id"}],
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "required": ["input"], "properties": {
-                    "input": _ref("Input"), "operation_id": {"type": "string"},
+                    "input": _ref("Input"), "operation_id": _CLIENT_ID,
                     "auto_continue": {"type": "boolean", "default": True},
                     "when_busy": {"type": "string", "enum": list(WHEN_BUSY),
                                   "description": "what new input does while the session is busy (default: "

@@ -19,6 +19,7 @@ from harness import (
     AnswerRefused,
     ChunksCommitted,
     HarnessEvent,
+    InputError,
     MessagePersisted,
     MessageUpdated,
     OperationSettled,
@@ -184,7 +185,8 @@ class ThinkChat:
         try:
             # Messages the session holds are taken by id: the hook resends the whole transcript. Those
             # it sends back exactly as they were sent are not even decoded.
-            body = parse_chat_request_body(frame.init.body, known=self.session.knows, sent=history.sent())
+            body = parse_chat_request_body(frame.init.body, known=self.session.knows, sent=history.sent(),
+                                           max_new_messages=self.session.policy.max_messages_per_request)
         except ProtocolError as exc:
             conn.send(dump_chat_response(rid, f"Invalid chat request: {exc}", done=True, error=True,
                                          outcome="error"))
@@ -211,7 +213,7 @@ class ThinkChat:
                 body=body.extra or None,
                 when_busy=body.extra.get("whenBusy"),  # the hook's `body` option, per request or per chat
             )
-        except SubmitRefused as exc:
+        except (SubmitRefused, InputError) as exc:  # InputError: an id the client may not use
             if isinstance(exc, SessionBusy):  # the sender's own copy of its message goes (nothing was written)
                 conn.send_later(self._transcript_frame())
             conn.send(dump_chat_response(rid, str(exc), done=True, error=True, outcome="error"))

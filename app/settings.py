@@ -70,6 +70,14 @@ class Settings(BaseModel):
     #: Largest stored message (UTF-8 JSON), from anyone: a larger one is made to fit (long tool
     #: outputs, then long texts, shortened, and its metadata says which), never refused.
     max_row_bytes: int = Field(1_800_000, ge=16 * 1024)
+    #: Schedules one agent instance may hold, from any source (0: no cap). Real uses (a daily
+    #: summary, reminders) need a handful; with the interval below, 100 bounds one instance at
+    #: 100 scheduled turns a minute. 3,000 schedules of one instance took the CPU and fell behind.
+    max_schedules: int = Field(100, ge=0)
+    #: The shortest time between two runs of one cron schedule, in seconds (0: any). One minute,
+    #: the finest a five-field cron can name: a six-field cron whose seconds field fires more
+    #: often is refused. One-shots (``delay_s``, ``at``) run once and are not bound by it.
+    min_schedule_interval_s: float = Field(60.0, ge=0)
     #: Whether client messages may attach files by http(s) URL (a model server would fetch
     #: them from inside its own network); ``data:`` URLs are always accepted.
     allow_remote_file_urls: bool = False
@@ -161,6 +169,8 @@ class Settings(BaseModel):
             allow_remote_file_urls=self.allow_remote_file_urls,
             max_queued_operations=self.max_queued_operations,
             max_row_bytes=self.max_row_bytes,
+            max_schedules=self.max_schedules,
+            min_schedule_interval_s=self.min_schedule_interval_s,
         )
 
     @property

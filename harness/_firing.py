@@ -76,7 +76,7 @@ async def _fire(instance: Instance, row: ScheduleRow, now: int) -> bool:
     try:
         messages = _messages_of(row.input_json, operation_id)
         session = await instance.session(row.session_id)
-        await session.submit(messages, operation_id=operation_id, source=source)
+        await session.submit(messages, operation_id=operation_id, source=source, server_ids=True)
     except (InputError, SubmitRefused, json.JSONDecodeError) as exc:
         queue_full = isinstance(exc, SubmitRefused) and "queued" in str(exc)
         if queue_full:

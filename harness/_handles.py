@@ -21,7 +21,7 @@ from ._answers import Answer
 from ._busy import WhenBusy
 from ._events import Compacted, HarnessEvent, OperationSettled
 from ._host import InstanceHost
-from ._inputs import InputError, parse_input, resolve_approval
+from ._inputs import InputError, check_input_id, parse_input, resolve_approval
 from ._logcontext import current_agent, current_instance, current_operation, current_session
 from ._outcomes import OperationInfo, OperationResult, Receipt
 from ._session import Session
@@ -100,10 +100,13 @@ class SessionHandle:
         New messages sent while the session is busy go as ``when_busy`` says (default: the
         agent's; README "When the user types while the agent works").
         ``trace``: a W3C trace context (``{"traceparent": ...}``) the turn's span continues.
-        Raises :class:`InputError`, :class:`SubmitRefused` (:class:`SessionBusy` for ``"drop"``)
-        or :class:`AnswerRefused`.
+        A client's ``operation_id`` and message ids follow the rule for ids (README "Ids a
+        client sends"). Raises :class:`InputError` (``field="operation_id"`` for the id),
+        :class:`SubmitRefused` (:class:`SessionBusy` for ``"drop"``) or :class:`AnswerRefused`.
         """
-        parsed = parse_input(input, self._harness.clock.new_id)
+        if source == "client" and operation_id is not None:  # before it is looked up
+            check_input_id(operation_id, "operation_id", new=True, field="operation_id")
+        parsed = parse_input(input, self._harness.clock.new_id, client=source == "client")
         async with self._use() as session:
             if isinstance(parsed, Answer):
                 if operation_id is not None and await session.db.read.operation(operation_id) is not None:
@@ -219,7 +222,7 @@ class SessionHandle:
 
         Takes the forms :meth:`submit` takes, except answers. Returns the ids written.
         """
-        parsed = parse_input(messages, self._harness.clock.new_id)
+        parsed = parse_input(messages, self._harness.clock.new_id, client=source == "client")
         if isinstance(parsed, Answer):
             raise InputError("add_messages: expected messages, got a tool answer (submit it instead)")
         async with self._use() as session:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from protocol import ROW_LIMIT_BYTES, DataPart, FilePart, TextPart, UIMessage
 
+from ._inputs import check_input_id
 from ._outcomes import SubmitRefused
 
 __all__ = ["RESERVED_METADATA_KEYS", "InputPolicy", "check_client_messages"]
@@ -25,7 +26,7 @@ RESERVED_METADATA_KEYS = ("channel", "turnMetadata")
 
 @dataclass(frozen=True, slots=True)
 class InputPolicy:
-    """Limits on what one submission may add. The first three apply to client input only."""
+    """Limits on what one submission may add, and on schedules. The first three apply to client input only."""
 
     #: New messages one client submission may add (messages the session knows do not count).
     max_messages_per_request: int = 1000
@@ -39,18 +40,31 @@ class InputPolicy:
     #: Size of a stored message as UTF-8 JSON, from any source. A larger one is made to fit (its
     #: long tool outputs, then its long texts, shortened; its metadata says which), not refused.
     max_row_bytes: int = ROW_LIMIT_BYTES
+    #: Schedules one instance may hold, from any source (0: no cap). Every due schedule is a turn
+    #: the scheduler starts: thousands of them in one instance took the CPU, and runs fell behind.
+    max_schedules: int = 100
+    #: The shortest time between two runs of a cron schedule, in seconds, from any source (0: any).
+    #: A cron of five fields runs a minute apart at the closest; this refuses the seconds field's
+    #: "every second". A one-shot (``delay_s``, ``at``) runs once and is not bound by it.
+    min_schedule_interval_s: float = 60.0
 
 
 def check_client_messages(messages: Sequence[UIMessage], policy: InputPolicy,
-                          roles: tuple[str, ...] = ("user",)) -> list[UIMessage]:
-    """The messages as they may be stored; :class:`SubmitRefused` names the first rule broken.
+                          roles: tuple[str, ...] = ("user",), *, server_ids: bool = False) -> list[UIMessage]:
+    """The messages as they may be stored; :class:`SubmitRefused` names the first rule broken,
+    :class:`InputError` an id a client may not use (``protocol``'s rule for ids).
 
     ``roles`` widens what a client may write without a model call (history it imports
-    may hold assistant text); the parts are user content whatever the role.
+    may hold assistant text); the parts are user content whatever the role. ``server_ids``:
+    the server named the messages (the run of a schedule a client made): their ids are its own.
     """
     if len(messages) > policy.max_messages_per_request:
         raise SubmitRefused(f"{len(messages)} new messages is over the limit of "
                             f"{policy.max_messages_per_request} per request")
+    if not server_ids:
+        for m in messages:
+            shown = m.id if len(m.id) <= 40 else m.id[:37] + "..."
+            check_input_id(m.id, f"message id {shown!r}", new=True)
     out = []
     for m in messages:
         if m.role not in roles:

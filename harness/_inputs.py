@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from protocol import ProtocolError, ToolPart, UIMessage, describe_value, parse_message
+from protocol import ProtocolError, ToolPart, UIMessage, client_id_problem, describe_value, parse_message
 
 from ._answers import Answer
 
-__all__ = ["InputError", "SessionInput", "parse_input", "resolve_approval"]
+__all__ = ["InputError", "SessionInput", "check_input_id", "parse_input", "resolve_approval"]
 
 #: Anything :func:`parse_input` understands.
 SessionInput: TypeAlias = str | UIMessage | Mapping[str, Any] | Sequence[str | UIMessage | Mapping[str, Any]]
@@ -26,13 +26,32 @@ _ANSWER_TYPES = ("tool-result", "approval")
 
 
 class InputError(ValueError):
-    """Input that is none of the forms a session takes; the message names what was expected and what came."""
+    """Input that is none of the forms a session takes; the message names what was expected and what came.
+
+    ``field`` names the argument at fault when it is not the input itself (``operation_id``).
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
-def parse_input(value: object, new_id: Callable[[], str]) -> list[UIMessage] | Answer:
-    """New messages to answer, or a tool answer; ``new_id`` names messages that come without an id."""
+def check_input_id(value: object, what: str, *, new: bool = False, field: str | None = None) -> None:
+    """Refuse an id a client may not send (the rule of :func:`protocol.check_client_id`), naming it
+    ``what``. ``new``: it names something new (an operation, a message), so the server's
+    namespace is refused too."""
+    problem = client_id_problem(value, new=new)
+    if problem is not None:
+        raise InputError(f"{what} {problem}", field=field)
+
+
+def parse_input(value: object, new_id: Callable[[], str], *, client: bool = False) -> list[UIMessage] | Answer:
+    """New messages to answer, or a tool answer; ``new_id`` names messages that come without an id.
+
+    ``client``: the ids of an answer are checked as a client's (the messages' ids are checked
+    with the rest of a client's messages: :func:`harness._input.check_client_messages`)."""
     if isinstance(value, Mapping) and value.get("type") in _ANSWER_TYPES:
-        return _answer(value)
+        return _answer(value, client)
     if isinstance(value, (str, UIMessage, Mapping)):
         return [_message(value, new_id, "input")]
     if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
@@ -71,12 +90,16 @@ def _first(obj: Mapping[str, Any], *keys: str) -> Any:
     return None
 
 
-def _answer(obj: Mapping[str, Any]) -> Answer:
+def _answer(obj: Mapping[str, Any], client: bool) -> Answer:
     kind = obj["type"]
     call = _first(obj, "tool_call_id", "toolCallId")
     approval = _first(obj, "approval_id", "approvalId")
     if (call is not None and not isinstance(call, str)) or call == "":
         raise InputError(f"{kind}: tool_call_id: expected a non-empty string, got {describe_value(call)}")
+    if client:  # references to the server's calls, but stored with the answer and echoed in errors
+        for name, value in (("tool_call_id", call), ("approval_id", approval)):
+            if value is not None:
+                check_input_id(value, f"{kind}: {name}")
     if kind == "approval":
         approved = obj.get("approved")
         if not isinstance(approved, bool):

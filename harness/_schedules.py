@@ -22,11 +22,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import pairwise
 from typing import Any, Literal
 
-from croniter import CroniterError
+from croniter import CroniterError, croniter
 
 from protocol import UIMessage
 from storage import ScheduleRow
@@ -63,7 +65,8 @@ class ScheduleExists(ScheduleError):
 
 
 class ScheduleRefused(ScheduleError):
-    """Client input a client may not submit (the input policy): it may not schedule it either."""
+    """A schedule the input policy refuses: client input a client may not submit, one schedule
+    past ``max_schedules``, or a cron that runs more often than ``min_schedule_interval_s``."""
 
 
 def iso_time(ms: int) -> str:
@@ -127,6 +130,64 @@ def _check_cron(expr: object, now: int) -> tuple[str, int]:
                             f"weekday), or 6 with seconds last: {exc}", "cron") from None
 
 
+def _values(field: Sequence[int | str], size: int) -> list[int]:
+    """A time field of croniter's expansion as the sorted numbers it names (``*``: all of them)."""
+    return list(range(size)) if "*" in field else sorted(int(v) for v in field)
+
+
+def _closest(values: list[int]) -> int | None:
+    return min((b - a for a, b in pairwise(values)), default=None)
+
+
+def cron_gap_below(expr: str, now: int, limit_s: float) -> float | None:
+    """The shortest time, in seconds, between two consecutive runs of ``expr`` (read from ``now``)
+    if it is under ``limit_s``; else None.
+
+    On a day it runs, a cron runs at every (hour, minute, second) its three time fields name,
+    so the gaps within a day follow from those sets; between days, from the closest two days
+    it runs (its day fields: croniter is asked for the next days it runs, only when that gap
+    could be under the limit).
+    """
+    fields = croniter(expr).expanded
+    seconds = _values(fields[5], 60) if len(fields) > 5 else [0]
+    minutes, hours = _values(fields[0], 60), _values(fields[1], 24)
+    span = seconds[-1] - seconds[0]  # from the first run of a minute to its last
+    gaps = [_closest(seconds)]
+    step = _closest(minutes)
+    gaps.append(None if step is None else 60 * step - span)
+    span += 60 * (minutes[-1] - minutes[0])
+    step = _closest(hours)
+    gaps.append(None if step is None else 3600 * step - span)
+    span += 3600 * (hours[-1] - hours[0])
+    if 86400 - span < limit_s:  # the last run of a day and the first of the next may be close
+        gaps.append(86400 * _closest_days(expr, now) - span)
+    gap = min((g for g in gaps if g is not None), default=None)
+    return float(gap) if gap is not None and gap < limit_s else None
+
+
+def _closest_days(expr: str, now: int, horizon_days: int = 800) -> int:
+    """The fewest days between two days ``expr`` runs on, over the next ``horizon_days`` (1 if it runs daily)."""
+    fields = croniter(expr).expanded
+    if all("*" in f for f in fields[2:5]) and len(fields) < 7:
+        return 1
+    it = croniter(expr, datetime.fromtimestamp(now / 1000, UTC))
+    day = 86400
+    last: int | None = None
+    closest = horizon_days
+    start = now / 1000
+    try:
+        while start < now / 1000 + horizon_days * day:
+            run = int(it.get_next(float, start_time=start) // day)  # the next day it runs
+            if last is not None:
+                closest = min(closest, run - last)
+                if closest == 1:
+                    break
+            last, start = run, (run + 1) * day - 1  # its last second: the next run is on a later day
+    except (CroniterError, ValueError, OverflowError):  # no run in croniter's reach: none closer
+        pass
+    return closest
+
+
 def _check_at(at: object) -> int:
     if isinstance(at, str):
         try:
@@ -170,6 +231,8 @@ def _check_input(value: object, source: Literal["server", "client"], instance: I
             check_client_messages(parsed, instance.policy)
         except SubmitRefused as exc:
             raise ScheduleRefused(str(exc), "input") from None
+        except InputError as exc:
+            raise ScheduleError(str(exc), "input") from None
     if isinstance(value, str):
         return dumps(value)
     return dumps([_without_id(m) for m in parsed])
@@ -199,7 +262,9 @@ class Schedules:
 
         ``id`` names it (a new one if not given; :class:`ScheduleExists` if taken). Input with
         ``source="client"`` is checked as untrusted when made and each time it runs.
-        Raises :class:`ScheduleError` naming the field that is wrong.
+        Raises :class:`ScheduleError` naming the field that is wrong; :class:`ScheduleRefused`
+        past the input policy's ``max_schedules`` or for a cron that runs more often than its
+        ``min_schedule_interval_s`` (both bind every source: they protect the scheduler).
         """
         given = [k for k, v in (("delay_s", delay_s), ("at", at), ("cron", cron)) if v is not None]
         if len(given) != 1:
@@ -224,12 +289,27 @@ class Schedules:
             kind = "delay"
         key = (self.agent, self.name)
         async with self._harness.hold(self.agent, self.name) as instance:
+            policy = instance.policy
             row = ScheduleRow(sid, session, kind, source, _check_input(input, source, instance), expr, at_ms,
                               delay_ms, next_run, now, None, None, 0)
+            gap = None if expr is None or not policy.min_schedule_interval_s else \
+                cron_gap_below(expr, now, policy.min_schedule_interval_s)
+            if gap is not None:
+                raise ScheduleRefused(f"cron: {expr!r} has runs {gap:g} s apart, closer than the "
+                                      f"{policy.min_schedule_interval_s:g} s a schedule's runs must be apart (the "
+                                      "setting min_schedule_interval_s, THINK_MIN_SCHEDULE_INTERVAL_S)", "cron")
             scheduler = self._harness.scheduler
             await scheduler.lower(key, next_run)  # before the row: the index may wake it early, never late
             try:
                 async with instance.db.transaction() as tx:
+                    if await tx.schedule(sid) is not None:
+                        raise ScheduleExists(f"schedule {sid!r} exists already", "id")
+                    # Counted in the transaction that adds the row: two requests at once cannot both pass.
+                    count = await tx.schedule_count() if policy.max_schedules else 0
+                    if policy.max_schedules and count >= policy.max_schedules:
+                        raise ScheduleRefused(f"this agent instance already has {count} schedules, the most it may "
+                                              f"hold (the setting max_schedules, THINK_MAX_SCHEDULES); cancel one "
+                                              "first")
                     if not await tx.insert_schedule(row):
                         raise ScheduleExists(f"schedule {sid!r} exists already", "id")
             finally:

@@ -37,6 +37,7 @@ from ._events import (
 )
 from ._history import History, HistoryBudget
 from ._input import InputPolicy, check_client_messages
+from ._inputs import check_input_id
 from ._json import dumps, storable
 from ._logcontext import current_agent, current_instance, current_operation, current_session
 from ._model import Model
@@ -238,14 +239,18 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         continue_last: bool = False,
         when_busy: str | None = None,
         trace: Mapping[str, str] | None = None,
+        server_ids: bool = False,
     ) -> Receipt:
         """Durably queue input: new messages to answer, a regeneration of ``regenerate_from``, or
         (``continue_last``) another model call continuing the last assistant message.
 
         New messages arriving while the session is busy go as ``when_busy`` says (default: the
         agent's ``when_busy``; :mod:`harness._busy`); ``"drop"`` raises :class:`SessionBusy`.
-        ``trace``: the W3C trace context (``traceparent``) the turn's span continues."""
-        # The caller's id, even "": its terminal frame must name the id the client sent.
+        ``trace``: the W3C trace context (``traceparent``) the turn's span continues. A client's ids follow
+        the rule for ids (:class:`InputError`), unless ``server_ids``: the server named them (a schedule's run)."""
+        if source == "client" and operation_id is not None and not server_ids:
+            check_input_id(operation_id, "operation_id", new=True, field="operation_id")
+        # The caller's id, even "" from code: its terminal frame must name the id it gave.
         op_id = operation_id if operation_id is not None else self.clock.new_id()
         empty = self.db.fresh  # a file made just now holds no operation and no message
         existing = None if empty else await self.db.read.operation(op_id)
@@ -260,7 +265,8 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         for m in messages:
             if m.id not in stored and not self.knows(m.id):
                 fresh.setdefault(m.id, m)  # the first of two messages with one id wins
-        new = check_client_messages(list(fresh.values()), self.policy) if source == "client" else list(fresh.values())
+        new = (check_client_messages(list(fresh.values()), self.policy, server_ids=server_ids) if source == "client"
+               else list(fresh.values()))
         kind = "regenerate" if regenerate_from is not None else "continue" if continue_last else "input"
         payload = dumps({"messages": [m.model_dump(mode="json", exclude_unset=True) for m in new],
                          "regenerate_from": regenerate_from})

@@ -66,7 +66,9 @@ async def _delegate(agent: str, named: str | None, task: str) -> str:
     parent = (current_agent.get(), current_instance.get(), current_session.get(), call.tool_call_id)
     key = _derived(*parent)
     child = named or f"sub-{key[:24]}"
-    operation_id = f"sub-{key[:32]}"  # the same call, run again after a crash: the same operation
+    # The same call, run again after a crash: the same operation. In the server's namespace
+    # (protocol.SERVER_ID_PREFIXES): no client may submit it into the child first.
+    operation_id = f"sub:{key[:32]}"
     text: list[str] = []
 
     def progress(event: HarnessEvent) -> None:
@@ -83,7 +85,7 @@ async def _delegate(agent: str, named: str | None, task: str) -> str:
         session: Session = await inst.session()
         unsubscribe = session.subscribe(progress)
         try:
-            message = UIMessage.model_validate({"id": f"{operation_id}-task", "role": "user",
+            message = UIMessage.model_validate({"id": f"{operation_id}:task", "role": "user",
                                                 "parts": [{"type": "text", "text": task}]})
             await session.submit([message], operation_id=operation_id)
             try:

@@ -56,7 +56,6 @@ from ._frames import (
     CHAT_RECOVERING,
     CHAT_REQUEST_CANCEL,
     IDENTITY,
-    MAX_CLIENT_ID_LENGTH,
     MCP_SERVERS,
     MESSAGE_UPDATED,
     RPC,
@@ -105,6 +104,7 @@ from ._frames import (
     parse_client_frame,
     parse_server_frame,
 )
+from ._ids import MAX_CLIENT_ID_LENGTH, SERVER_ID_PREFIXES, check_client_id, client_id_problem, server_id_prefix
 from ._jsontext import MAX_JSON_DEPTH, check_value, is_unicode_text, load_json
 from ._messages import (
     TOOL_STATES,
@@ -148,6 +148,7 @@ __all__ = [
     "MESSAGE_UPDATED",
     "ROW_LIMIT_BYTES",
     "RPC",
+    "SERVER_ID_PREFIXES",
     "STATE",
     "STATE_ERROR",
     "STREAM_PENDING",
@@ -234,7 +235,9 @@ __all__ = [
     "UseChatResponse",
     "agent_name_to_kebab",
     "assemble",
+    "check_client_id",
     "check_value",
+    "client_id_problem",
     "describe_value",
     "dump_chat_response",
     "dump_chunk",
@@ -259,5 +262,6 @@ __all__ = [
     "parse_partial_json",
     "parse_server_frame",
     "sanitize_message",
+    "server_id_prefix",
     "shorten_value",
 ]

@@ -10,12 +10,13 @@ optional fields omitted: the client tells "absent" from `null` in places.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, cast
+from typing import Any, ClassVar, Final, Literal, TypeAlias, cast
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ._errors import ProtocolError, describe_value, from_validation_error
-from ._jsontext import check_value, has_surrogate_escape, is_unicode_text, load_json
+from ._ids import MAX_CLIENT_ID_LENGTH, ClientId, ClientName, client_id_problem
+from ._jsontext import check_value, has_surrogate_escape, is_unicode_text, load_json, load_json_object
 from ._messages import PART_TAGS, UIMessage, WireModel, json_string, model_json, parse_message
 
 __all__ = [
@@ -24,7 +25,6 @@ __all__ = [
     "CHAT_RECOVERING",
     "CHAT_REQUEST_CANCEL",
     "IDENTITY",
-    "MAX_CLIENT_ID_LENGTH",
     "MCP_SERVERS",
     "MESSAGE_UPDATED",
     "RPC",
@@ -97,13 +97,6 @@ RPC: Final = "rpc"
 
 # ── client → server ─────────────────────────────────────────────────────────
 
-#: The longest id or name a client may put in a frame. The server keeps them (in its
-#: resume bookkeeping, in storage) and echoes them, so their size is not the client's to
-#: choose; the hook's own ids are a few dozen characters.
-MAX_CLIENT_ID_LENGTH: Final = 256
-ClientId: TypeAlias = Annotated[str, StringConstraints(max_length=MAX_CLIENT_ID_LENGTH)]
-
-
 class RequestInit(WireModel):
     # The reference ignores requests whose method is not POST; absent stays None.
     method: str | None = None
@@ -157,7 +150,7 @@ class ToolResultFrame(WireModel):
     type: Literal["cf_agent_tool_result"] = "cf_agent_tool_result"
     toolCallId: ClientId
     # May be "" (public `addToolOutput` without a name): match on toolCallId only.
-    toolName: ClientId = ""
+    toolName: ClientName = ""
     output: Any = None
     state: Literal["output-available", "output-error"] | None = None
     errorText: str | None = None
@@ -480,7 +473,8 @@ def _skip_sent_texts(body: str, sent: Iterable[tuple[str, int, int]]) -> tuple[l
 
 
 def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = None,
-                            sent: Iterable[tuple[str, int, int]] = ()) -> ChatRequestBody:
+                            sent: Iterable[tuple[str, int, int]] = (),
+                            max_new_messages: int | None = None) -> ChatRequestBody:
     """Decode and validate a chat request body; `ProtocolError` names what is wrong.
 
     ``known(id)`` says whether the server already holds a message: such a
@@ -491,20 +485,51 @@ def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = 
     the body starts with that are those very texts are not even decoded (the
     hook sends the whole transcript back with every request; decoding it all,
     each time, costs time and leaves the heap fragmented).
+
+    ``max_new_messages`` bounds the messages the server does not hold (a message
+    sent twice counts twice): they are counted as the body is decoded, before any is
+    validated, and one past the bound refuses the body at once. A frame of a hundred
+    thousand tiny messages costs what its first thousand do, not seconds of the loop.
     """
     skipped: list[str] = []
     if body.startswith(_HOOK_BODY_START):
         skipped, rest = _skip_sent_texts(body, sent)
         if skipped:
             body = _HOOK_BODY_START + rest
-    parsed = _parse_body(body, known, first_index=len(skipped))
+    parsed = _parse_body(body, known, first_index=len(skipped), max_new=max_new_messages)
     if skipped:
         parsed.message_ids[:0] = skipped
     return parsed
 
 
-def _parse_body(body: str, known: Callable[[str], bool] | None, *, first_index: int = 0) -> ChatRequestBody:
-    obj = load_json(body, _BODY)
+class _NewMessages:
+    """Counts, message by message as they are decoded, those the server does not hold; raises past ``limit``.
+
+    ``known`` is asked once per id; the ids it knew are kept for the parse that follows.
+    """
+
+    def __init__(self, known: Callable[[str], bool] | None, limit: int | None) -> None:
+        self.known, self.limit = known, limit
+        self.count = 0
+        self.seen: set[str] = set()
+        self.held: set[str] = set()
+
+    def __call__(self, raw: Any) -> None:
+        message_id = raw.get("id") if isinstance(raw, dict) else None
+        if isinstance(message_id, str) and message_id not in self.seen:
+            self.seen.add(message_id)
+            if self.known is not None and self.known(message_id):
+                self.held.add(message_id)
+                return
+        self.count += 1  # a message sent twice counts twice: repeats must cost the sender too
+        if self.limit is not None and self.count > self.limit:
+            raise ProtocolError(f"{self.count} or more new messages is over the limit of {self.limit} per request")
+
+
+def _parse_body(body: str, known: Callable[[str], bool] | None, *, first_index: int = 0,
+                max_new: int | None = None) -> ChatRequestBody:
+    counter = _NewMessages(known, max_new)
+    obj = load_json_object(body, _BODY, "messages", counter)
     if not isinstance(obj, dict):
         raise ProtocolError(f"{_BODY}: expected a JSON object, got {describe_value(obj)}")
     if "messages" not in obj:
@@ -518,14 +543,14 @@ def _parse_body(body: str, known: Callable[[str], bool] | None, *, first_index: 
     messages: list[UIMessage] = []
     for i, raw in enumerate(raw_messages, start=first_index):  # indexes as the client sent them
         message_id = raw.get("id") if isinstance(raw, dict) else None
-        if known is not None and isinstance(message_id, str) and known(message_id):
+        if isinstance(message_id, str) and message_id in counter.held:
             ids.append(message_id)
             continue
         what = f"{_BODY}: message at index {i}"
         check_value(raw, what, surrogates=surrogates)
-        if isinstance(message_id, str) and len(message_id) > MAX_CLIENT_ID_LENGTH:
-            raise ProtocolError(f"{what}: 'id' has {len(message_id)} characters, "
-                                f"over the limit of {MAX_CLIENT_ID_LENGTH}")
+        problem = client_id_problem(message_id) if isinstance(message_id, str) else None
+        if problem is not None:
+            raise ProtocolError(f"{what}: 'id' {problem}")
         message = parse_message(raw, f"{_BODY}: invalid message at index {i}")
         ids.append(message.id)
         messages.append(message)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any, Final
 
 from ._errors import ProtocolError
 
-__all__ = ["MAX_JSON_DEPTH", "check_value", "has_surrogate_escape", "is_unicode_text", "load_json"]
+__all__ = ["MAX_JSON_DEPTH", "check_value", "has_surrogate_escape", "is_unicode_text", "load_json",
+           "load_json_object"]
 
 #: Deepest nesting of arrays and objects accepted from a client. Far above what any
 #: real message, tool input or app data uses, far below the interpreter's limit.
@@ -48,6 +50,93 @@ def load_json(text: str | bytes, what: str) -> Any:
         raise ProtocolError(f"{what} is nested too deeply (more than {MAX_JSON_DEPTH} levels)") from None
     except (ValueError, TypeError) as exc:
         raise ProtocolError(f"{what} is not JSON text: {exc}") from None
+
+
+_DECODER: Final = json.JSONDecoder(parse_constant=_no_constant)
+_WHITESPACE: Final = re.compile(r"[ \t\n\r]*")  # JSON's, as the decoder skips it
+
+
+def _skip(text: str, pos: int) -> int:
+    """Where the whitespace at ``pos`` ends."""
+    return _WHITESPACE.match(text, pos).end()  # type: ignore[union-attr]  # it matches "" at least
+
+
+def load_json_object(text: str, what: str, key: str, each: Callable[[Any], None]) -> Any:
+    """Decode ``text`` as :func:`load_json` does, handing each item of the array under ``key``
+    (a member of the top-level object) to ``each`` as soon as it is decoded.
+
+    ``each`` may raise: what follows that item is then never decoded, so a caller can refuse
+    a body for what its first items show (too many of them) at a cost bounded by what it
+    saw, however long the text is. Only an object is walked: any other text is decoded
+    whole (an array is refused at once: it is not the object the caller wants).
+    """
+    pos = _skip(text, 0)
+    if not text.startswith("{", pos):
+        if text.startswith("[", pos):
+            raise ProtocolError(f"{what}: expected a JSON object, got array")
+        return load_json(text, what)
+    try:
+        return _walk_object(text, pos, key, each)
+    except RecursionError:
+        raise ProtocolError(f"{what} is nested too deeply (more than {MAX_JSON_DEPTH} levels)") from None
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ProtocolError(f"{what} is not JSON text: {exc}") from None
+    except ValueError as exc:
+        if isinstance(exc, ProtocolError):
+            raise
+        raise ProtocolError(f"{what} is not JSON text: {exc}") from None
+
+
+def _walk_object(text: str, pos: int, key: str, each: Callable[[Any], None]) -> dict[str, Any]:
+    decode = _DECODER.raw_decode
+    obj: dict[str, Any] = {}
+    pos = _skip(text, pos + 1)
+    if text.startswith("}", pos):
+        pos += 1
+    else:
+        while True:
+            if not text.startswith('"', pos):
+                raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
+            name, pos = decode(text, pos)
+            pos = _skip(text, pos)
+            if not text.startswith(":", pos):
+                raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
+            pos = _skip(text, pos + 1)
+            if name == key and text.startswith("[", pos):
+                obj[name], pos = _walk_array(text, pos, each)
+            else:
+                obj[name], pos = decode(text, pos)
+            pos = _skip(text, pos)
+            if text.startswith(",", pos):
+                pos = _skip(text, pos + 1)
+            elif text.startswith("}", pos):
+                pos += 1
+                break
+            else:
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+    end = _skip(text, pos)
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return obj
+
+
+def _walk_array(text: str, pos: int, each: Callable[[Any], None]) -> tuple[list[Any], int]:
+    decode = _DECODER.raw_decode
+    items: list[Any] = []
+    pos = _skip(text, pos + 1)
+    if text.startswith("]", pos):
+        return items, pos + 1
+    while True:
+        item, pos = decode(text, pos)
+        each(item)
+        items.append(item)
+        pos = _skip(text, pos)
+        if text.startswith(",", pos):
+            pos = _skip(text, pos + 1)
+        elif text.startswith("]", pos):
+            return items, pos + 1
+        else:
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
 
 
 def check_value(value: Any, what: str, *, surrogates: bool = True) -> None:

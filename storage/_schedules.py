@@ -50,6 +50,10 @@ class ScheduleReads(Access):
         r = await self._fetchone(f"SELECT {_COLUMNS} FROM schedules WHERE id = ?", (schedule_id,))
         return None if r is None else _row(r)
 
+    async def schedule_count(self) -> int:
+        r = await self._fetchone("SELECT count(*) FROM schedules")
+        return 0 if r is None else int(r[0])
+
     async def due_schedules(self, now: int) -> list[ScheduleRow]:
         """Schedules due at ``now`` (or overdue), the longest overdue first."""
         rows = await self._fetchall(

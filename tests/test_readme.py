@@ -289,3 +289,18 @@ def test_the_tracing_example_runs(tmp_path: Path) -> None:
 async def test_the_traceparent_curl_line_runs(tmp_path: Path) -> None:
     (submitted,) = await served(tmp_path, sh_block("traceparent: 00-"))
     assert json.loads(submitted)["accepted"] is True
+
+
+async def test_the_id_rule_curl_lines_run(tmp_path: Path) -> None:
+    claimed, bidi = await served(tmp_path, sh_block("Idempotency-Key: schedule:daily-summary"))
+    assert json.loads(claimed)["field"] == "Idempotency-Key"
+    assert json.loads(claimed)["error"].startswith("Idempotency-Key begins with 'schedule:': ")
+    assert json.loads(bidi)["field"] == "operation_id"
+    assert json.loads(bidi)["error"].startswith("operation_id holds U+202E RIGHT-TO-LEFT OVERRIDE (a format character")
+
+
+async def test_the_per_second_cron_curl_line_is_refused(tmp_path: Path) -> None:
+    (refused,) = await served(tmp_path, sh_block('"cron": "* * * * * *"'))
+    assert json.loads(refused) == {"field": "cron", "error": (
+        "cron: '* * * * * *' has runs 1 s apart, closer than the 60 s a schedule's runs must be apart (the setting "
+        "min_schedule_interval_s, THINK_MIN_SCHEDULE_INTERVAL_S)")}

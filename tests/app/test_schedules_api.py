@@ -6,7 +6,9 @@ import asyncio
 import uuid
 
 import httpx
+import pytest
 
+from app.settings import Settings, SettingsError
 from tests.app.test_api import http, text_of
 from tests.conftest import Client, is_done
 
@@ -115,3 +117,72 @@ async def test_a_scheduled_turn_runs_and_streams_to_an_open_socket_of_its_sessio
         assert (await c.get(f"{A}/tick/schedules")).json()["schedules"] == [], "a one-shot is gone once it ran"
         assert (await c.get(f"{A}/tick/get-messages")).json() == [], "the root session heard nothing"
     await sock.close()
+
+
+# ---------------------------------------------------------------- caps (issue 25: 3,000 per-second crons)
+
+
+async def test_schedules_per_instance_are_capped_by_a_setting(serve) -> None:
+    srv = await serve(max_schedules=3)
+    async with await http(srv) as c:
+        for i in range(3):
+            r = await c.post(f"{A}/capped/schedules", json={"input": "hi", "cron": "0 8 * * *", "id": f"s{i}"})
+            assert r.status_code == 201, r.text
+        r = await c.post(f"{A}/capped/schedules", json={"input": "hi", "delay_s": 60, "id": "s3"})
+        assert r.status_code == 422, r.text
+        assert "already has 3 schedules" in r.json()["error"] and "THINK_MAX_SCHEDULES" in r.json()["error"]
+        assert len((await c.get(f"{A}/capped/schedules")).json()["schedules"]) == 3, "the refused one is not stored"
+        again = await c.post(f"{A}/capped/schedules", json={"input": "hi", "delay_s": 60, "id": "s0"})
+        assert again.status_code == 409, "a taken id is still told as taken"
+        r = await c.post(f"{A}/other/schedules", json={"input": "hi", "delay_s": 60})
+        assert r.status_code == 201, "the cap is per instance"
+        assert (await c.delete(f"{A}/capped/schedules/s1")).status_code == 200
+        r = await c.post(f"{A}/capped/schedules", json={"input": "hi", "delay_s": 60, "id": "s3"})
+        assert r.status_code == 201, "room again once one is cancelled"
+
+
+async def test_schedules_made_at_once_cannot_pass_the_cap_together(serve) -> None:
+    srv = await serve(max_schedules=5)
+    async with await http(srv) as c:
+        answers = await asyncio.gather(*[c.post(f"{A}/race/schedules", json={"input": "hi", "delay_s": 600})
+                                         for _ in range(20)])
+        assert sorted(r.status_code for r in answers) == [201] * 5 + [422] * 15
+        assert len((await c.get(f"{A}/race/schedules")).json()["schedules"]) == 5
+
+
+@pytest.mark.parametrize(("cron", "gap"), [("* * * * * *", 1), ("* * * * * 0,30", 30), ("* * * * * 0,59", 1),
+                                           ("0 0 * * * 0,59", 59)])
+async def test_a_cron_that_runs_more_often_than_once_a_minute_is_refused(serve, cron: str, gap: int) -> None:
+    srv = await serve()
+    async with await http(srv) as c:
+        r = await c.post(f"{A}/often/schedules", json={"input": "hi", "cron": cron})
+        assert r.status_code == 422 and r.json()["field"] == "cron", r.text
+        assert f"has runs {gap} s apart, closer than the 60 s a schedule's runs must be apart" in r.json()["error"]
+        assert "THINK_MIN_SCHEDULE_INTERVAL_S" in r.json()["error"]
+        assert (await c.get(f"{A}/often/schedules")).json()["schedules"] == []
+        # Once a minute, with or without a seconds field, and one-shots however soon, are fine.
+        for ok in ({"cron": "* * * * *"}, {"cron": "* * * * * 30"}, {"delay_s": 0.5}):
+            r = await c.post(f"{A}/often/schedules", json={"input": "hi", **ok})
+            assert r.status_code == 201, (ok, r.text)
+
+
+async def test_the_interval_between_cron_runs_is_a_setting(serve) -> None:
+    srv = await serve(min_schedule_interval_s=3600)
+    async with await http(srv) as c:
+        r = await c.post(f"{A}/hourly/schedules", json={"input": "hi", "cron": "*/5 * * * *"})
+        assert r.status_code == 422 and "has runs 300 s apart" in r.json()["error"], r.text
+        # 23:30 and 00:30 are an hour apart across midnight: exactly the interval, which is allowed.
+        for ok in ("0 * * * *", "0 8 * * *", "0 0 * * 1", "30 0,23 * * *"):
+            assert (await c.post(f"{A}/hourly/schedules", json={"input": "hi", "cron": ok})).status_code == 201, ok
+    srv = await serve(min_schedule_interval_s=0)  # 0: any interval
+    async with await http(srv) as c:
+        assert (await c.post(f"{A}/any/schedules", json={"input": "hi", "cron": "* * * * * *"})).status_code == 201
+
+
+def test_the_schedule_caps_are_checked_settings_that_reach_the_harness() -> None:
+    policy = Settings.load(environ={"THINK_MAX_SCHEDULES": "5", "THINK_MIN_SCHEDULE_INTERVAL_S": "0.5"}).input_policy()
+    assert (policy.max_schedules, policy.min_schedule_interval_s) == (5, 0.5)
+    assert (Settings().max_schedules, Settings().min_schedule_interval_s) == (100, 60.0)
+    for name, bad in (("THINK_MAX_SCHEDULES", "-1"), ("THINK_MIN_SCHEDULE_INTERVAL_S", "soon")):
+        with pytest.raises(SettingsError, match=name):
+            Settings.load(environ={name: bad})

@@ -879,9 +879,9 @@ async def test_a_transcript_sent_back_as_the_server_sent_it_is_not_decoded_again
     decoded: list[str] = []
     real = frames._parse_body
 
-    def spy(body: str, known: Any, *, first_index: int = 0) -> Any:
+    def spy(body: str, known: Any, **kw: Any) -> Any:
         decoded.append(body)
-        return real(body, known, first_index=first_index)
+        return real(body, known, **kw)
 
     monkeypatch.setattr(frames, "_parse_body", spy)
     srv = await serve()

@@ -4,18 +4,23 @@ Written from the spec, not from the server's code: the frame and body schemas (s
 types, unknown keys allowed), the limits (ids of at most 256 characters, nesting of at most
 100 levels, no ``NaN``, no lone surrogates, the frame and message sizes) and the trust
 boundary (a client adds only user messages of text, ``data:`` files and ``data-*`` parts).
-It judges a frame sent to an instance whose transcript is empty (the frame fuzz clears it
+Ids (README "Ids a client sends"): 1-256 characters, none a control, format, line or paragraph
+separator or surrogate character; ids naming something new (a request, a message) may not begin
+with the server's prefixes. It judges a frame sent to an instance whose transcript is empty (the frame fuzz clears it
 after every accepted request), so a tool result or an approval never names a real call.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 MAX_ID = 256
+ID_CATEGORIES_REFUSED = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+SERVER_ID_PREFIXES = ("schedule:", "sub:")
 MAX_DEPTH = 100
 RESERVED_METADATA = ("channel", "turnMetadata")
 TOOL_STATES = frozenset({"input-streaming", "input-available", "approval-requested", "approval-responded",
@@ -131,8 +136,19 @@ def is_str(v: Any) -> bool:
     return isinstance(v, str)
 
 
+def is_name(v: Any) -> bool:
+    """A name a client may leave empty (a tool result's toolName); otherwise an id."""
+    return isinstance(v, str) and len(v) <= MAX_ID and not any(unicodedata.category(c) in ID_CATEGORIES_REFUSED
+                                                               for c in v)
+
+
 def is_id(v: Any) -> bool:
-    return isinstance(v, str) and len(v) <= MAX_ID
+    return is_name(v) and v != ""
+
+
+def is_new_id(v: Any) -> bool:
+    """An id naming something new: not one of the server's."""
+    return is_id(v) and not v.startswith(SERVER_ID_PREFIXES)
 
 
 def is_bool(v: Any) -> bool:
@@ -181,7 +197,7 @@ _CLIENT_FRAMES: dict[str, tuple[dict[str, Rule], dict[str, Rule]]] = {
     "cf_agent_stream_resume_request": ({}, {"probeId": optional(is_id)}),
     "cf_agent_stream_resume_ack": ({"id": is_id}, {}),
     "cf_agent_tool_result": ({"toolCallId": is_id}, {
-        "toolName": is_id, "output": anything, "state": optional(one_of("output-available", "output-error")),
+        "toolName": is_name, "output": anything, "state": optional(one_of("output-available", "output-error")),
         "errorText": optional(is_str), "autoContinue": optional(is_bool),
         "clientTools": optional(lambda v: is_list(v) and all(map(is_tool_schema, v)))}),
     "cf_agent_tool_approval": ({"toolCallId": is_id, "approved": is_bool}, {"autoContinue": optional(is_bool)}),
@@ -266,7 +282,10 @@ def judge_body(text: str, limits: Limits) -> tuple[bool, list[dict[str, Any]], b
         check({k: v for k, v in body.items() if k != "messages"})
     except Invalid as exc:
         return False, [], False, f"body {exc}"
-    if not all(message_valid(m) and len(m["id"]) <= MAX_ID for m in messages):
+    if len(messages) > limits.max_messages_per_request:
+        # Counted as the body is decoded (a message sent twice counts twice), before any is validated.
+        return False, [], False, "too many messages"
+    if not all(message_valid(m) and is_id(m["id"]) for m in messages):
         return False, [], False, "a message is not a UIMessage"
     if body.get("trigger") not in (None, "submit-message", "regenerate-message"):
         return False, [], False, "unknown trigger"
@@ -277,8 +296,8 @@ def judge_body(text: str, limits: Limits) -> tuple[bool, list[dict[str, Any]], b
     for m in messages:
         fresh.setdefault(m["id"], m)  # of two messages with one id the first counts, the other is dropped
     new = [as_stored(m) for m in fresh.values()]
-    if len(new) > limits.max_messages_per_request:
-        return False, [], False, "policy: too many messages"
+    if not all(is_new_id(m["id"]) for m in new):
+        return False, [], False, "policy: a message id of the server's"
     borderline = False
     for m in new:
         if not _user_content(m, limits):
@@ -333,6 +352,8 @@ def expect(data: str | bytes, text: bool, limits: Limits) -> Expect:
         if method not in (None, "POST"):
             return Expect("end", rid, why="method is not POST")
         ok, new, borderline, why = judge_body(obj["init"]["body"], limits)
+        if ok and not is_new_id(rid):
+            return Expect("end", rid, why="a request id of the server's")
         return Expect("end", rid, accepted=ok, new=new, borderline=borderline, by_policy=why.startswith("policy:"),
                       why=why)
     if kind in ("cf_agent_chat_request_cancel", "cf_agent_chat_clear", "cf_agent_chat_messages"):

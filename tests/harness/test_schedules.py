@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from harness import Agent, Harness, ScheduleError, ScheduleExists, ScriptedModel
+from harness import Agent, Harness, InputPolicy, ScheduleError, ScheduleExists, ScheduleRefused, ScriptedModel
 from harness._firing import cron_next
+from harness._schedules import cron_gap_below
 from protocol import message_text
 from storage import instance_db_path
 from storage._index import INDEX_FILE
@@ -123,7 +124,7 @@ async def test_a_schedule_on_another_session_runs_there(tmp_path: Path) -> None:
 
 
 async def test_a_cron_schedule_runs_on_each_tick_with_new_messages(tmp_path: Path) -> None:
-    async with make(tmp_path) as h:
+    async with make(tmp_path, input_policy=InputPolicy(min_schedule_interval_s=0)) as h:  # every second
         sched = h.schedules("assistant", "i")
         first = await sched.create("echo tick", cron="* * * * * *", id="every-second")  # seconds last
         texts = await wait_for_messages(h, "", 4, timeout=15)
@@ -138,6 +139,34 @@ async def test_a_cron_schedule_runs_on_each_tick_with_new_messages(tmp_path: Pat
 async def _operations(data_dir: Path) -> list[str]:
     with sqlite3.connect(instance_db_path(data_dir, "assistant", "i")) as db:
         return [r[0] for r in db.execute("SELECT id FROM operations ORDER BY seq")]
+
+
+async def test_the_caps_bind_server_code_too(tmp_path: Path) -> None:
+    """Both protect the scheduler, whoever made the schedules; trusted code may raise them in its policy."""
+    async with make(tmp_path, input_policy=InputPolicy(max_schedules=2)) as h:
+        sched = h.schedules("assistant", "i")
+        await sched.create("hi", delay_s=600)
+        await sched.create("hi", cron="0 8 * * *")
+        with pytest.raises(ScheduleRefused, match=r"already has 2 schedules.*max_schedules") as full:
+            await sched.create("hi", delay_s=600)
+        assert full.value.field is None
+        with pytest.raises(ScheduleRefused, match="has runs 1 s apart") as often:
+            await h.schedules("assistant", "other").create("hi", cron="* * * * * *")
+        assert often.value.field == "cron"
+        assert len(await sched.list()) == 2 and await h.schedules("assistant", "other").list() == []
+
+
+@pytest.mark.parametrize(("cron", "limit", "gap"), [
+    ("* * * * *", 60, None), ("* * * * *", 61, 60), ("*/5 * * * *", 301, 300),
+    ("* * * * * *", 60, 1), ("* * * * * 0,30", 60, 30), ("* * * * * 0", 60, None),
+    ("0 8 * * *", 86401, 86400), ("0 0,23 * * *", 3601, 3600),  # 23:00 to 00:00: across midnight
+    ("0 1,23 * * *", 10800, 7200), ("59 23 * * * 0,59", 60, 59), ("0 0 * * * 0,59", 60, 59),
+    ("0,59 0,23 * * *", 61, 60),  # 23:59 to 00:00
+    ("0 0,23 * * 1", 90000, 82800),  # Mondays only: no run on the next day
+    ("0 0 * * 1,3,5", 3 * 86400, 2 * 86400), ("0 0 31 * *", 40 * 86400, 31 * 86400), ("0 0 29 2 *", 365 * 86400, None),
+])
+def test_the_shortest_gap_between_cron_runs(cron: str, limit: float, gap: float | None) -> None:
+    assert cron_gap_below(cron, int(datetime(2025, 6, 1, tzinfo=UTC).timestamp() * 1000), limit) == gap
 
 
 def test_cron_next_is_the_first_time_strictly_after() -> None:

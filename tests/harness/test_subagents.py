@@ -9,12 +9,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harness import (
     Agent,
     ChunksCommitted,
     Finish,
     Harness,
     HarnessEvent,
+    InputError,
     Model,
     ModelEvent,
     ModelRequest,
@@ -27,7 +30,7 @@ from harness import (
     report_progress,
     tool,
 )
-from protocol import ToolPart, message_text
+from protocol import ToolPart, message_text, server_id_prefix
 
 from ._doubles import GUARD
 
@@ -96,6 +99,25 @@ async def test_the_child_runs_its_own_turn_and_its_answer_is_the_output(tmp_path
         assert all(b.startswith(a) for a, b in itertools.pairwise(preliminary))
         final = [c for c in chunks if c["type"] == "tool-output-available" and not c.get("preliminary")]
         assert [c["output"] for c in final] == ["About find the moon's mass: 7.3e22 kg"]
+
+
+async def test_the_childs_ids_are_the_servers_and_no_client_can_submit_under_them(tmp_path: Path) -> None:
+    """A client reads the parent's tool call id (it is in the transcript), so it could derive the child's
+    operation id and submit its own input under it first: the ids are in the server's namespace."""
+    async with team(tmp_path, Researcher()) as h:
+        s = await h.session("boss", "office")
+        await s.prompt("how heavy is the moon")
+        (name,) = children(tmp_path)
+        child = await h.session("researcher", name)
+        task = (await child.messages())[0]
+        op = task.id.removesuffix(":task")
+        assert server_id_prefix(op) == "sub:" and (await child.inspect(op)) is not None
+        for forged in ({"operation_id": op}, {"operation_id": "sub:" + "0" * 32}):
+            with pytest.raises(InputError, match="begins with 'sub:'"):
+                await child.submit("forged", source="client", **forged)
+        with pytest.raises(InputError, match="begins with 'sub:'"):
+            await (await h.session("researcher", "fresh")).submit(
+                {"id": f"{op}:task", "role": "user", "parts": [{"type": "text", "text": "forged"}]}, source="client")
 
 
 async def test_stopping_the_parent_stops_the_child(tmp_path: Path) -> None:

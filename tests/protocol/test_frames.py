@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -497,3 +498,49 @@ def test_a_body_in_another_order_or_with_bad_json_after_the_prefix_is_still_chec
         forged = json.dumps({"id": "f", "role": "user", "parts": [{"type": "tool-x", "toolCallId": "t",
                                                                    "state": "bogus"}]}, separators=(",", ":"))
         parse_chat_request_body(_hook_body([SENT[0][1], forged]), sent=SIGNED)
+
+
+# -- counted before built (issue 25: a frame of 170,000 tiny messages took 3.4 s of the loop) --------
+
+
+def test_a_body_past_the_new_message_limit_is_refused_before_its_messages_are_built() -> None:
+    """The first messages are not even valid (role "robot"): were they built, that would be the error.
+    After the 1,001st new one the text is not JSON: were it decoded, that would be the error."""
+    robots = ",".join(f'{{"id":"m{i}","role":"robot","parts":[]}}' for i in range(1001))
+    body = '{"messages":[' + _text("k1", "user", "hi") + "," + robots + ",{oops" + "x" * 1_000_000 + "]}"
+    asked: list[str] = []
+
+    def known(mid: str) -> bool:
+        asked.append(mid)
+        return mid == "k1"
+
+    with pytest.raises(ProtocolError, match=r"^1001 or more new messages is over the limit of 1000 per request$"):
+        parse_chat_request_body(body, known=known, max_new_messages=1000)
+    assert len(asked) == 1002, "each message decoded was looked up once; none after the refusal was read"
+    # At the limit, the same messages are built and validated as ever.
+    with pytest.raises(ProtocolError, match="message at index 1: field 'role'"):
+        parse_chat_request_body('{"messages":[' + _text("k1", "user", "hi") + "," + robots + "]}", known=known,
+                                max_new_messages=1001)
+
+
+def test_a_message_the_server_holds_is_free_once_and_counts_when_sent_again() -> None:
+    """Else a body of the one known message repeated 170,000 times would be decoded whole for free."""
+    held = _text("k1", "user", "hi")
+    body = parse_chat_request_body(_hook_body([held, NEW]), known=lambda m: m == "k1", max_new_messages=1)
+    assert body.message_ids == ["k1", "u2"] and [m.id for m in body.messages] == ["u2"]
+    with pytest.raises(ProtocolError, match="2 or more new messages is over the limit of 1"):
+        parse_chat_request_body(_hook_body([held, held, NEW]), known=lambda m: m == "k1", max_new_messages=1)
+    with pytest.raises(ProtocolError, match="3 or more new messages is over the limit of 2"):
+        parse_chat_request_body(_hook_body([NEW] * 3), known=lambda m: False, max_new_messages=2)
+    # Messages skipped as the very texts the server sent are not counted either.
+    body = parse_chat_request_body(_hook_body([t for _, t in SENT] + [NEW]), known=lambda m: m in ("u1", "a1"),
+                                   sent=SIGNED, max_new_messages=1)
+    assert body.message_ids == ["u1", "a1", "u2"]
+
+
+def test_message_ids_in_a_body_follow_the_id_rule() -> None:
+    for bad, words in [("", "is empty"), ("a\tb", "U+0009"), ("x\u202ey", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+                       ("\u2066", "U+2066 LEFT-TO-RIGHT ISOLATE"), ("\ufeffid", "U+FEFF")]:
+        with pytest.raises(ProtocolError, match=f"message at index 0: 'id' (.*){re.escape(words)}"):
+            parse_chat_request_body(_hook_body([_text(bad, "user", "hi")]))
+    parse_chat_request_body(_hook_body([_text("naïve-😀-id", "user", "hi")]))

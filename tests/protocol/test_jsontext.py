@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from protocol import MAX_JSON_DEPTH, ProtocolError, parse_chat_request_body, parse_client_frame
-from protocol._jsontext import check_value, has_surrogate_escape, is_unicode_text, load_json
+from protocol._jsontext import check_value, has_surrogate_escape, is_unicode_text, load_json, load_json_object
 
 
 def nested(depth: int) -> str:
@@ -63,3 +63,38 @@ def test_new_message_ids_are_bounded() -> None:
     body = '{"messages":[{"id":"' + "m" * 257 + '","role":"user","parts":[]}]}'
     with pytest.raises(ProtocolError, match="over the limit of 256"):
         parse_chat_request_body(body)
+
+
+# -- decoding an object item by item (a body's messages are counted as they are decoded) ------------
+
+WELL_FORMED = ['{}', ' { } ', '{"messages":[]}', '{"messages":[1,{"a":[2]},"x"],"b":{"c":null}}',
+               '{"a":1,"messages":[ {"id":"m"} , [] ],"a":2}', '{"messages":{"not":"an array"}}',
+               '\n{"messages" : [ 1 ,2 ] }\t', '{"messages":["\\ud83d\\ude00","\\u00e9"]}']
+MALFORMED = ['{', '{"messages":[', '{"messages":[1,]}', '{"messages":[1 2]}', '{"a" 1}', '{"a":1,}', '{a:1}',
+             '{"a":1} x', '{"messages":[NaN]}', '{"a":-Infinity}', '{"messages":[1]', '{"a":01}', '{"a":"\x00"}',
+             '\ufeff{}']
+
+
+@pytest.mark.parametrize("text", WELL_FORMED)
+def test_an_object_decoded_item_by_item_is_what_json_decodes(text: str) -> None:
+    seen: list[object] = []
+    assert load_json_object(text, "x", "messages", seen.append) == load_json(text, "x")
+    messages = load_json(text, "x").get("messages")
+    assert seen == (messages if isinstance(messages, list) else [])
+
+
+@pytest.mark.parametrize("text", MALFORMED)
+def test_text_that_is_not_json_is_refused_in_json_decodes_words(text: str) -> None:
+    with pytest.raises(ProtocolError) as expected:
+        load_json(text, "body")
+    with pytest.raises(ProtocolError) as got:
+        load_json_object(text, "body", "messages", lambda item: None)
+    assert str(got.value) == str(expected.value)
+
+
+def test_what_is_not_an_object_is_decoded_whole_or_refused_at_once() -> None:
+    assert load_json_object('"text"', "x", "messages", lambda item: None) == "text"
+    with pytest.raises(ProtocolError, match="expected a JSON object, got array"):
+        load_json_object("[" + "{}," * 200_000 + "{}]", "body", "messages", lambda item: None)
+    with pytest.raises(ProtocolError, match="nested too deeply"):
+        load_json_object('{"messages":[' + nested(100_000) + "]}", "body", "messages", lambda item: None)
