@@ -92,7 +92,7 @@ def check_answer(messages: Sequence[UIMessage], answer: Answer, server_tools: Ma
     if part.state == "output-error" and part.errorText == MOVED_ON_ERROR:
         raise AnswerRefused("moved_on", f"tool call {answer.tool_call_id!r} can no longer be {what}: a new turn "
                                         "started before it was answered, so it ended without running")
-    if index != len(messages) - 1 and part.state in ("input-available", "approval-requested"):
+    if index != len(messages) - 1 and part.state in WAITING_STATES:
         # Waiting in an older message (stored before a new turn settled such calls): the same.
         raise AnswerRefused("moved_on", f"tool call {answer.tool_call_id!r} can no longer be {what}: the "
                                         "conversation moved on past it")
@@ -164,7 +164,7 @@ def awaiting_calls(message: UIMessage) -> list[ToolPart]:
             last_step = []
         elif isinstance(part, ToolPart):
             last_step.append(part)
-    return [p for p in last_step if p.state in ("input-available", "approval-requested")]
+    return [p for p in last_step if p.state in WAITING_STATES]
 
 
 def moved_on(message: UIMessage, server_tools: Mapping[str, Tool]) -> UIMessage | None:

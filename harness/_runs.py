@@ -165,7 +165,7 @@ class OperationRuns:
                 await self.write_settlement(tx, older, MERGED)
             await tx.start_operation(op_id, message_id, now)
         self._settle_carried(op_id, merged)
-        self._tell_ended(ended)
+        self._tell_ended(ended, told_below=base_len)
         new_messages = [m for m, _ in stored]
         self._streaming_id = message_id
         if new_messages:
@@ -202,13 +202,15 @@ class OperationRuns:
                 out.append((index, ended, content))
         return out
 
-    def _tell_ended(self, ended: list[tuple[int, UIMessage, str]]) -> None:
+    def _tell_ended(self, ended: list[tuple[int, UIMessage, str]], told_below: int | None = None) -> None:
         """The messages :meth:`_end_waiting_calls` changed, now committed: on the path and told
-        (every tab sees the call ended, the one whose new message ended it too)."""
+        (every tab sees the call ended, the one whose new message ended it too), those before
+        ``told_below`` only: one a regeneration leaves behind is on no tab's list any more."""
         for index, message, _ in ended:
             self._hist.replace(index, message)
-            self.publish(MessagePersisted(message))
-            self.publish(MessageUpdated(message))
+            if told_below is None or index < told_below:
+                self.publish(MessagePersisted(message))
+                self.publish(MessageUpdated(message))
 
     def hooks(self, operation_id: str = "") -> TurnHooks:
         """The agent's hooks, called for this session (and ``operation_id``)."""

@@ -191,8 +191,13 @@ async def test_a_regeneration_ends_the_call_on_the_branch_it_leaves(open_instanc
     transfer, runs = bank()
     model = FakeModel(asks(("c1", "transfer")), text("t", "Let us not."))
     _inst, s, asking = await asked(open_instance, model, Agent(tools=[transfer]))
+    rec = Recorder()
+    s.subscribe(rec)
     again = await s.submit([], regenerate_from="u1")
     assert (await settle(s, again.operation_id)).text == "Let us not."
+    # Stored ended, not told: the answer left behind is on no client's list any more (a client that
+    # finds no message by its id looks for one holding the same call id, which models may reuse).
+    assert [e.message.id for e in rec.of(MessageUpdated)] == []
     await s.switch_branch(asking.id)  # back to the answer that asked: its card is not live again
     back = await s.transcript()
     assert back[-1].id == asking.id
