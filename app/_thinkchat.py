@@ -61,7 +61,7 @@ from protocol import (
 )
 
 from ._connection import Connection, Later, Replay
-from ._wirestream import Recent, Stream, error_frame, retrieved, settled_of
+from ._wirestream import Recent, Stream, answers_claimed, error_frame, retrieved, settled_of
 
 __all__ = ["MAX_ACKED_PER_CONNECTION", "ThinkChat", "error_frame"]
 
@@ -85,7 +85,7 @@ class ThinkChat:
         self._active: Stream | None = None
         self._requesters: dict[str, str] = {}  # operation id -> connection id that asked for it
         self._clearing: str | None = None
-        self._answers: set[str] = set()  # operations that answer a tool call (no request of their own)
+        self._answers: dict[str, str] = {}  # operations that answer a tool call (no request of their own) -> kind
         self._acked: dict[str, Recent] = {}  # connection id -> streams it was replayed (once each)
         self._recovering: str | None = None  # the operation being continued after an interruption
         self._unsubscribe = session.subscribe(self._on_event)
@@ -223,6 +223,23 @@ class ThinkChat:
                 self._requesters.pop(rid, None)
         if not receipt.accepted:
             await self._answer_retry(conn, rid)
+        elif body.messages or regenerate_from is not None:
+            self._refuse_carried_answers(conn, frame.init.body)
+
+    def _refuse_carried_answers(self, conn: Connection, body: str) -> None:
+        """A request that starts a new turn, whose copy of the transcript shows a call answered that
+        the server still holds as waiting: that answer is not taken (messages the server holds are
+        its own), and the new turn ends the call without running it. Its sender is told so."""
+        waiting = self.session.waiting_calls()
+        if not waiting:  # nearly always: read from the parsed body only when a call waits
+            return
+        for call_id, kind in answers_claimed(body, waiting).items():
+            if not self.session.answer_queued(call_id):
+                conn.send(error_frame(
+                    f"{kind} refused (moved_on): tool call {call_id!r} is answered only by a "
+                    f"{'cf_agent_tool_approval' if kind == 'approval' else 'cf_agent_tool_result'} frame, not "
+                    "by this request's copy of the message; unless answered so before this request's turn "
+                    "starts, the call ends then without running"))
 
     async def _answer_retry(self, conn: Connection, rid: str) -> None:
         """A request id this session already has: it ends with its own terminal frame, not a second turn."""
@@ -247,7 +264,7 @@ class ThinkChat:
                       client_tools: list[dict[str, object]] | None) -> None:
         op_id = str(uuid.uuid4())
         self._requesters[op_id] = conn.id
-        self._answers.add(op_id)
+        self._answers[op_id] = answer.kind
         if auto_continue:
             # The continuation is offered to the tab that caused it (resuming, then its ACK), never
             # pushed to it live before that: the hook would render it twice.
@@ -257,7 +274,7 @@ class ThinkChat:
                                       client_tools=client_tools)
         except AnswerRefused as exc:
             self._requesters.pop(op_id, None)
-            self._answers.discard(op_id)
+            self._answers.pop(op_id, None)
             if auto_continue:
                 self._parked.pop(conn.id, None)
             conn.send(error_frame(f"{answer.kind} refused ({exc.reason}): {exc}"))
@@ -473,7 +490,13 @@ class ThinkChat:
                 if event.reason == "superseded":  # its messages were never written: its tab drops them
                     conn.send_later(self._transcript_frame())
                 conn.send(self._terminal_frame(stream, event))
-        self._answers.discard(event.operation_id)
+        kind = self._answers.pop(event.operation_id, None)
+        if kind is not None and event.status == "error" and requester is not None:
+            # Accepted, then refused when its turn came (a new turn had ended the call meanwhile):
+            # its sender is told as if it had been refused at once.
+            conn = self.connections.get(requester)
+            if conn is not None:
+                conn.send(error_frame(f"{kind} refused ({event.reason}): {describe_reason(event.reason)}"))
         if self._recovering == event.operation_id:
             self._recovering = None
             self._broadcast(dump_frame(ChatRecovering(recovering=False, id=event.operation_id)))

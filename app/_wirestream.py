@@ -6,13 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from harness import OperationSettled
 from protocol import UIMessage, dump_chat_response, is_unicode_text
 from storage import OperationRow
 
-__all__ = ["Recent", "Stream", "error_frame", "retrieved", "settled_of"]
+__all__ = ["Recent", "Stream", "answers_claimed", "error_frame", "retrieved", "settled_of"]
+
+#: What a client's copy of a call shows once the user answered it: an approval, or a client tool's result.
+_APPROVALS = ("approval-responded", "output-denied")
+_RESULTS = ("output-available", "output-error")
 
 
 def error_frame(message: str) -> str:
@@ -21,6 +26,32 @@ def error_frame(message: str) -> str:
     if not is_unicode_text(text):  # a lone surrogate quoted from bad input: escape it, as JSON.stringify does
         text = json.dumps({"type": "cf_agent_error", "error": message}, separators=(",", ":"))
     return text
+
+
+def answers_claimed(body: str, waiting: Mapping[str, str]) -> dict[str, str]:
+    """Of the ``waiting`` calls (call id -> the id of its message), those a chat request body's
+    copy of their message shows answered: call id -> ``"approval"`` or ``"tool-result"``.
+
+    The body was parsed and checked already, but a message the server holds is taken by its id
+    alone: what the rest of it holds is whatever the client sent.
+    """
+    messages = json.loads(body).get("messages")
+    holders = set(waiting.values())
+    out: dict[str, str] = {}
+    for message in messages if isinstance(messages, list) else []:
+        if not isinstance(message, dict) or message.get("id") not in holders:
+            continue
+        parts = message.get("parts")
+        for part in parts if isinstance(parts, list) else []:
+            call_id = part.get("toolCallId") if isinstance(part, dict) else None
+            if not isinstance(call_id, str) or waiting.get(call_id) != message["id"]:
+                continue
+            state = part.get("state")
+            if state in _APPROVALS:
+                out[call_id] = "approval"
+            elif state in _RESULTS:
+                out[call_id] = "tool-result"
+    return out
 
 
 def settled_of(op: OperationRow) -> OperationSettled:

@@ -3,7 +3,7 @@
 from storage import SearchHit  # what search() answers: a storage row, shown as it is
 
 from ._agent import Agent
-from ._answers import Answer, AnswerRefused
+from ._answers import MOVED_ON_ERROR, Answer, AnswerRefused
 from ._busy import WHEN_BUSY, WhenBusy, check_when_busy
 from ._clock import Clock
 from ._compaction import Compaction, CompactionError, SummaryRequest
@@ -95,6 +95,7 @@ from .providers import ModelSpecError, Script, ScriptedModel, ScriptError, load_
 
 __all__ = [
     "MAX_SEARCH_RESULTS",
+    "MOVED_ON_ERROR",
     "ROOT_SESSION",
     "WHEN_BUSY",
     "Agent",

@@ -7,7 +7,6 @@ changes again).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,6 +17,8 @@ from ._tools import Tool
 
 __all__ = [
     "INTERRUPTED_TOOL_ERROR",
+    "MOVED_ON_ERROR",
+    "WAITING_STATES",
     "Answer",
     "AnswerRefused",
     "apply_answer",
@@ -25,10 +26,15 @@ __all__ = [
     "check_answer",
     "find_call",
     "last_step_answered",
-    "run_call",
+    "moved_on",
 ]
 
 INTERRUPTED_TOOL_ERROR = "The tool call was interrupted before a result was recorded."
+#: The error a call still waiting for its answer (an approval, a client tool's result) ends with
+#: when a new turn starts: the user moved on, and the call never runs after that.
+MOVED_ON_ERROR = "The user moved on without answering; this call was not run."
+#: The states of a call that waits for its answer.
+WAITING_STATES = ("approval-requested", "input-available")
 DEFAULT_CLIENT_ERROR = "Tool execution denied by user"
 
 
@@ -82,6 +88,14 @@ def check_answer(messages: Sequence[UIMessage], answer: Answer, server_tools: Ma
         raise AnswerRefused("unknown_tool_call", f"no tool call {answer.tool_call_id!r} in this conversation")
     index, part = found
     name = part.tool_name
+    what = "approved or denied" if answer.kind == "approval" else "answered"
+    if part.state == "output-error" and part.errorText == MOVED_ON_ERROR:
+        raise AnswerRefused("moved_on", f"tool call {answer.tool_call_id!r} can no longer be {what}: a new turn "
+                                        "started before it was answered, so it ended without running")
+    if index != len(messages) - 1 and part.state in WAITING_STATES:
+        # Waiting in an older message (stored before a new turn settled such calls): the same.
+        raise AnswerRefused("moved_on", f"tool call {answer.tool_call_id!r} can no longer be {what}: the "
+                                        "conversation moved on past it")
     if answer.kind == "tool-result":
         tool = server_tools.get(name)
         if tool is not None and not tool.is_client:
@@ -142,17 +156,6 @@ def last_step_answered(message: UIMessage) -> bool:
     return bool(calls) and all(p.state.startswith("output") for p in calls) and isinstance(last_step[-1], ToolPart)
 
 
-async def run_call(tool: Tool, tool_call_id: str, tool_input: Any) -> tuple[Answer, tuple[str, str | None, str | None]]:
-    """Run a server call outside a turn: its result as an answer, and its record (state, output, error)."""
-    try:
-        output = await tool.run(tool_input)
-        text = json.dumps(output, separators=(",", ":"), ensure_ascii=False)
-    except Exception as exc:
-        error = str(exc) or type(exc).__name__
-        return Answer("tool-result", tool_call_id, error_text=error, is_error=True), ("failed", None, error)
-    return Answer("tool-result", tool_call_id, output=output), ("succeeded", text, None)
-
-
 def awaiting_calls(message: UIMessage) -> list[ToolPart]:
     """Calls of the message's last step still waiting for a client result or an approval."""
     last_step: list[ToolPart] = []
@@ -161,4 +164,27 @@ def awaiting_calls(message: UIMessage) -> list[ToolPart]:
             last_step = []
         elif isinstance(part, ToolPart):
             last_step.append(part)
-    return [p for p in last_step if p.state in ("input-available", "approval-requested")]
+    return [p for p in last_step if p.state in WAITING_STATES]
+
+
+def moved_on(message: UIMessage, server_tools: Mapping[str, Tool]) -> UIMessage | None:
+    """A copy of ``message`` with every call still waiting for the user ended as
+    :data:`MOVED_ON_ERROR`, or None if none waits: an approval not given, a client tool's result
+    not sent. (A server call left ``input-available`` is recovery's: it may run again.)
+
+    What the reference repairs before a model call (SEMANTICS §5.6), as our own error: a new turn
+    starts, and the model must not see a call without its result, nor a late answer run it.
+    """
+    waiting = [i for i, p in enumerate(message.parts) if isinstance(p, ToolPart) and (
+        p.state == "approval-requested"
+        or (p.state == "input-available" and (server_tools.get(p.tool_name) is None
+                                             or server_tools[p.tool_name].is_client)))]
+    if not waiting:
+        return None
+    msg = message.model_copy(deep=True)
+    for i in waiting:
+        part = msg.parts[i]
+        assert isinstance(part, ToolPart)
+        part.state = "output-error"
+        part.errorText = MOVED_ON_ERROR
+    return msg

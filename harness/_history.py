@@ -306,6 +306,11 @@ class History:
         request that starts with the texts the transcript frames carried is recognised."""
         return zip(self._ids, self._sizes, self._hashes, strict=True)
 
+    def texts_holding(self, needles: Sequence[str]) -> list[tuple[int, str]]:
+        """(index, JSON text) of the messages in memory whose text holds one of ``needles``: a
+        look at the end of the path (what is in memory) that parses nothing."""
+        return [(i, t) for i, t in enumerate(self._texts) if t is not None and any(n in t for n in needles)]
+
     def last(self) -> UIMessage | None:
         """The leaf, parsed."""
         if self._parsed is not None:

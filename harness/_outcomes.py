@@ -83,6 +83,7 @@ _REASON_TEXT = {
     "out_of_memory": "The assistant kept failing on this turn and stopped trying. Please try again.",
     "client_role": "Client input may only add user messages.",
     "abandoned": "The interrupted answer was not continued.",
+    "moved_on": "That answer came after a new turn had started: the call it answered ended without running.",
 }
 
 

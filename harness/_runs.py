@@ -21,18 +21,18 @@ from storage import CompactionRow, Database, OperationRow, Tx
 
 from ._agent import Agent
 from ._answers import (
+    WAITING_STATES,
     Answer,
     AnswerRefused,
     apply_answer,
     awaiting_calls,
     check_answer,
-    find_call,
     last_step_answered,
-    run_call,
+    moved_on,
 )
 from ._clock import Clock
 from ._events import HarnessEvent, MessagePersisted, MessageUpdated, OperationSettled, RunStarted
-from ._history import History
+from ._history import History, parse_text
 from ._hooks import HookError
 from ._input import InputPolicy
 from ._json import dumps, storable
@@ -143,7 +143,21 @@ class OperationRuns:
         merged = await self._carried_messages(op_id)
         new_messages = [m for _, msgs in merged for m in msgs] + new_messages
         stored = [storable(m, self.policy.max_row_bytes) for m in new_messages]
+        if new_messages:
+            takes_turn = True
+        elif regenerate_from is None:
+            # Nothing new, but the answer stopped at tool calls that now have results (a client
+            # that does not auto-continue sends this): the model answers them, in a new message.
+            last = self._hist.last()
+            takes_turn = last is not None and last.role == "assistant" and last_step_answered(last)
+        else:
+            takes_turn = parent is not None
+        # A turn starts: calls still waiting for the user end now, with the turn's start (the
+        # regenerated answer's too: a branch switched back to must not offer them again).
+        ended = await self._end_waiting_calls(op_id) if takes_turn else []
         async with self.db.transaction() as tx:
+            for _, msg, text in ended:
+                await tx.update_message(self.id, msg.id, text, now)
             for m, text in stored:
                 await tx.insert_message(self.id, m.id, parent, m.role, text, op_id, now)
                 parent = m.id
@@ -151,20 +165,14 @@ class OperationRuns:
                 await self.write_settlement(tx, older, MERGED)
             await tx.start_operation(op_id, message_id, now)
         self._settle_carried(op_id, merged)
+        self._tell_ended(ended, told_below=base_len)
         new_messages = [m for m, _ in stored]
         self._streaming_id = message_id
         if new_messages:
             self._hist.extend(base_len, new_messages)  # base is a prefix of the active path
         self.publish(RunStarted(op_id, message_id, continuation=False))
         carried = [m.id for m in new_messages]
-        if not new_messages and regenerate_from is None:
-            last = self._hist.last()
-            if last is None or last.role != "assistant" or not last_step_answered(last):
-                await self._settle_without_turn(op_id, carried)
-                return
-            # Nothing new, but the answer stopped at tool calls that now have results (a client
-            # that does not auto-continue sends this): the model answers them, in a new message.
-        elif parent is None:
+        if not takes_turn:
             await self._settle_without_turn(op_id, carried)
             return
         named = tuple(carried) or ((parent,) if regenerate_from is not None and parent else ())
@@ -172,6 +180,37 @@ class OperationRuns:
         turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(op_id, outcome, turn.message_ids)
+
+    async def _end_waiting_calls(self, op_id: str) -> list[tuple[int, UIMessage, str]]:
+        """The messages (index on the path, the copy to store, its text) whose calls still wait for
+        the user (an approval, a client tool's result), with those calls ended as moved on
+        (:func:`~harness._answers.moved_on`). Only the end of the path is looked at: a new turn
+        ends them each time, so none waits further back."""
+        found = self._hist.texts_holding([f'"{state}"' for state in WAITING_STATES])
+        if not found:
+            return []
+        try:
+            tools = await self.server_tools(op_id)
+        except HookError:  # the agent's tools function failed (logged); the turn will say so
+            tools = self._tools()
+        out = []
+        for index, text in found:
+            message = parse_text(text)
+            ended = moved_on(message, tools) if message.role == "assistant" else None
+            if ended is not None:
+                ended, content = storable(ended, self.policy.max_row_bytes)
+                out.append((index, ended, content))
+        return out
+
+    def _tell_ended(self, ended: list[tuple[int, UIMessage, str]], told_below: int | None = None) -> None:
+        """The messages :meth:`_end_waiting_calls` changed, now committed: on the path and told
+        (every tab sees the call ended, the one whose new message ended it too), those before
+        ``told_below`` only: one a regeneration leaves behind is on no tab's list any more."""
+        for index, message, _ in ended:
+            self._hist.replace(index, message)
+            if told_below is None or index < told_below:
+                self.publish(MessagePersisted(message))
+                self.publish(MessageUpdated(message))
 
     def hooks(self, operation_id: str = "") -> TurnHooks:
         """The agent's hooks, called for this session (and ``operation_id``)."""
@@ -275,10 +314,6 @@ class OperationRuns:
         # (an error result, say) still continues a turn an earlier answer asked to continue.
         wants = auto_continue or (last and not waiting
                                   and await self.db.read.has_deferred_continuation(self.id, updated.id))
-        if not last and answer.kind == "approval" and answer.approved:
-            # The conversation moved on past this call: run it (its result belongs to the
-            # message that asked), without calling the model again.
-            await self._run_approved_call(index, answer.tool_call_id)
         if not wants or not last or waiting:
             deferred = auto_continue and last and waiting
             await self._settle_without_turn(
@@ -298,8 +333,15 @@ class OperationRuns:
         if last is None or last.role != "assistant":
             await self._settle_without_turn(op_id, [], Outcome("completed", "unanswered", "nothing_to_continue"))
             return
+        # The model is called again without the answers it waits for: those calls end first.
+        ended = await self._end_waiting_calls(op_id)
+        now = self.clock.now_ms()
         async with self.db.transaction() as tx:
-            await tx.start_operation(op_id, last.id, self.clock.now_ms())
+            for _, msg, text in ended:
+                await tx.update_message(self.id, msg.id, text, now)
+            await tx.start_operation(op_id, last.id, now)
+        self._tell_ended(ended)
+        last = self._hist.last() or last
         self._streaming_id = last.id
         self.publish(RunStarted(op_id, last.id, continuation=True))
         plan = TurnPlan(op_id, last.id, self._hist.parent_of(last.id), self._hist.context(len(self._hist) - 1),
@@ -307,27 +349,6 @@ class OperationRuns:
         turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(op_id, outcome, ())
-
-    async def _run_approved_call(self, index: int, tool_call_id: str) -> None:
-        message = (await self._messages())[index]
-        found = find_call([message], tool_call_id)
-        tool = (await self.server_tools(self._running_id or "")).get(found[1].tool_name) if found else None
-        if found is None or tool is None or tool.is_client:
-            return
-        part = found[1]
-        async with self.db.transaction() as tx:
-            await tx.start_tool_call(self.id, tool_call_id, self._running_id or "", message.id, tool.name,
-                                     tool.recovery, dumps(part.input), self.clock.now_ms())
-        result, record = await run_call(tool, tool_call_id, part.input)
-        updated = apply_answer(message, result)
-        updated, text = storable(updated, self.policy.max_row_bytes)
-        now = self.clock.now_ms()
-        async with self.db.transaction() as tx:
-            await tx.update_message(self.id, updated.id, text, now)
-            await tx.finish_tool_call(self.id, tool_call_id, record[0], record[1], record[2], now)
-        self._hist.replace(index, updated)
-        self.publish(MessagePersisted(updated))
-        self.publish(MessageUpdated(updated))
 
     # -- ends -------------------------------------------------------------------------------
 

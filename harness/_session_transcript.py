@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-from protocol import UIMessage
+from protocol import ToolPart, UIMessage
 from storage import Database, SearchHit
 
-from ._history import History, HistoryBudget
+from ._answers import WAITING_STATES
+from ._history import History, HistoryBudget, parse_text
 from ._pending import Pending
 
 __all__ = ["MAX_SEARCH_RESULTS", "SessionTranscript"]
@@ -112,6 +113,25 @@ class SessionTranscript:
     def loaded_history(self) -> History | None:
         """The transcript if it is in memory now (always while an operation runs)."""
         return self._history
+
+    def waiting_calls(self) -> dict[str, str]:
+        """The calls at the end of the transcript still waiting for an answer (an approval, a client
+        tool's result), as call id -> the id of the message that holds it. Reads only what is in
+        memory, and parses only messages that hold such a call; nothing if the transcript was dropped."""
+        history = self._history
+        if history is None:
+            return {}
+        out: dict[str, str] = {}
+        for _, text in history.texts_holding([f'"{state}"' for state in WAITING_STATES]):
+            message = parse_text(text)
+            if message.role == "assistant":
+                out.update((p.toolCallId, message.id) for p in message.parts
+                           if isinstance(p, ToolPart) and p.state in WAITING_STATES)
+        return out
+
+    def answer_queued(self, tool_call_id: str) -> bool:
+        """Whether an answer to the call is queued (or being written), not applied yet."""
+        return self._pending.answers_call(tool_call_id)
 
     def drop_history(self) -> bool:
         """Let go of the transcript unless the session is working; whether it did."""

@@ -94,6 +94,13 @@ async def test_the_webhook_example_starts_a_turn_once_per_delivery(tmp_path: Pat
     assert list((tmp_path / "data" / "agents" / "assistant").glob("*.sqlite3"))
 
 
+def test_the_moved_on_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    run_example(tmp_path, monkeypatch, "MOVED_ON_ERROR, Agent")
+    assert capsys.readouterr().out.splitlines() == [
+        "awaiting_approval", "You said: what is the weather?", "output-error True", "moved_on"]
+
+
 def test_the_hooks_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     run_example(tmp_path, monkeypatch, "before_tool_call=before_tool_call")

@@ -8,6 +8,7 @@ are dropped from a request, never refused, never added a second time.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from harness import ScriptedModel, tool
 from tests.app.test_thinkchat import (
     AGENT,
     agents_with,
+    gate_tool,
     get_messages,
     is_type,
     nth_delta,
@@ -28,7 +30,7 @@ from tests.app.test_thinkchat import (
     url,
     user_message,
 )
-from tests.app.test_trust_boundary import SCRIPT, approval, serve_bank, still_works
+from tests.app.test_trust_boundary import SCRIPT, approval, bank, serve_bank, still_works
 from tests.conformance_app import get_location, get_weather
 from tests.conftest import Client, chat_request, is_done
 
@@ -93,20 +95,33 @@ async def test_an_approval_of_a_call_whose_tool_does_not_ask_for_one_is_refused(
 
 
 async def test_an_answer_past_the_queue_limit_is_refused_and_leaves_nothing_behind(serve) -> None:
-    srv, runs = await serve_bank(serve, max_queued_operations=1)
+    """The call waits for its approval while the turn that asked it still runs a slow tool, and the
+    conversation holds as many operations queued as it may: the approval is refused. (A new turn
+    would end the call, so the input queued meanwhile is withdrawn before its turn.)"""
+    transfer, runs = bank()
+    hold, started, release = gate_tool()
+    script = {"rules": [{"match": "approve and hold", "steps": [
+        [{"tool_call": {"name": "transferFunds", "input": {"amount": 100, "to": "bob"}}},
+         {"tool_call": {"name": "hold", "input": {}}}],
+        [{"text": ["Done."]}]]}, *SCRIPT["rules"]]}
+    srv = await serve(agents_with(ScriptedModel(script), transfer, hold), max_queued_operations=1)
     c = await Client.open(url(srv, "answer-full"))
-    call_id = await pending_call(srv, c, "answer-full")
-    rid_slow, slow, _ = chat_request("slow")
+    rid_asking, asking, _ = chat_request("approve and hold")
+    await c.send(asking)
+    await asyncio.wait_for(started.wait(), 10)
+    (part,) = [p for p in tool_parts((await get_messages(srv, "answer-full"))[1]) if p["type"] == "tool-transferFunds"]
+    assert part["state"] == "approval-requested"
+    call_id = part["toolCallId"]
     rid_queued, queued, _ = chat_request("hello")
-    await c.send(slow)
-    await c.wait_for(nth_delta(rid_slow, 1))
     await c.send(queued)  # the one operation the conversation may hold queued
     error = await refused_answer(c, approval(call_id))
     assert "queue_full" in error and "(the limit is 1)" in error, error
-    for rid in (rid_slow, rid_queued):
-        assert (await c.wait_for(is_done(rid), timeout=15))["outcome"] == "completed"
+    await c.send({"type": "cf_agent_chat_request_cancel", "id": rid_queued})
+    assert (await c.wait_for(is_done(rid_queued)))["outcome"] == "aborted"
+    release.set()
+    assert (await c.wait_for(is_done(rid_asking), timeout=15))["outcome"] == "completed"
     assert runs == []
-    (part,) = tool_parts((await get_messages(srv, "answer-full"))[1])
+    (part,) = [p for p in tool_parts((await get_messages(srv, "answer-full"))[1]) if p["type"] == "tool-transferFunds"]
     assert part["state"] == "approval-requested", "the call still waits for its answer"
     # Nothing of the refused answer stayed (no answer queued for the call): it may come again, and runs.
     mark = len(c.frames)

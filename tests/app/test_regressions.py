@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from harness import MOVED_ON_ERROR
 from storage import instance_db_path
 from tests.app.test_thinkchat import (
     AGENT,
@@ -239,9 +240,10 @@ async def test_the_handshake_completes_only_once_the_connect_transcript_can_foll
 
 async def test_approving_an_old_card_ends_the_probe_that_waits_for_its_stream(serve) -> None:
     """Issue 13, found in the browser: send money, ask the weather, reload, click Approve on the old
-    card. The tab's probe is told `pending`; the approved call runs in its own message and no stream
-    follows (the conversation moved on). The tab was never told so: the page stayed on "Waiting for
-    the answer…". The settled approval was still listed as running when the tab was to be released."""
+    card. The tab's probe is told `pending`, and no stream follows (the conversation moved on). The
+    tab was never told so: the page stayed on "Waiting for the answer…". The settled approval was
+    still listed as running when the tab was to be released. (Since issue 25 the weather turn ends
+    the call and the approval is refused: the probe that follows it must still be answered.)"""
     srv = await serve()
     a = await Client.open(url(srv, "old-card"))
     await send_turn(a, "approve")
@@ -260,9 +262,10 @@ async def test_approving_an_old_card_ends_the_probe_that_waits_for_its_stream(se
     answer = await b.wait_for(lambda f: f.get("type") in ("cf_agent_stream_resume_none", "cf_agent_stream_resuming")
                               and f.get("probeId", "probe-1") == "probe-1", start=mark)
     assert answer["type"] == "cf_agent_stream_resume_none", "no stream follows an old card's approval"
+    assert "moved_on" in (await b.wait_for(is_type("cf_agent_error"), start=mark))["error"]
     stored = await get_messages(srv, "old-card")
     (part,) = [p for m in stored for p in tool_parts(m) if p["toolCallId"] == call_id]
-    assert part["state"] == "output-available", "the approved call ran"
+    assert (part["state"], part["errorText"]) == ("output-error", MOVED_ON_ERROR), "the call never ran"
     await b.close()
 
 

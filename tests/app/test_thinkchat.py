@@ -464,12 +464,13 @@ async def test_a_refused_answer_gets_an_error_and_changes_nothing(serve, setup, 
     await c.send(bad)
     err = await c.wait_for(is_type("cf_agent_error"), start=mark)
     assert reason in err["error"]
-    assert await get_messages(srv, "refuse") == before
-    _, done, _ = await send_turn(c, "hello")  # the socket keeps working
-    assert done["outcome"] == "completed"
+    await probe(c)  # handled after the answer: anything it had started would show by now
     assert not [f for f in c.frames[mark:] if f.get("type") == "cf_agent_message_updated"]
     assert not [f for f in c.frames[mark:] if f.get("type") == RESPONSE and f.get("continuation")]
-    assert (await get_messages(srv, "refuse"))[:len(before)] == before
+    assert await get_messages(srv, "refuse") == before
+    # The socket keeps working. (The new turn ends a call still waiting: tests/app/test_moved_on.py.)
+    _, done, _ = await send_turn(c, "hello")
+    assert done["outcome"] == "completed"
     await c.close()
 
 
@@ -843,31 +844,6 @@ async def test_a_client_that_does_not_auto_continue_continues_with_a_plain_reque
     final = await get_messages(srv, "manual")
     assert [m["role"] for m in final] == ["user", "assistant", "assistant"], "answered in a new message"
     assert text_of(final[2]) == 'You are in {"city":"Porto"}.'
-    await c.close()
-
-
-async def test_an_approval_given_after_the_conversation_moved_on_still_runs_the_tool(serve) -> None:
-    """The user sent another message instead of answering; a later approval runs the approved call
-    (its result goes to the message that asked) without calling the model again."""
-    srv = await serve()
-    c = await Client.open(url(srv, "late"))
-    call_id, asked = await approval_turn(srv, c, "late")
-    rid, frame, _ = chat_request("hi", await get_messages(srv, "late"))
-    await c.send(frame)
-    await c.wait_for(is_done(rid))
-    mark = len(c.frames)
-    await c.send({"type": "cf_agent_tool_approval", "toolCallId": call_id, "approved": True, "autoContinue": True})
-    output = {"ok": True, "amount": 100, "to": "bob"}
-
-    def ran(f: dict[str, Any]) -> bool:
-        return (f.get("type") == "cf_agent_message_updated"
-                and tool_parts(f["message"])[0]["state"] == "output-available")
-
-    updated = await c.wait_for(ran, start=mark)
-    assert updated["message"]["id"] == asked["id"] and tool_parts(updated["message"])[0]["output"] == output
-    msgs = await get_messages(srv, "late")
-    assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant"], "no new model answer"
-    assert tool_parts(msgs[1])[0]["output"] == output
     await c.close()
 
 

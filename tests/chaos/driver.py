@@ -162,7 +162,8 @@ class Driver:
         await asyncio.gather(*(self.submit(conv, rng, tab) for tab in conv.tabs))
 
     async def answer_old(self, conv: Conversation, rng: random.Random) -> None:
-        """Approve or deny a call the conversation has moved past (or answer the latest ones)."""
+        """Approve or deny a call the conversation has moved past, which the server must refuse (or
+        answer the latest ones)."""
         tab = self._tab(conv, rng)
         waiting = [p for m in tab.messages if m["role"] == "assistant" for p in m["parts"]
                    if p.get("state") == "approval-requested"]

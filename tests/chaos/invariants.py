@@ -62,8 +62,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import Answer
-from harness._answers import INTERRUPTED_TOOL_ERROR, apply_answer
+from harness import MOVED_ON_ERROR, Answer, Tool
+from harness._answers import INTERRUPTED_TOOL_ERROR, apply_answer, moved_on
 from protocol import (
     AssemblyError,
     MessageAssembler,
@@ -75,9 +75,12 @@ from protocol import (
     parse_message,
     sanitize_message,
 )
-from tests.chaos.app import APPROVAL_TOOL, CLIENT_TOOL, REPORT_TOOLS
+from tests.chaos.app import APPROVAL_TOOL, CLIENT_TOOL, REPORT_TOOLS, agents
 from tests.chaos.client import RESPONSE, Conversation
 from tests.chaos.store import Store, ToolRow
+
+#: The server tools of the chaos agent (a call to any other waits for the client).
+SERVER_TOOLS: dict[str, Tool] = {t.name: t for a in agents.values() for t in a.tool_map().values() if not t.is_client}
 
 INVARIANTS = ("accepted-kept", "one-answer", "tools-once", "ops-terminal", "streams-replayable", "words-kept",
               "frames-match-store")
@@ -238,6 +241,11 @@ class Checker:
             if state == "output-error" and part.get("errorText") == INTERRUPTED_TOOL_ERROR and len(runs) > 1 \
                     and not self.sealed(key.split("/")[0]):
                 self.fail("tools-once", f"{where} is reported interrupted but ran {len(runs)} times")
+            elif state == "output-error" and part.get("errorText") == MOVED_ON_ERROR:
+                if runs:  # issue 25: a late approval ran the transfer
+                    self.fail("tools-once", f"{where} ended when the user moved on, but ran {len(runs)} times")
+                else:
+                    self.ok("tools-once")
             elif state == "output-available" and name != CLIENT_TOOL:
                 run = (part.get("output") or {}).get("run")
                 if not runs or run != runs[-1].run or run not in self.ends.get(key, set()):
@@ -372,6 +380,9 @@ class Checker:
         # What is stored is the assembled message sanitized (protocol._storable: provider ids that
         # cannot be replayed, empty reasoning parts); none of the chaos answers is over the row limit.
         state = sanitize_message(state)
+        ended = moved_on(state, SERVER_TOOLS)
+        if ended is not None and _norm(dump_message(ended)) == _norm(stored) and self.moved_on_from(message_id):
+            state = ended  # a later turn's start ended the calls it still waited on, outside any stream
         if _norm(dump_message(state)) != _norm(stored):
             self.fail("frames-match-store", f"message {message_id} assembled from its operations' chunks is\n"
                                             f"    {json.dumps(dump_message(state))[:1500]}\n  but stored is\n"
@@ -379,13 +390,20 @@ class Checker:
         else:
             self.ok("frames-match-store")
 
+    def moved_on_from(self, message_id: str) -> bool:
+        """Whether a turn with new input (a message, a regeneration) started after the last operation
+        on the message: the start that ends the calls it leaves waiting."""
+        own = [o.started_at or 0 for o in self.store.ops.values() if o.target == message_id]
+        return any(o.kind in ("input", "regenerate") and o.started_at is not None and o.target != message_id
+                   and o.started_at >= max(own, default=0) for o in self.store.ops.values())
+
     def _approved_run_outside_streams(self, state: UIMessage, call_id: str, *, continued: bool) -> UIMessage:
         """An approved call's result is never in a stream: the call was made in an earlier one (a
-        continuation speaks only of its own calls: the turn applies the result as a chunk), or the
-        approval came after the conversation moved on and the call ran with no stream at all (its
-        result applied as an answer is). Its record has the result, unless the model made a call
-        with the same id in another message since (the scripted model reuses ids across
-        branches; the record follows the latest call): then only the stored message says it."""
+        continuation speaks only of its own calls: the turn applies the result as a chunk). (An
+        approval after the conversation moved on is refused: that call never runs.) Its record has
+        the result, unless the model made a call with the same id in another message since (the
+        scripted model reuses ids across branches; the record follows the latest call): then only
+        the stored message says it."""
         row = self.store.tool_calls.get(call_id)
         part = next((p for p in state.parts if getattr(p, "toolCallId", None) == call_id), None)
         if row is None or part is None or getattr(part, "state", None) != "approval-responded":

@@ -71,9 +71,9 @@ def kind_of(writes: str) -> str:
     if "insert:messages" in w:
         return "user messages applied at the start"
     if "update:tool_calls" in w:
-        return "approved call run after the conversation moved on"
+        return "tool call records ended, no chunk (recovery)"
     if "update:messages" in w:
-        return "answer applied (tool result, approval)"
+        return "answer applied (tool result, approval), or waiting calls a turn's start ended"
     return "operation bookkeeping (settlement, interruption count)"
 
 

@@ -38,6 +38,8 @@ import httpx
 import pytest
 from playwright.sync_api import BrowserContext, Page, Playwright, ViewportSize, WebSocket, expect, sync_playwright
 
+from harness import MOVED_ON_ERROR
+
 from .conftest import REPO, NodeToolchain, ThinkServer, find_node, free_port, run_think_server
 
 WEB_DIR = REPO / "app" / "web"
@@ -614,7 +616,8 @@ def test_approval(context: BrowserContext, server: ThinkServer, request: pytest.
     expect(card.locator(".tool-input pre")).to_be_visible()  # what is asked is in sight
     # The asking turn is over: the page waits for the person, says so, and hands them the decision.
     tab.wait_ready(status="Waiting for your approval")
-    expect(card.get_by_role("button", name="Approve")).to_be_focused()
+    # The question has the focus, not a button: see test_enter_on_a_fresh_approval_card_approves_nothing.
+    expect(card.get_by_role("group", name="Approve sendMoney?")).to_be_focused()
     shot(tab, request, "1-asked")
 
     card.get_by_role("button", name="Approve" if approve else "Deny").click()
@@ -643,30 +646,71 @@ def test_approval(context: BrowserContext, server: ThinkServer, request: pytest.
     assert not tab.errors, tab.report()
 
 
-def test_approving_an_old_card_after_the_conversation_moved_on(context: BrowserContext, server: ThinkServer,
-                                                               request: pytest.FixtureRequest) -> None:
-    """Send money, reload, ask the weather, reload, approve the old card: the call runs, and the page
-    is ready again (it stayed on "Waiting for the answer…" with Send disabled: issue 13)."""
+def test_enter_on_a_fresh_approval_card_approves_nothing(context: BrowserContext, server: ThinkServer,
+                                                         request: pytest.FixtureRequest) -> None:
+    """The card takes the focus when it comes, on neither button (it was on Approve: an Enter meant
+    for the message box sent the money, issue 25). Tab reaches Approve, then Deny."""
     name = conversation()
     tab = open_tab(context, server, name)
     tab.send("send money")
+    card = tab.tool("sendMoney")
+    expect(card).to_have_attribute("data-state", "approval-requested", timeout=SHORT)
+    tab.wait_ready(status="Waiting for your approval")
+    approve, deny = (card.get_by_role("button", name=n) for n in ("Approve", "Deny"))
+    expect(card.get_by_role("group", name="Approve sendMoney?")).to_be_focused()
+    expect(approve).not_to_be_focused()
+    expect(deny).not_to_be_focused()
+    tab.page.keyboard.press("Enter")
+    tab.page.keyboard.press("Enter")
+    shot(tab, request, "after-enter")
+    tab.page.keyboard.press("Tab")
+    expect(approve).to_be_focused()
+    tab.page.keyboard.press("Tab")
+    expect(deny).to_be_focused()
+    tab.page.keyboard.press("Enter")
+    tab.wait_answer(DENIED_ANSWER)
+    # Sent in order: an approval the Enters had made would come before the denial.
+    responses = tab.frames("sent", "cf_agent_tool_approval")
+    assert [r.get("approved") for r in responses] == [False], f"{responses!r}\n{tab.report()}"
+    assert not tab.errors, tab.report()
+
+
+def test_a_card_left_unanswered_expires_when_the_user_moves_on(context: BrowserContext, server: ThinkServer,
+                                                               request: pytest.FixtureRequest) -> None:
+    """Asked to approve sendMoney, the user asks the weather instead: the card ends, in this tab and
+    in another one on the conversation, and shows as expired, with nothing to click (issue 25: it
+    stayed live, and approving it minutes later sent the money)."""
+    name = conversation()
+    tab = open_tab(context, server, name)
+    other = open_tab(context, server, name)
+    tab.send("send money")
     expect(tab.tool("sendMoney")).to_have_attribute("data-state", "approval-requested", timeout=SHORT)
     tab.wait_ready(status="Waiting for your approval")
-    for ask in ("weather", None):
-        tab.page.reload()
-        expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
-        tab.wait_ready(status="Waiting for your approval" if ask else "Ready")
-        if ask:
-            tab.send(ask)
-            tab.wait_answer(WEATHER_ANSWER)
-    card = tab.tool("sendMoney")
-    card.get_by_role("button", name="Approve").click()
-    expect(card).to_have_attribute("data-state", "output-available", timeout=SHORT)
+    expect(other.tool("sendMoney").get_by_role("button", name="Approve")).to_be_visible(timeout=SHORT)
+    tab.page.get_by_role("textbox", name="Message").focus()
+    tab.send("weather")
+    tab.wait_answer(WEATHER_ANSWER)
+    other.wait_ready()  # nothing waits for an approval any more
+    for seen in (tab, other):
+        card = seen.tool("sendMoney")
+        expect(card).to_have_attribute("data-expired", "true", timeout=SHORT)
+        expect(card).to_have_attribute("data-state", "output-error")
+        expect(card.locator(".tool-state")).to_have_text("expired")
+        expect(card.locator(".badge")).to_have_text("Expired")
+        expect(card.get_by_role("button")).to_have_count(0)
+        expect(card.locator(".tool-expired")).to_have_text("You moved on without answering: this call was not run.")
+    shot(tab, request, "1-expired")
+    tab.page.reload()
+    expect(tab.chat()).to_have_attribute("data-connection", "open", timeout=SHORT)
     tab.wait_ready()
-    shot(tab, request, "approved")
-    tab.send("hello")  # the page takes the next message
-    tab.wait_answer(GREETING)
-    assert not tab.errors, tab.report()
+    expect(tab.tool("sendMoney")).to_have_attribute("data-expired", "true")
+    expect(tab.tool("sendMoney").get_by_role("button")).to_have_count(0)
+    shot(tab, request, "2-after-reload")
+    stored = server_messages(server, name)
+    (part,) = [p for p in stored[1]["parts"] if p.get("type") == "tool-sendMoney"]
+    assert (part["state"], part["errorText"]) == ("output-error", MOVED_ON_ERROR), stored
+    assert tab.frames("sent", "cf_agent_tool_approval") == other.frames("sent", "cf_agent_tool_approval") == []
+    assert not tab.errors and not other.errors, tab.report() + other.report()
 
 
 def test_client_tool_answered_by_the_page(context: BrowserContext, server: ThinkServer,

@@ -411,6 +411,7 @@ function Conversation({ socket, connection, attempts, onRetryNow, stored, onTitl
         error={failure ? errorOf(failure) : null}
         pending={offlineSince !== null && m.role === "user" && !offlineSince.has(m.id)}
         live={!initialIds.current.has(m.id)}
+        superseded={m.id !== lastId}
       />
     );
     for (const f of failures) {

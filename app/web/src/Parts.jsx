@@ -65,6 +65,22 @@ const TOOL_STATES = {
 
 const RUNNING = new Set(["input-streaming", "input-available", "approval-responded"]);
 
+/**
+ * The server's error for a call still waiting for the user (an approval, this page's answer)
+ * when a new turn started: it ended there and never runs (harness MOVED_ON_ERROR).
+ */
+export const MOVED_ON = "The user moved on without answering; this call was not run.";
+
+/**
+ * A card the user can no longer answer: the server ended it when a new turn started, or it still
+ * asks in an answer that is not the last one (a newer message is on its way: the server ends it
+ * when that message's turn starts).
+ */
+function isExpired(part, superseded) {
+  if (part.state === "output-error") return part.errorText === MOVED_ON;
+  return part.state === "approval-requested" && superseded;
+}
+
 function decisionOf(part) {
   if (part.state === "output-denied" || part.approval?.approved === false) return "denied";
   if (part.approval?.approved === true) return "approved";
@@ -102,16 +118,19 @@ function FileTarget({ name, part }) {
   );
 }
 
-function ToolPart({ part, onApproval, live }) {
+function ToolPart({ part, onApproval, live, superseded }) {
   const name = getToolName(part);
   const fileTool = Object.hasOwn(FILE_TOOLS, name);
   const approvalId = part.approval?.id;
-  const asking = part.state === "approval-requested" && approvalId;
-  const approve = useRef(null);
-  const decision = decisionOf(part);
+  const expired = isExpired(part, superseded);
+  const asking = part.state === "approval-requested" && approvalId && !expired;
+  const question = useRef(null);
+  const decision = expired ? null : decisionOf(part);
   useEffect(() => {
     // An approval that comes while the page is open takes the focus: it is what the turn waits for.
-    if (asking && live) approve.current?.focus();
+    // The question takes it, not a button: an Enter meant for something else must not approve a
+    // transfer. Tab goes on to Approve, then Deny.
+    if (asking && live) question.current?.focus();
   }, [asking, live]);
   const hasInput = part.input !== undefined && Object.keys(part.input ?? {}).length > 0;
   return (
@@ -119,6 +138,7 @@ function ToolPart({ part, onApproval, live }) {
       className="tool"
       data-tool={name}
       data-state={part.state}
+      data-expired={expired ? "true" : undefined}
       data-file-tool={fileTool ? "true" : undefined}
       aria-label={`Tool ${name}`}
     >
@@ -126,11 +146,16 @@ function ToolPart({ part, onApproval, live }) {
         <summary>
           <span className="tool-name">{name}</span>
           {fileTool && <FileTarget name={name} part={part} />}
-          <span className="tool-state">{TOOL_STATES[part.state] ?? part.state}</span>
+          <span className="tool-state">{expired ? "expired" : (TOOL_STATES[part.state] ?? part.state)}</span>
           {RUNNING.has(part.state) && <span className="spinner" aria-hidden="true" />}
           {decision && (
             <span className={`badge ${decision}`} data-decision={decision}>
               {decision === "approved" ? "Approved" : "Denied"}
+            </span>
+          )}
+          {expired && (
+            <span className="badge expired" data-decision="expired">
+              Expired
             </span>
           )}
         </summary>
@@ -138,14 +163,21 @@ function ToolPart({ part, onApproval, live }) {
           {hasInput && <Block className="tool-input" caption="Input" value={part.input} />}
           {!hasInput && <p className="caption">No input</p>}
           {part.state === "output-available" && <Block className="tool-output" caption="Output" value={part.output} />}
-          {part.state === "output-error" && <p className="tool-error">{part.errorText}</p>}
+          {expired && (
+            <p className="tool-expired">
+              {part.state === "approval-requested"
+                ? "A newer message was sent: this call will not run."
+                : "You moved on without answering: this call was not run."}
+            </p>
+          )}
+          {part.state === "output-error" && !expired && <p className="tool-error">{part.errorText}</p>}
           {part.state === "output-denied" && <p className="tool-denied">You denied this call.</p>}
         </div>
       </details>
       {asking && (
-        <div className="approval" role="group" aria-label={`Approve ${name}?`}>
+        <div className="approval" role="group" aria-label={`Approve ${name}?`} tabIndex={-1} ref={question}>
           <span className="approval-question">Run {name} with the input above?</span>
-          <button type="button" className="approve" ref={approve} onClick={() => onApproval(approvalId, true)}>
+          <button type="button" className="approve" onClick={() => onApproval(approvalId, true)}>
             Approve
           </button>
           <button type="button" className="deny" onClick={() => onApproval(approvalId, false)}>
@@ -184,7 +216,7 @@ function Reasoning({ text, streaming }) {
   );
 }
 
-function Group({ group, role, onApproval, live, caret }) {
+function Group({ group, role, onApproval, live, superseded, caret }) {
   if (group.type === "text") {
     return (
       <div className="text" data-state={group.streaming ? "streaming" : "done"} data-caret={caret ? "true" : undefined}>
@@ -193,7 +225,7 @@ function Group({ group, role, onApproval, live, caret }) {
     );
   }
   if (group.type === "reasoning") return <Reasoning text={group.text} streaming={group.streaming} />;
-  return <ToolPart part={group.part} onApproval={onApproval} live={live} />;
+  return <ToolPart part={group.part} onApproval={onApproval} live={live} superseded={superseded} />;
 }
 
 /** A failed turn's error, inside the reply it ended, with Retry for the last one. */
@@ -215,9 +247,10 @@ export function TurnError({ text, onRetry }) {
 /**
  * One message. `streaming`: the answer is still coming (a caret follows its text);
  * `stopped`: it was stopped; `error`: {text, onRetry} of the turn it failed;
- * `pending`: typed while offline, not sent yet; `live`: it arrived while the page was open.
+ * `pending`: typed while offline, not sent yet; `live`: it arrived while the page was open;
+ * `superseded`: a newer message follows it (a card it still shows asking cannot be answered).
  */
-export function Message({ message, onApproval, streaming, stopped, error, pending, live }) {
+export function Message({ message, onApproval, streaming, stopped, error, pending, live, superseded }) {
   const groups = groupParts(message.parts);
   const lastText = streaming ? groups.findLastIndex((g) => g.type === "text") : -1;
   return (
@@ -237,6 +270,7 @@ export function Message({ message, onApproval, streaming, stopped, error, pendin
           role={message.role}
           onApproval={onApproval}
           live={live}
+          superseded={superseded}
           caret={i === lastText && i === groups.length - 1}
         />
       ))}
