@@ -47,11 +47,12 @@ from harness import (
     trace_carrier,
     validate_session_id,
 )
-from protocol import ProtocolError, check_value, client_id_problem, load_json
+from protocol import NewMessages, ProtocolError, check_value, client_id_problem, load_json, load_json_object
 from storage import StorageError, describe_problem
 
 from ._actor import ChatHost
 from ._admission import AddressLimits, SocketCap
+from ._offload import off_loop
 
 __all__ = ["MAX_WAIT_S", "api_routes"]
 
@@ -78,7 +79,7 @@ class _Refused(Exception):
 
 
 def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Callable[[str, str], str | None],
-               max_body_bytes: int, limits: AddressLimits, streams: SocketCap,
+               max_body_bytes: int, max_messages: int, limits: AddressLimits, streams: SocketCap,
                on_refused: Callable[[str], None] = lambda reason: None) -> list[Route]:
     """The routes of the HTTP API; ``guard`` answers a request that may not be served (auth).
 
@@ -132,8 +133,10 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
             raise _Refused(400, str(exc), "session") from None
         return await harness.session(agent, name, sid)
 
-    async def body_of(request: Request) -> dict[str, Any]:
-        """The JSON object a request carries ({} for none)."""
+    async def body_of(request: Request, messages: str | None = None) -> dict[str, Any]:
+        """The JSON object a request carries ({} for none). The messages under the key ``messages``
+        are counted, with their parts, as they are decoded: past the limits the body is refused
+        before the rest of it is decoded (and a large body is decoded off the loop)."""
         kind = request.headers.get("content-type")
         if kind is not None and not _is_json(kind):
             # A page of any site can make a browser POST text/plain or a form without asking first;
@@ -147,9 +150,10 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
             raise _Refused(415, "expected a JSON body with Content-Type: application/json; the request names no "
                                 "Content-Type (with curl: --json '{...}')")
         try:
-            value = load_json(raw, "request body")
-            check_value(value, "request body")
+            value = await off_loop(len(raw), _decode, raw, messages, max_messages)
         except ProtocolError as exc:
+            if messages is not None and "over the limit" in str(exc):  # counted: as the harness refuses it
+                raise _Refused(422, str(exc), messages) from None
             raise _Refused(400, str(exc)) from None
         if not isinstance(value, dict):
             raise _Refused(400, f"the body must be a JSON object, got {type(value).__name__}")
@@ -163,7 +167,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
 
     async def submit(request: Request) -> Response:
         session = await session_of(request, read=False)
-        body = await body_of(request)
+        body = await body_of(request, "input")
         if "input" not in body:
             raise _Refused(400, "input: required (a string, a message, a list of messages, {\"parts\": [...]} "
                                 "or a tool answer)", "input")
@@ -364,7 +368,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
 
     async def messages(request: Request) -> Response:
         session = await session_of(request, read=False)
-        body = await body_of(request)
+        body = await body_of(request, "messages")
         if "messages" not in body:
             raise _Refused(400, "messages: required (a list of messages)", "messages")
         upsert = body.get("upsert", False)
@@ -496,6 +500,24 @@ async def read_body(request: Request, limit: int) -> bytes:
                            headers=close)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _decode(raw: bytes, messages: str | None, limit: int) -> Any:
+    """A request body's JSON, checked; the messages under ``messages`` counted as they are decoded."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"request body is not UTF-8 text: {exc}") from None
+    if messages is None:
+        value = load_json(text, "request body")
+    else:
+        counter = NewMessages(None, limit)
+        value = load_json_object(text, "request body", messages, counter)
+        single = value.get(messages) if isinstance(value, dict) else None
+        if isinstance(single, dict):  # one message (or a tool answer): its parts count too
+            counter(single)
+    check_value(value, "request body")
+    return value
 
 
 def _release_all(releases: list[Callable[[], None]]) -> None:

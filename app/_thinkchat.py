@@ -61,6 +61,7 @@ from protocol import (
 )
 
 from ._connection import Connection, Later, Replay
+from ._offload import off_loop
 from ._wirestream import Recent, Stream, answers_claimed, error_frame, retrieved, settled_of
 
 __all__ = ["MAX_ACKED_PER_CONNECTION", "ThinkChat", "error_frame"]
@@ -185,8 +186,9 @@ class ThinkChat:
         try:
             # Messages the session holds are taken by id: the hook resends the whole transcript. Those
             # it sends back exactly as they were sent are not even decoded.
-            body = parse_chat_request_body(frame.init.body, known=self.session.knows, sent=history.sent(),
-                                           max_new_messages=self.session.policy.max_messages_per_request)
+            body = await off_loop(len(frame.init.body), parse_chat_request_body, frame.init.body,
+                                  known=self.session.knows, sent=history.sent(),
+                                  max_new_messages=self.session.policy.max_messages_per_request)
         except ProtocolError as exc:
             conn.send(dump_chat_response(rid, f"Invalid chat request: {exc}", done=True, error=True,
                                          outcome="error"))

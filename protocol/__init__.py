@@ -56,6 +56,7 @@ from ._frames import (
     CHAT_RECOVERING,
     CHAT_REQUEST_CANCEL,
     IDENTITY,
+    MAX_NEW_PARTS,
     MCP_SERVERS,
     MESSAGE_UPDATED,
     RPC,
@@ -82,6 +83,7 @@ from ._frames import (
     Identity,
     McpServers,
     MessageUpdated,
+    NewMessages,
     RequestInit,
     RpcRequest,
     RpcResponse,
@@ -105,7 +107,7 @@ from ._frames import (
     parse_server_frame,
 )
 from ._ids import MAX_CLIENT_ID_LENGTH, SERVER_ID_PREFIXES, check_client_id, client_id_problem, server_id_prefix
-from ._jsontext import MAX_JSON_DEPTH, check_value, is_unicode_text, load_json
+from ._jsontext import MAX_JSON_DEPTH, check_value, is_unicode_text, load_json, load_json_object
 from ._messages import (
     TOOL_STATES,
     TOOL_TERMINAL_STATES,
@@ -144,6 +146,7 @@ __all__ = [
     "IDENTITY",
     "MAX_CLIENT_ID_LENGTH",
     "MAX_JSON_DEPTH",
+    "MAX_NEW_PARTS",
     "MCP_SERVERS",
     "MESSAGE_UPDATED",
     "ROW_LIMIT_BYTES",
@@ -188,6 +191,7 @@ __all__ = [
     "MessageAssembler",
     "MessageMetadataChunk",
     "MessageUpdated",
+    "NewMessages",
     "Part",
     "ProtocolError",
     "ReasoningDeltaChunk",
@@ -251,6 +255,7 @@ __all__ = [
     "is_unicode_text",
     "json_string",
     "load_json",
+    "load_json_object",
     "message_text",
     "normalize_tool_input",
     "parse_chat_request_body",

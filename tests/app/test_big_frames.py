@@ -1,6 +1,6 @@
-"""One chat frame must not freeze the loop: a frame of 170,000 tiny messages, sent by three sockets at
-once, against the server as the command line runs it (a process of its own, so that what is measured
-is its loop, not this test's)."""
+"""One request must not freeze the loop: a frame (or an HTTP body) of 170,000 tiny messages, or of one
+message of 400,000 tiny parts, three at once, against the server as the command line runs it (a process
+of its own, so that what is measured is its loop, not this test's)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import json
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
 from tests.app.test_security import cli_server
 from tests.app.test_thinkchat import AGENT, is_type, send_turn
@@ -20,48 +22,94 @@ from tests.conftest import Client, is_done
 TINY_MESSAGES = 170_000
 
 
-def big_frame(rid: str) -> str:
-    messages = [{"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
-                for i in range(TINY_MESSAGES)]
-    body = json.dumps({"messages": messages, "trigger": "submit-message"}, separators=(",", ":"))
+#: One message of 400,000 one-letter parts: a 12 MB body. Built in full, it held the loop 2 s.
+TINY_PARTS = 400_000
+
+
+def tiny_messages() -> list[dict[str, Any]]:
+    return [{"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": "hi"}]} for i in range(TINY_MESSAGES)]
+
+
+def one_message_of_tiny_parts() -> list[dict[str, Any]]:
+    return [{"id": "m", "role": "user", "parts": [{"type": "text", "text": "a"}] * TINY_PARTS}]
+
+
+def big_frame(rid: str, messages: list[dict[str, Any]] | None = None) -> str:
+    body = json.dumps({"messages": tiny_messages() if messages is None else messages, "trigger": "submit-message"},
+                      separators=(",", ":"))
     return json.dumps({"type": "cf_agent_use_chat_request", "id": rid, "init": {"method": "POST", "body": body}})
 
 
-async def test_three_sockets_sending_170000_messages_each_leave_the_server_answering(tmp_path: Path) -> None:
-    frames = {f"big-{i}": big_frame(f"big-{i}") for i in range(3)}  # built before anything is timed
+class Poller:
+    """``/healthz`` polled until stopped (and at least five times): the slowest answer."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http, self.slowest, self.polls = http, 0.0, 0
+        self.done = asyncio.Event()
+        self.task = asyncio.create_task(self._poll())
+
+    async def _poll(self) -> None:
+        while not self.done.is_set() or self.polls < 5:
+            start = time.perf_counter()
+            assert (await self.http.get("/healthz")).status_code == 200
+            self.slowest = max(self.slowest, time.perf_counter() - start)
+            self.polls += 1
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> float:
+        self.done.set()
+        await self.task
+        return self.slowest
+
+
+@pytest.mark.parametrize(("payload", "refusal"), [
+    ("messages", "1001 or more new messages is over the limit of 1000 per request"),
+    ("parts", "the new messages hold 400000 or more parts, over the limit of 10000 per request"),
+])
+async def test_three_sockets_sending_huge_frames_leave_the_server_answering(tmp_path: Path, payload: str,
+                                                                           refusal: str) -> None:
+    messages = tiny_messages() if payload == "messages" else one_message_of_tiny_parts()
+    frames = {f"big-{i}": big_frame(f"big-{i}", messages) for i in range(3)}  # built before anything is timed
     with cli_server(tmp_path) as (port, _):
         clients = [await Client.open(f"ws://127.0.0.1:{port}/agents/{AGENT}/big-{i}?_pk={uuid.uuid4()}")
                    for i in range(3)]
         for c in clients:
             await c.wait_for(is_type("cf_agent_chat_messages"))
-        slowest = 0.0
-        polls = 0
-        sent = asyncio.Event()
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-
-            async def poll() -> None:
-                nonlocal slowest, polls
-                while not sent.is_set() or polls < 5:
-                    start = time.perf_counter()
-                    assert (await http.get("/healthz")).status_code == 200
-                    slowest = max(slowest, time.perf_counter() - start)
-                    polls += 1
-                    await asyncio.sleep(0.02)
-
-            poller = asyncio.create_task(poll())
+            poller = Poller(http)
             await asyncio.sleep(0.1)
             await asyncio.gather(*(c.ws.send(frames[f"big-{i}"]) for i, c in enumerate(clients)))
             dones = await asyncio.gather(*(c.wait_for(is_done(f"big-{i}"), timeout=60)
                                            for i, c in enumerate(clients)))
-            sent.set()
-            await poller
+            slowest = await poller.stop()
         for done in dones:
             assert done["error"] is True and done["outcome"] == "error", done
-            assert "1001 or more new messages is over the limit of 1000 per request" in done["body"], done
+            assert refusal in done["body"], done
         # Generous: the frames are still received, decoded as frames and counted up to the limit (tens of
-        # ms each). Before, each was parsed whole (3.4 s) before the limit refused it: 6 s and more.
-        assert slowest < 1.0, f"/healthz took {slowest:.2f} s while the frames were handled ({polls} polls)"
+        # ms each; one message of 12 MB is decoded whole, in a thread: some 0.2 s of the GIL). Before, each
+        # was parsed whole and built (2-3.4 s) before a limit refused it: 6 s and more for three.
+        assert slowest < 1.0, f"/healthz took {slowest:.2f} s while the frames were handled ({poller.polls} polls)"
         for c in clients:  # each socket is still usable
             _, done, _ = await send_turn(c, "hi", timeout=30)
             assert done["outcome"] == "completed" and c.ws.close_code is None, done
             await c.close()
+
+
+async def test_three_http_bodies_of_huge_inputs_leave_the_server_answering(tmp_path: Path) -> None:
+    """The HTTP API decodes its bodies as the socket does: counted as they are decoded, off the loop."""
+    bodies = [("submit", json.dumps({"input": tiny_messages()})),
+              ("messages", json.dumps({"messages": tiny_messages()})),
+              ("submit", json.dumps({"input": one_message_of_tiny_parts()[0]}))]
+    with cli_server(tmp_path) as (port, _):
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            poller = Poller(http)
+            await asyncio.sleep(0.1)
+            answers = await asyncio.gather(*(
+                http.post(f"/agents/{AGENT}/big-{i}/{route}", content=body,
+                          headers={"content-type": "application/json"}) for i, (route, body) in enumerate(bodies)))
+            slowest = await poller.stop()
+            for answer in answers:
+                assert answer.status_code == 422 and "over the limit" in answer.json()["error"], answer.text
+            assert slowest < 1.0, f"/healthz took {slowest:.2f} s while the bodies were handled"
+            ok = await http.post(f"/agents/{AGENT}/big-0/submit", json={"input": "hi"})
+            assert ok.status_code == 202

@@ -20,7 +20,7 @@ from tests.serverproc import ServerProcess
 
 # A bound for "the server closed it", far above the 1 s deadline the tests set: uvicorn alone never does.
 CLOSED_WITHIN_S = 15.0
-HEAD = b"GET /healthz HTTP/1.1\r\nhost: test\r\n"
+HEAD = b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n"
 _opened: list[Raw] = []  # closed after each test
 
 

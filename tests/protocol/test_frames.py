@@ -10,6 +10,7 @@ import pytest
 
 from protocol import (
     MAX_CLIENT_ID_LENGTH,
+    MAX_NEW_PARTS,
     ChatClear,
     ChatClearFrame,
     ChatMessages,
@@ -521,6 +522,18 @@ def test_a_body_past_the_new_message_limit_is_refused_before_its_messages_are_bu
     with pytest.raises(ProtocolError, match="message at index 1: field 'role'"):
         parse_chat_request_body('{"messages":[' + _text("k1", "user", "hi") + "," + robots + "]}", known=known,
                                 max_new_messages=1001)
+
+
+def test_the_parts_of_new_messages_are_counted_before_they_are_built() -> None:
+    """The messages are not valid (role "robot"): were they built, that would be the error."""
+    robots = ",".join('{"type":"text","text":"a"}' for _ in range(MAX_NEW_PARTS // 2 + 1))
+    body = '{"messages":[' + ",".join(f'{{"id":"m{n}","role":"robot","parts":[{robots}]}}' for n in (1, 2)) + "]}"
+    with pytest.raises(ProtocolError, match=rf"^the new messages hold {MAX_NEW_PARTS + 2} or more parts, over the "
+                                            rf"limit of {MAX_NEW_PARTS} per request$"):
+        parse_chat_request_body(body, max_new_messages=1000)
+    # Those of a message the server holds are not counted: it is not built.
+    with pytest.raises(ProtocolError, match="message at index 1: field 'role'"):
+        parse_chat_request_body(body, known=lambda m: m == "m1", max_new_messages=1000)
 
 
 def test_a_message_the_server_holds_is_free_once_and_counts_when_sent_again() -> None:
