@@ -11,7 +11,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DATA_DIR ?=
 
-.PHONY: install run test lint typecheck unit fuzz conformance conformance-server node-deps web browser-deps soak chaos bench clean
+.PHONY: install run test lint typecheck unit fuzz conformance conformance-server node-deps web browser-deps proxy-deps soak chaos bench clean
 
 # `make run` installs what running needs (the server, and Node to build the page); the test
 # tools come with `make test`.
@@ -77,13 +77,18 @@ browser-deps:
 	@test -x /usr/bin/chromium || { apt-get update && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
 
+# The reverse-proxy tests (tests/e2e/test_proxies.py) run the README's snippets in Debian's nginx and Caddy.
+proxy-deps:
+	@{ test -x /usr/sbin/nginx && test -x /usr/bin/caddy; } || { apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx-light caddy; }
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check app protocol harness storage tests
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP) node-deps web browser-deps
+unit: $(STAMP) node-deps web browser-deps proxy-deps
 	$(PY) -m pytest -q
 
 # Property-based fuzzing (tests/fuzz) against the real server: 100,000 random cases of client frames,

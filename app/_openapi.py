@@ -28,7 +28,9 @@ def _errors(*codes: int) -> dict[str, Any]:
     words = {400: "Bad input; `field` names what was wrong", 401: "Missing or wrong credentials",
              404: "No such instance, session or operation", 409: "Conflicts with the current state",
              413: "Body too large", 422: "Refused by the input rules", 502: "The model (summarizing) failed",
-             503: "At capacity or storage unavailable"}
+             503: "At capacity or storage unavailable", 403: "A page of another origin (README \"Security\")",
+             415: "Not a JSON body", 421: "A host this server does not answer for (THINK_ALLOWED_HOSTS)",
+             429: "Past a cap of the client address (sockets and streams, new instances)"}
     return {str(c): _json(_ref("Error"), words[c]) for c in codes}
 
 
@@ -249,6 +251,14 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
                             "responses": {"200": {"description": "ready"}, "503": {"description": "not yet"}}}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},
     }
+    for path, item in paths.items():  # what the edge refuses before a route sees the request
+        for method, operation in item.items():
+            edge = [421] if not path.startswith("/agents/") else [403, 421]
+            if "requestBody" in operation and "application/json" in operation["requestBody"]["content"]:
+                edge.append(415)
+            if (path.startswith("/agents/") and method in ("post", "put")) or path.endswith("/events"):
+                edge.append(429)
+            operation["responses"] = {**operation["responses"], **_errors(*edge)}
     paths.update(extra_paths or {})
     return {
         "openapi": "3.1.0",

@@ -311,3 +311,12 @@ async def test_the_per_second_cron_curl_line_is_refused(tmp_path: Path) -> None:
     assert json.loads(refused) == {"field": "cron", "error": (
         "cron: '* * * * * *' has runs 1 s apart, closer than the 60 s a schedule's runs must be apart (the setting "
         "min_schedule_interval_s, THINK_MIN_SCHEDULE_INTERVAL_S)")}
+
+
+async def test_the_security_curl_lines_run(tmp_path: Path) -> None:
+    host, origin, plain = await served(tmp_path, sh_block("Host: evil.example"))
+    assert "does not answer for the host 'evil.example'" in json.loads(host)["error"]
+    assert "may not call this server" in json.loads(origin)["error"]
+    assert json.loads(plain)["error"].startswith("expected a JSON body (Content-Type: application/json), got "
+                                                 "Content-Type 'text/plain'")
+    assert not (tmp_path / "data" / "agents" / "assistant").exists(), "a refused request made an instance"
