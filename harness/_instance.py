@@ -8,7 +8,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from storage import Database
 
@@ -79,25 +79,18 @@ class Instance:
 
     def hold(self) -> Callable[[], None]:
         """Keep the instance open (a socket, a caller at work) until the returned release is called."""
-        self._holds += 1
-        self.touch()
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self._holds -= 1
-                self.touch()
-
-        return release
+        return self._count("_holds")
 
     def watch(self) -> Callable[[], None]:
         """Keep the instance open for a follower (an event stream) until the returned release is
         called, as :meth:`hold` does, except when the place is needed: an instance only watched
         is closed before a new one is refused for want of room (its followers end, and come back).
         So followers alone, however many, never keep other instances from opening."""
-        self._watches += 1
+        return self._count("_watches")
+
+    def _count(self, users: Literal["_holds", "_watches"]) -> Callable[[], None]:
+        """One more of ``users``; the release (idempotent) counts it off again."""
+        setattr(self, users, getattr(self, users) + 1)
         self.touch()
         released = False
 
@@ -105,7 +98,7 @@ class Instance:
             nonlocal released
             if not released:
                 released = True
-                self._watches -= 1
+                setattr(self, users, getattr(self, users) - 1)
                 self.touch()
 
         return release

@@ -5,7 +5,9 @@ lowers the cap: the server does when the file descriptor limit allows fewer). Th
 is taken in the same synchronous step that decides it is needed (in :meth:`get`,
 before anything awaits), so a burst of sockets to new instances cannot overshoot
 the cap; an instance closed to make room is closed before the new one opens, and an
-instance still closing is opened again only once its file is closed.
+instance still closing is opened again only once its file is closed. Room is made from the
+least recently used idle instances first, then from those only followers watch
+(:meth:`Instance.watch`: event streams, which end and come back).
 
 An instance whose file cannot be used (damaged, another application's, newer)
 is remembered with the file's size and time: until the file changes, asking
