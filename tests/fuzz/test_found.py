@@ -7,6 +7,8 @@ import json
 import uuid
 from pathlib import Path
 
+import httpx
+
 from tests.app.test_security import cli_server
 from tests.app.test_thinkchat import (
     GatedModel,
@@ -76,3 +78,18 @@ async def test_an_ack_of_a_queued_request_ends_nothing(serve) -> None:
     assert [f for f in frames_of(c, queued) if f["done"]] == [end]
     assert "".join(ch["delta"] for ch in body_chunks(frames_of(c, queued)) if ch["type"] == "text-delta") == "abc"
     await c.close()
+
+
+async def test_an_x_forwarded_host_sent_over_two_lines_counts_by_its_last_value(serve) -> None:
+    """A trusted proxy that adds its X-Forwarded-Host as a line of its own (HAProxy's ``add-header``) puts
+    it after any the client sent. The guard read the first line: a DNS-rebinding page that sent
+    ``X-Forwarded-Host: localhost`` itself passed as localhost (and read what same-origin GETs read, which
+    carry no Origin), and a request whose proxy's line named an allowed host was refused for the client's.
+    Two lines are one comma-separated list (RFC 9110 §5.3), and its last value counts."""
+    srv = await serve()
+    async with httpx.AsyncClient(base_url=srv.base, timeout=30) as c:
+        r = await c.get("/healthz", headers=[("X-Forwarded-Host", "localhost"), ("X-Forwarded-Host", "evil.example")])
+        assert r.status_code == 421 and "'evil.example'" in r.json()["error"], r.text
+        r = await c.get("/healthz", headers=[("X-Forwarded-Host", "evil.example"), ("X-Forwarded-Host", "localhost")])
+        assert r.status_code == 200, r.text
+
