@@ -259,6 +259,8 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
 
     async def compact(request: Request) -> Response:
         session = await session_of(request, read=True)
+        # It takes no fields, but a JSON body or none, as every JSON route: else a page's form could compact.
+        await body_of(request)
         try:
             event = await session.compact()
         except SessionBusy as exc:

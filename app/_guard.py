@@ -139,6 +139,13 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def _header_list(scope: Scope, name: bytes) -> str | None:
+    """Every line of a header that is a list, as one value (RFC 9110 §5.3): a proxy may add its own line
+    after the client's rather than append to it."""
+    values = [value.decode("latin-1") for key, value in scope["headers"] if key == name]
+    return ", ".join(values) if values else None
+
+
 class Guard:
     """ASGI middleware: refuse a request for a host this server does not answer for, or from a
     page of another origin, before the app reads anything of it.
@@ -165,9 +172,10 @@ class Guard:
         peer = scope["client"][0] if scope.get("client") else None
         host = _header(scope, b"host")
         hosts = [host] if host is not None else []
-        forwarded = _header(scope, b"x-forwarded-host") if peer in self.proxies else None
+        forwarded = _header_list(scope, b"x-forwarded-host") if peer in self.proxies else None
         if forwarded is not None:
-            # The last value: the one the nearest proxy (the trusted one) wrote, or appended.
+            # The last value: the one the nearest proxy (the trusted one) wrote, or appended (to the value,
+            # or as a line of its own).
             forwarded = forwarded.rsplit(",", 1)[-1].strip()
             hosts.append(forwarded)
         for name in hosts:

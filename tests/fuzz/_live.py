@@ -2,8 +2,8 @@
 
 Hypothesis drives synchronous tests (and state machines), so the server cannot share the
 test's event loop: it runs uvicorn on its own loop in a background thread, configured as
-``app.cli`` runs it (the WebSocket size limit included), and one server serves every case
-of a test. The client is the ``websockets`` sync client: every frame it receives is kept,
+``app.cli`` runs it (the WebSocket size limit and the HTTP protocol included), and one server
+serves every case of a test. The client is the ``websockets`` sync client: every frame it receives is kept,
 and a resume probe is the barrier that says the server has handled what was sent before
 (frames of one socket are handled in order).
 """
@@ -26,6 +26,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from app import Settings, create_app
+from app._httpprotocol import MAX_HEAD_BYTES, HttpEdge
 from harness import Agent
 from tests.conftest import free_port
 
@@ -49,9 +50,14 @@ class LiveServer:
         self._thread = threading.Thread(target=self._loop.run_forever, name="fuzz-server", daemon=True)
         # As app.cli runs it, with the WebSocket layer's own cap on a message, but no keepalive pings:
         # a ping's payload comes from the global `random`, and Hypothesis, generating a case in the
-        # test's thread meanwhile, would take that for its strategy using `random`.
+        # test's thread meanwhile, would take that for its strategy using `random`. HTTP as the CLI
+        # serves it too: its h11 protocol (head deadline, cap per address), and uvicorn's own proxy
+        # headers off, so that the app's guard judges X-Forwarded-Host by the real peer.
+        edge = HttpEdge(self.settings.header_timeout_s, self.settings.max_http_connections_per_address)
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
                                 ws_max_size=self.settings.websocket_max_size, ws_ping_interval=None,
+                                http=edge.protocol(), h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+                                timeout_keep_alive=5, proxy_headers=False,
                                 limit_concurrency=self.app.state.fd_budget.max_connections)
         self._server = uvicorn.Server(config)
         self._task: asyncio.Task[None] | None = None

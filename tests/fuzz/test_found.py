@@ -7,6 +7,8 @@ import json
 import uuid
 from pathlib import Path
 
+import httpx
+
 from tests.app.test_security import cli_server
 from tests.app.test_thinkchat import (
     GatedModel,
@@ -76,3 +78,35 @@ async def test_an_ack_of_a_queued_request_ends_nothing(serve) -> None:
     assert [f for f in frames_of(c, queued) if f["done"]] == [end]
     assert "".join(ch["delta"] for ch in body_chunks(frames_of(c, queued)) if ch["type"] == "text-delta") == "abc"
     await c.close()
+
+
+async def test_an_x_forwarded_host_sent_over_two_lines_counts_by_its_last_value(serve) -> None:
+    """A trusted proxy that adds its X-Forwarded-Host as a line of its own (HAProxy's ``add-header``) puts
+    it after any the client sent. The guard read the first line: a DNS-rebinding page that sent
+    ``X-Forwarded-Host: localhost`` itself passed as localhost (and read what same-origin GETs read, which
+    carry no Origin), and a request whose proxy's line named an allowed host was refused for the client's.
+    Two lines are one comma-separated list (RFC 9110 §5.3), and its last value counts."""
+    srv = await serve()
+    async with httpx.AsyncClient(base_url=srv.base, timeout=30) as c:
+        r = await c.get("/healthz", headers=[("X-Forwarded-Host", "localhost"), ("X-Forwarded-Host", "evil.example")])
+        assert r.status_code == 421 and "'evil.example'" in r.json()["error"], r.text
+        r = await c.get("/healthz", headers=[("X-Forwarded-Host", "evil.example"), ("X-Forwarded-Host", "localhost")])
+        assert r.status_code == 200, r.text
+
+
+async def test_compact_takes_json_only_like_every_json_route(serve) -> None:
+    """``POST /compact`` never read its body, so it never looked at its Content-Type: a text/plain or form
+    body, what any page can make a browser send without asking, compacted the conversation (200). It takes
+    a JSON body, or none, as the other JSON routes do."""
+    srv = await serve(max_frame_bytes=64 * 1024)
+    path = "/agents/my-agent/compact-csrf/compact"
+    async with httpx.AsyncClient(base_url=srv.base, timeout=30) as c:
+        assert (await c.post("/agents/my-agent/compact-csrf/sessions", json={"id": "s"})).status_code == 201
+        for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+            r = await c.post(path, content=b"{}", headers={"content-type": kind})
+            assert r.status_code == 415 and "application/json" in r.json()["error"], (kind, r.text)
+        assert (await c.post(path, content=b"{}")).status_code == 415  # a body and no Content-Type
+        r = await c.post(path, content=b" " * 100_000, headers={"content-type": "application/json"})
+        assert r.status_code == 413, r.text
+        assert (await c.post(path, json={})).json() == {"session": "", "compacted": False}
+        assert (await c.post(path)).status_code == 200  # no body at all, as README's curl sends

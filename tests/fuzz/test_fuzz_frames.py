@@ -243,7 +243,7 @@ def chat(live: LiveServer) -> Iterator[Chat]:
     c.client.close()
 
 
-@share(0.5)
+@share(0.45)
 @given(wire=wires(), hello=st.integers(0, 24))
 def test_every_frame_gets_its_answer_and_only_valid_input_is_stored(chat: Chat, wire: Wire, hello: int) -> None:
     CASES["test_every_frame_gets_its_answer_and_only_valid_input_is_stored"] += 1
