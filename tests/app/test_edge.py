@@ -279,8 +279,8 @@ async def test_event_streams_count_with_sockets_per_address(serve) -> None:
             assert (await c.post(f"{A}/s{n}/submit", json={"input": "hi"})).status_code == 202
         streams = [await open_stream(c, f"s{n}") for n in range(2)]
         socket_ = await Client.open(f"{srv.ws_base}{A}/s0?_pk={uuid.uuid4()}")  # the third place
-        r = await c.get(f"{A}/s1/events")
-        assert r.status_code == 429 and "THINK_MAX_SOCKETS_PER_ADDRESS" in r.json()["error"]
+        async with c.stream("GET", f"{A}/s1/events") as r:  # (a stream let in would never end)
+            assert r.status_code == 429 and "THINK_MAX_SOCKETS_PER_ADDRESS" in json.loads(await r.aread())["error"]
         refused = await Client.open(f"{srv.ws_base}{A}/s0?_pk={uuid.uuid4()}")
         await refused.wait_for(lambda f: f.get("type") == "cf_agent_error")
         streams[0][0].cancel()  # a stream that ends gives its place back
