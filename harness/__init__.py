@@ -2,12 +2,8 @@
 
 from storage import SearchHit  # what search() answers: a storage row, shown as it is
 
-from ._agent import Agent
 from ._answers import MOVED_ON_ERROR, Answer, AnswerRefused
-from ._busy import WHEN_BUSY, WhenBusy, check_when_busy
 from ._clock import Clock
-from ._compaction import Compaction, CompactionError, SummaryRequest
-from ._context_blocks import Block, Memory, MemoryBlockError, UnknownBlock
 from ._events import (
     ChunksCommitted,
     Compacted,
@@ -24,27 +20,9 @@ from ._events import (
     ToolCallFinished,
     TranscriptChanged,
 )
-from ._handles import InFlight, PromptResult, SessionHandle, Sessions, SessionState, WouldDeadlock
-from ._harness import DataDirInUse, Harness, check_data_dir_free
-from ._history import History, HistoryBudget
-from ._hooks import (
-    ChunkContext,
-    ErrorContext,
-    HookContext,
-    HookError,
-    RecoveryContext,
-    StepContext,
-    ToolCallContext,
-    ToolDecision,
-    TurnConfig,
-    TurnContext,
-    TurnEndContext,
-)
 from ._input import InputPolicy
 from ._inputs import InputError, SessionInput
-from ._instance import ROOT_SESSION, Instance
 from ._logcontext import current_agent, current_instance, current_operation, current_session
-from ._mcp import McpConnections, McpServer, McpUnavailable
 from ._model import (
     Finish,
     Model,
@@ -64,34 +42,85 @@ from ._model import (
     Usage,
 )
 from ._outcomes import OperationInfo, OperationResult, Receipt, SessionBusy, SubmitRefused, describe_reason
-from ._recovery_policy import RecoveryPolicy
-from ._registry import CapacityError, InstanceRegistry
-from ._scheduler import Scheduler
-from ._schedules import Schedule, ScheduleError, ScheduleExists, ScheduleRefused, Schedules
-from ._session import Session
-from ._session_memory import BlockState
-from ._session_transcript import MAX_SEARCH_RESULTS
-from ._sessions import SessionError, SessionExists, SessionInfo, SessionNotFound, validate_session_id
-from ._startup import StartupRecovery
-from ._subagents import agent_tool
-from ._toolcall import RunningCall, current_tool_call, report_progress
 from ._tools import Tool, ToolInputError, client_tool, tool
 from ._tracing import configure_tracing, trace_carrier
-from ._turn_hooks import is_context_overflow
-from ._work import OnWork
-from ._workspace import (
+from .agent import (
+    WHEN_BUSY,
+    Agent,
+    ChunkContext,
+    ErrorContext,
+    HookContext,
+    HookError,
+    RecoveryContext,
+    RecoveryPolicy,
+    StepContext,
+    ToolCallContext,
+    ToolDecision,
+    TurnConfig,
+    TurnContext,
+    TurnEndContext,
+    WhenBusy,
+    check_when_busy,
+)
+from .host import (
+    DataDirInUse,
+    Harness,
+    InFlight,
+    PromptResult,
+    Schedule,
+    ScheduleError,
+    ScheduleExists,
+    ScheduleRefused,
+    Schedules,
+    SessionHandle,
+    Sessions,
+    SessionState,
+    WorkspaceHandle,
+    WouldDeadlock,
+    agent_tool,
+    check_data_dir_free,
+)
+from .instances import (
+    ROOT_SESSION,
+    CapacityError,
+    Instance,
+    InstanceRegistry,
+    SessionError,
+    SessionExists,
+    SessionInfo,
+    SessionNotFound,
+    StartupRecovery,
+    validate_session_id,
+)
+from .memory import (
+    Block,
+    Compaction,
+    CompactionError,
+    History,
+    HistoryBudget,
+    Memory,
+    MemoryBlockError,
+    SummaryRequest,
+    UnknownBlock,
+)
+from .providers import ModelSpecError, Script, ScriptedModel, ScriptError, load_script, resolve_model
+from .schedules import Scheduler
+from .session import MAX_SEARCH_RESULTS, BlockState, OnWork, Session
+from .toolsets import (
     FileInfo,
     GrepCut,
     GrepResult,
+    McpConnections,
+    McpServer,
+    McpUnavailable,
     Workspace,
     WorkspaceError,
     WorkspaceFull,
     WorkspaceLimits,
     WorkspaceNotFound,
+    WorkspaceTools,
 )
-from ._workspace_handle import WorkspaceHandle
-from ._workspace_tools import WorkspaceTools
-from .providers import ModelSpecError, Script, ScriptedModel, ScriptError, load_script, resolve_model
+from .turn import RunningCall, current_tool_call, is_context_overflow, report_progress
 
 __all__ = [
     "MAX_SEARCH_RESULTS",

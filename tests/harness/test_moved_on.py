@@ -34,7 +34,7 @@ from harness import (
 from protocol import ToolPart, UIMessage
 
 from ._doubles import GUARD, FakeModel, Pause, Recorder, call, settle, text, user
-from .test_recovery import crash
+from .turn.test_recovery import crash
 
 
 def bank() -> tuple[Tool, list[int]]:

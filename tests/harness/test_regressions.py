@@ -31,7 +31,7 @@ from harness import (
     TextStart,
     Tool,
 )
-from harness._chunklog import ChunkLog
+from harness.turn._chunklog import ChunkLog
 from storage import Database, Tx
 
 from ._doubles import GUARD, FakeModel, Pause, Recorder, call, settle, text, user

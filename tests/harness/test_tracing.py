@@ -17,7 +17,7 @@ from harness import Agent, Harness, Instance, ScriptedModel, configure_tracing, 
 from protocol import ToolPart
 
 from ._doubles import GUARD, settle, user
-from .test_recovery import crash
+from .turn.test_recovery import crash
 
 _EXPORTER = InMemorySpanExporter()
 

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from harness import Agent, Compacted, Compaction
-from harness._turn_hooks import CONTEXT_OVERFLOW
+from harness.turn._turn_hooks import CONTEXT_OVERFLOW
 
 from .._doubles import Recorder, settle, user
 from .openai_wire import Received, Reply, WireServer, error_reply

@@ -1,0 +1,227 @@
+"""The one entry point: the agents a process serves, their instances, and handles on their sessions.
+
+::
+
+    async with Harness({"assistant": Agent(system="Be brief.")}, data_dir="data", model="scripted") as h:
+        session = await h.session("assistant", "order-1234")
+        print((await session.prompt("hi")).text)
+
+A server built with :func:`app.create_app` owns one (``app.state.harness``): code
+in the same process reaches the same instances the chat sockets use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from types import TracebackType
+
+from protocol import agent_name_to_kebab
+from storage import InvalidNameError, validate_agent_name, validate_instance_name
+
+from .._clock import Clock
+from .._input import InputPolicy
+from .._model import Model
+from ..agent import Agent
+from ..instances import ROOT_SESSION, Instance, InstanceRegistry, StartupRecovery, validate_session_id
+from ..memory import HistoryBudget
+from ..providers import resolve_model
+from ..schedules import Scheduler
+from ..toolsets import McpConnections
+from ._handles import SessionHandle, Sessions
+from ._schedules import Schedules
+from ._workspace_handle import WorkspaceHandle
+
+__all__ = ["DataDirInUse", "Harness", "check_data_dir_free"]
+
+
+class Harness:
+    """Agents by name, each with any number of instances (one SQLite file each) under ``data_dir``.
+
+    ``model`` (a :class:`Model` or a spec such as ``"openai:gpt-4.1-mini"``) serves every agent
+    that names none. Instances open on first use and close after ``idle_timeout_s`` without
+    use; after ``hibernate_after_s`` (0: never) they let go of their file's connection and their
+    transcripts, and open it again at their next use. At most ``max_instances`` are open at
+    once. Work a crash left open resumes in the background when the harness starts
+    (``recovery_concurrency`` instances at a time). Schedules run from :meth:`start` to
+    :meth:`close`, a schedule missed while stopped once at start.
+    """
+
+    def __init__(self, agents: Mapping[str, Agent], *, data_dir: str | os.PathLike[str] = "data",
+                 model: Model | str | None = None, max_instances: int = 1000, idle_timeout_s: float = 300.0,
+                 hibernate_after_s: float = 30.0,
+                 stream_grace_s: float = 600.0, transcript_memory_mb: float = 128,
+                 input_policy: InputPolicy | None = None, recovery_concurrency: int = 8,
+                 clock: Clock | None = None) -> None:
+        self.agents: dict[str, Agent] = {}
+        for name, agent in agents.items():
+            key = agent_name_to_kebab(name)
+            try:
+                validate_agent_name(key)  # it names a URL path segment and a folder of the data dir
+            except InvalidNameError as exc:
+                raise ValueError(f"agent {name!r} is addressed as {key!r}, which cannot be used: {exc}") from None
+            if key in self.agents:
+                raise ValueError(f"agents {name!r} and another agent both are addressed as {key!r}")
+            self.agents[key] = agent
+        self.models = _resolve_models(self.agents, model)
+        self.data_dir = Path(data_dir)
+        self.clock = clock or Clock()
+        self.registry = InstanceRegistry(
+            self.data_dir, self.agents, self.models, max_instances=max_instances, idle_timeout_s=idle_timeout_s,
+            hibernate_after_s=hibernate_after_s,
+            stream_grace_ms=int(stream_grace_s * 1000), policy=input_policy or InputPolicy(),
+            budget=HistoryBudget(int(transcript_memory_mb * 1024 * 1024)), clock=self.clock)
+        self.registry.host = self
+        #: Connections to the agents' MCP servers, opened when first needed, shared, closed with the harness.
+        self.mcp = McpConnections()
+        self.recovery = StartupRecovery(self.registry, recovery_concurrency)
+        #: Runs the schedules of every instance (see :meth:`schedules`).
+        self.scheduler = Scheduler(self.registry, self.clock, recovery_concurrency)
+        self._started = False
+        self._lock: int | None = None
+
+    # -- lifetime ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the work index, resume in the background what a crash or a stop left open, run schedules."""
+        if self._started:
+            return
+        os.makedirs(self.data_dir, exist_ok=True)
+        self._lock = _lock_data_dir(self.data_dir)  # before any file of it is read or written
+        self._started = True
+        self.recovery.start(await self.registry.open_index())
+        await self.scheduler.start()
+
+    async def close(self) -> None:
+        """Stop schedules and recovery, close every instance (running turns resume at the next start),
+        close the models."""
+        await self.scheduler.close()
+        await self.recovery.close()
+        await self.registry.close()
+        await self.mcp.close()
+        for model in {id(m): m for m in self.models.values()}.values():
+            await model.aclose()
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            os.close(lock)  # releases the data dir
+
+    async def __aenter__(self) -> Harness:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    # -- addressing ---------------------------------------------------------------
+
+    def agent_key(self, agent: str) -> str:
+        """The name an agent is addressed by (kebab case, as in URLs); KeyError if there is none."""
+        key = agent if agent in self.agents else agent_name_to_kebab(agent)
+        if key not in self.agents:
+            raise KeyError(f"unknown agent {agent!r}; this harness has: {', '.join(sorted(self.agents)) or 'none'}")
+        return key
+
+    def _address(self, agent: str, name: str) -> tuple[str, str]:
+        key = self.agent_key(agent)
+        validate_instance_name(name)
+        return key, name
+
+    def exists(self, agent: str, name: str) -> bool:
+        """Whether the instance has a file (or is open): reads of one that does not never create it."""
+        key, name = self._address(agent, name)
+        return self.registry.active(key, name) is not None or self.registry.path_of(key, name).exists()
+
+    async def instance(self, agent: str, name: str) -> Instance:
+        """The open instance (opened if needed). It may close when idle: hold it while you use it."""
+        return await self.registry.get(*self._address(agent, name))
+
+    @contextlib.asynccontextmanager
+    async def hold(self, agent: str, name: str) -> AsyncIterator[Instance]:
+        """The open instance, kept open until the block ends."""
+        instance = await self.instance(agent, name)
+        release = instance.hold()  # no await since get(): it cannot have closed in between
+        try:
+            yield instance
+        finally:
+            release()
+
+    async def session(self, agent: str, name: str, session_id: str = ROOT_SESSION) -> SessionHandle:
+        """A handle on one session of an instance (the root session unless ``session_id``).
+
+        The handle outlives the instance's open file: each call opens it again if it was closed.
+        """
+        key, name = self._address(agent, name)
+        return SessionHandle(self, key, name, validate_session_id(session_id))
+
+    def sessions(self, agent: str, name: str) -> Sessions:
+        """The sessions of an instance: list, create, fork, delete."""
+        key, name = self._address(agent, name)
+        return Sessions(self, key, name)
+
+    def workspace(self, agent: str, name: str) -> WorkspaceHandle:
+        """The instance's file tree: read, write, edit, list, walk, grep, delete (README "Workspace")."""
+        key, name = self._address(agent, name)
+        return WorkspaceHandle(self, key, name)
+
+    def schedules(self, agent: str, name: str) -> Schedules:
+        """The schedules of an instance: inputs it runs later on one of its sessions (create, list,
+        get, cancel). They run while the harness is started."""
+        key, name = self._address(agent, name)
+        return Schedules(self, key, name)
+
+
+class DataDirInUse(RuntimeError):
+    """Another harness (another server, most likely) is using the data dir."""
+
+
+LOCK_FILE = ".lock"
+
+
+def _lock_data_dir(data_dir: Path) -> int:
+    """Hold an OS lock on ``data_dir`` for as long as the returned descriptor is open.
+
+    Two servers on one data dir would each run recovery on the other's live turns; the second
+    one stops here instead. The lock dies with the process, so a crash never leaves it behind.
+    """
+    path = data_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise DataDirInUse(f"the data dir {str(data_dir)!r} is in use by another think-server (pid {holder}); "
+                           "stop it first, or give this one its own data dir") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def check_data_dir_free(data_dir: str | os.PathLike[str]) -> None:
+    """Raise :class:`DataDirInUse` if a harness holds ``data_dir``; for a CLI to say so before it starts."""
+    path = Path(data_dir)
+    os.makedirs(path, exist_ok=True)
+    os.close(_lock_data_dir(path))
+
+
+def _resolve_models(agents: Mapping[str, Agent], default: Model | str | None) -> dict[str, Model]:
+    models: dict[str, Model] = {}
+    shared: Model | None = default if isinstance(default, Model) else None
+    for name, agent in agents.items():
+        if isinstance(agent.model, Model):
+            models[name] = agent.model
+        elif isinstance(agent.model, str):
+            models[name] = resolve_model(agent.model)
+        elif default is not None:
+            shared = shared or resolve_model(default)  # type: ignore[arg-type]
+            models[name] = shared
+        else:
+            raise ValueError(f"agent {name!r} names no model, and the harness has no default: pass model=...")
+    return models

@@ -1,0 +1,222 @@
+"""One agent instance: its SQLite file and its sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from storage import Database
+
+from .._clock import Clock
+from .._input import InputPolicy
+from .._model import Model
+from ..agent import Agent
+from ..memory import HistoryBudget
+from ..session import ModelCache, OnWork, Session, WorkNotices
+from ..toolsets import Workspace
+
+__all__ = ["Instance"]
+
+log = logging.getLogger("think_server.instance")
+
+ROOT_SESSION = ""
+DEFAULT_STREAM_GRACE_MS = 10 * 60 * 1000
+
+
+class Instance:
+    def __init__(self, db: Database, agent: Agent, model: Model, clock: Clock,
+                 stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None,
+                 on_work: OnWork | None = None, budget: HistoryBudget | None = None,
+                 key: tuple[str, str] = ("", "")) -> None:
+        self.db = db
+        #: (agent, instance name), as the harness addresses it.
+        self.agent_name, self.name = key
+        #: Models a turn names by a spec string; the registry shares one cache between instances.
+        self.models = ModelCache()
+        #: Shared by the sessions of every instance of a process: how much transcript memory they hold.
+        self.budget = budget or HistoryBudget(0)
+        #: Tells ``on_work`` when the instance gets open work and when it has none left.
+        self.work = WorkNotices(on_work, lambda: self.has_open_work)
+        self.stream_grace_ms = stream_grace_ms
+        self.policy = policy or InputPolicy()
+        self.agent = agent
+        self.model = model
+        self.clock = clock
+        self._sessions: dict[str, Session] = {}
+        self._opening: dict[str, asyncio.Future[Session]] = {}
+        #: Called with each session when it is loaded, before its queue runs: a host (the chat
+        #: adapter, metrics) listens from its first event on.
+        self.on_session: list[Callable[[Session], None]] = []
+        #: Called with a session's id once it is stopped and forgotten (deleted).
+        self.on_unload: list[Callable[[str], None]] = []
+        self._holds = 0
+        self._watches = 0
+        self.last_used = time.monotonic()
+        #: The instance's file tree (README "Workspace"), with the agent's limits: one for the
+        #: instance, so its sessions' tools and code change it one write at a time.
+        self.workspace = Workspace(db, clock, agent.workspace.limits if agent.workspace else None)
+        #: The harness that opened it (set by its registry): its sessions' tools may drive other instances.
+        self.host: Any = None
+
+
+    @classmethod
+    async def open(cls, path: Path, agent: Agent, model: Model, clock: Clock | None = None,
+                   stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None,
+                   on_work: OnWork | None = None, budget: HistoryBudget | None = None,
+                   key: tuple[str, str] = ("", "")) -> Instance:
+        """Open the instance's file; ``on_work(opened)`` hears when it gets open work and when it has none."""
+        db = await Database.open(path)
+        return cls(db, agent, model, clock or Clock(), stream_grace_ms, policy, on_work, budget, key)
+
+    # -- use ------------------------------------------------------------------
+
+    def hold(self) -> Callable[[], None]:
+        """Keep the instance open (a socket, a caller at work) until the returned release is called."""
+        return self._count("_holds")
+
+    def watch(self) -> Callable[[], None]:
+        """Keep the instance open for a follower (an event stream) until the returned release is
+        called, as :meth:`hold` does, except when the place is needed: an instance only watched
+        is closed before a new one is refused for want of room (its followers end, and come back).
+        So followers alone, however many, never keep other instances from opening."""
+        return self._count("_watches")
+
+    def _count(self, users: Literal["_holds", "_watches"]) -> Callable[[], None]:
+        """One more of ``users``; the release (idempotent) counts it off again."""
+        setattr(self, users, getattr(self, users) + 1)
+        self.touch()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                setattr(self, users, getattr(self, users) - 1)
+                self.touch()
+
+        return release
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+    @property
+    def held(self) -> bool:
+        return self._holds > 0
+
+    async def recover(self) -> None:
+        """Load every session with work a dead process left open: it runs again."""
+        if self.db.fresh:  # a file made just now: no work in it
+            return
+        for session_id in await self.db.read.sessions_with_open_work():
+            await self.session(session_id)
+
+    async def session(self, session_id: str = ROOT_SESSION, *, start: bool = True) -> Session:
+        """The session, loaded from the file the first time it is used.
+
+        With ``start=False`` its queue (recovered work included) waits for
+        :meth:`Session.start`, so a caller can subscribe before anything runs.
+        """
+        found = self._sessions.get(session_id)
+        if found is not None:
+            return found
+        pending = self._opening.get(session_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
+        self._opening[session_id] = fut
+        try:
+            session = Session(self.db, self.clock, session_id, self.agent, self.model,
+                              stream_grace_ms=self.stream_grace_ms, policy=self.policy, work=self.work,
+                              budget=self.budget, workspace=self.workspace)
+            session.instance_key = (self.agent_name, self.name)
+            session.host = self.host
+            session.models = self.models
+            await session.load()
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved: the waiters re-raise it
+            raise
+        finally:
+            self._opening.pop(session_id, None)
+        self._sessions[session_id] = session
+        fut.set_result(session)
+        for hook in list(self.on_session):
+            try:
+                hook(session)
+            except Exception:  # a host's hook must not keep the session from running
+                log.exception("on_session hook failed for session %r", session_id)
+        if session.has_open_work:
+            # Listed already, unless the index was lost: then it is again. The file holds the work
+            # either way, so a failure here does not keep the instance from running it.
+            try:
+                await self.work.opened()
+            except Exception as exc:
+                log.warning("could not list the instance in the work index: %s", exc)
+        if start:
+            session.start()
+        return session
+
+    async def has_session(self, session_id: str) -> bool:
+        """Whether the session exists (the root one always does), without loading it."""
+        return (session_id == ROOT_SESSION or session_id in self._sessions
+                or await self.db.read.session(session_id) is not None)
+
+    def loaded(self, session_id: str) -> Session | None:
+        """The session if it is loaded now."""
+        return self._sessions.get(session_id)
+
+    async def unload(self, session_id: str) -> None:
+        """Stop and forget a loaded session (its rows are the caller's business)."""
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            await session.close()
+            for hook in list(self.on_unload):
+                try:
+                    hook(session_id)
+                except Exception:
+                    log.exception("on_unload hook failed for session %r", session_id)
+
+    @property
+    def has_open_work(self) -> bool:
+        """An operation is pending, running, being written, or ended without its end written."""
+        return any(s.has_open_work for s in self._sessions.values())
+
+    async def settle_work(self) -> None:
+        """Take the instance off the work index if it has no open work (once it was reopened for it, say)."""
+        await self.work.settled()
+
+    @property
+    def idle(self) -> bool:
+        """No operation running or queued in any loaded session, and nobody holding or watching it."""
+        return not self._watches and self.reclaimable
+
+    @property
+    def reclaimable(self) -> bool:
+        """No operation running or queued in any loaded session, and nobody holding it (it may be
+        watched): it can be closed to make room for another."""
+        return not self._holds and all(s.idle for s in self._sessions.values())
+
+    async def hibernate(self) -> bool:
+        """If idle: let go of the sessions' transcripts and close the file's connection (the next
+        use opens it again); whether it did. What SQLite holds for an open file (its prepared
+        statements, mostly) is most of what an idle instance costs, and three file descriptors."""
+        if not self.idle:
+            return False
+        for s in self._sessions.values():
+            if s.drop_history():
+                self.budget.released(s)
+        try:
+            return await self.db.sleep()
+        except sqlite3.Error as exc:  # closing checkpoints the WAL: a full disk, say
+            log.warning("instance %s/%s: closing its file to hibernate failed: %s", self.agent_name, self.name, exc)
+            return False
+
+    async def close(self) -> None:
+        for s in self._sessions.values():
+            await s.close()
+        await self.db.close()

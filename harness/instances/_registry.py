@@ -1,0 +1,385 @@
+"""The instance registry: opens an agent instance on first use, closes idle ones.
+
+At most ``max_instances`` instances are open or being opened (fewer if the host
+lowers the cap: the server does when the file descriptor limit allows fewer). The place of a new one
+is taken in the same synchronous step that decides it is needed (in :meth:`get`,
+before anything awaits), so a burst of sockets to new instances cannot overshoot
+the cap; an instance closed to make room is closed before the new one opens, and an
+instance still closing is opened again only once its file is closed. Room is made from the
+least recently used idle instances first, then from those only followers watch
+(:meth:`Instance.watch`: event streams, which end and come back).
+
+An instance whose file cannot be used (damaged, another application's, newer)
+is remembered with the file's size and time: until the file changes, asking
+for it again answers the same error without opening it or logging again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import heapq
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from storage import StorageError, WorkIndex, instance_db_path, problem_of, trim_heap
+
+from .._clock import Clock
+from .._input import InputPolicy
+from .._logcontext import current_agent, current_instance
+from .._model import Model
+from ..agent import Agent
+from ..memory import HistoryBudget
+from ..session import ModelCache
+from ._instance import Instance
+
+__all__ = ["CapacityError", "InstanceRegistry"]
+
+log = logging.getLogger("think_server.registry")
+
+
+_Key = tuple[str, str]
+
+
+class CapacityError(RuntimeError):
+    """No room for another open agent instance."""
+
+
+class InstanceRegistry:
+    def __init__(self, data_dir: Path, agents: Mapping[str, Agent], models: Mapping[str, Model], *,
+                 max_instances: int, idle_timeout_s: float, stream_grace_ms: int, policy: InputPolicy,
+                 budget: HistoryBudget, clock: Clock, hibernate_after_s: float = 0.0) -> None:
+        #: The transcripts all open instances keep in memory, together.
+        self.history_budget = budget
+        self._stream_grace_ms = stream_grace_ms
+        self._policy = policy
+        self._clock = clock
+        self._index: WorkIndex | None = None
+        self.data_dir = data_dir
+        self.agents = agents
+        self._models = models
+        #: Models turns choose by a spec string at run time (a hook, a model function), closed with the registry.
+        self.model_cache = ModelCache()
+        self._idle_timeout_s = idle_timeout_s
+        self._hibernate_after_s = hibernate_after_s
+        #: The harness these instances belong to (its sessions' tools may drive other instances).
+        self.host: Any = None
+        #: Called with each instance as it opens, before its work resumes (a host attaches here).
+        self.on_open: list[Callable[[Instance], None]] = []
+        #: Called with each instance once it is closed.
+        self.on_closed: list[Callable[[Instance], None]] = []
+        self._open: dict[_Key, Instance] = {}
+        # Each activation in progress holds one of the places from the moment it is asked for.
+        self._activating: dict[_Key, asyncio.Task[Instance]] = {}
+        # Closes in progress. One closed by the sweeper keeps its place in _actors until it is
+        # closed; one closed to make room gives its place to the activation that waits for it.
+        self._closing: dict[_Key, asyncio.Task[None]] = {}
+        # Callers of get() still waiting for an activation: until they have their instance (and
+        # hold it) it looks idle, and must not be closed under them.
+        self._waiters: dict[_Key, int] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closed = False
+        #: The cap on open instances, and what sets it (lowered by :meth:`cap`).
+        self.max_instances = max_instances
+        self.capped_by = "max_instances"
+        # Files that cannot be used, with their (size, mtime, inode) when that was found.
+        self._broken: dict[_Key, tuple[StorageError, tuple[int, int, int] | None]] = {}
+
+    def cap(self, max_instances: int, why: str) -> None:
+        """Open at most ``max_instances`` instances (fewer than configured): ``why`` names the limit."""
+        if max_instances < self.max_instances:
+            self.max_instances, self.capped_by = max_instances, why
+
+    @property
+    def index(self) -> WorkIndex | None:
+        """The data dir's work index, once :meth:`open_index` opened it (None without one)."""
+        return self._index
+
+    def path_of(self, agent: str, name: str) -> Path:
+        return instance_db_path(self.data_dir, agent, name)
+
+    def active(self, agent: str, name: str) -> Instance | None:
+        key = (agent, name)
+        return None if key in self._closing else self._open.get(key)
+
+    @property
+    def activating(self) -> int:
+        """Activations in progress (each counts against ``max_instances`` like an open instance)."""
+        return len(self._activating)
+
+    async def get(self, agent: str, name: str) -> Instance:
+        """The instance ``agent``/``name``, opened if needed (once, however many ask at once).
+
+        Raises :class:`CapacityError` when the cap is reached and no open instance is idle.
+        """
+        key = (agent, name)
+        while key in self._closing:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._closing[key])
+        instance = self._open.get(key)
+        if instance is not None:
+            instance.touch()
+            return instance
+        if self._closed:
+            raise RuntimeError("the server is shutting down")
+        task = self._activating.get(key)
+        if task is None:
+            self._check_broken(key)
+            evicted = self._reserve()
+            task = asyncio.create_task(self._activate(agent, name, evicted))
+            self._activating[key] = task
+        self._waiters[key] = self._waiters.get(key, 0) + 1
+        try:
+            return await asyncio.shield(task)
+        finally:
+            left = self._waiters[key] - 1
+            if left:
+                self._waiters[key] = left
+            else:
+                del self._waiters[key]
+
+    async def open_index(self) -> list[tuple[str, str]]:
+        """Open the data dir's work index: the instances it lists (work a crash or a stop left open).
+
+        A damaged index is set aside and a new one started; one that cannot be opened at all
+        (a full or read-only disk) leaves the server without it. Either way the server starts,
+        and instances with unfinished work resume when they are next opened.
+        """
+        index = await self._open_index()
+        if index is not None:
+            try:
+                marked = await index.marked()
+            except StorageError as exc:
+                await index.close()
+                index = await self._replace_index(exc)
+                marked = []
+        else:
+            marked = []
+        self._index = index
+        return marked
+
+    async def _open_index(self) -> WorkIndex | None:
+        try:
+            return await WorkIndex.open(self.data_dir)
+        except StorageError as exc:
+            if exc.problem.transient:
+                log.error("cannot open the work index, serving without it (instances with unfinished work resume "
+                          "when they are next opened; their work is not recorded for the next start): %s", exc)
+                return None
+            return await self._replace_index(exc)
+
+    async def _replace_index(self, exc: StorageError) -> WorkIndex | None:
+        aside = WorkIndex.set_aside(self.data_dir)
+        log.error("the work index is damaged (%s); it was moved to %s and a new one started. Instances with "
+                  "unfinished work it listed resume when they are next opened", exc, aside.name)
+        try:
+            return await WorkIndex.open(self.data_dir)
+        except StorageError as again:
+            log.error("cannot start a new work index, serving without it: %s", again)
+            return None
+
+    async def _on_work(self, agent: str, name: str, opened: bool) -> None:
+        """The harness says an instance got open work (before writing it), or has none left."""
+        index = self._index
+        if index is None:
+            return
+        if opened:
+            await index.mark(agent, name, int(time.time() * 1000))
+        else:
+            await index.unmark(agent, name)
+
+    def _check_broken(self, key: _Key) -> None:
+        """Raise the error of a file found unusable, unless the file changed since."""
+        known = self._broken.get(key)
+        if known is None:
+            return
+        error, signature = known
+        if _signature(self.path_of(*key)) != signature:
+            del self._broken[key]  # replaced or repaired: try it again
+            return
+        raise StorageError(str(error), error.problem)
+
+    def _activation_failed(self, key: _Key, exc: BaseException) -> StorageError | None:
+        """Log why an instance could not be opened, once per unusable file; the error for its clients."""
+        problem = problem_of(exc)
+        if problem is None:
+            log.exception("cannot open %s/%s", *key)
+            return None
+        error = exc if isinstance(exc, StorageError) else StorageError(f"cannot open {key[0]}/{key[1]}: {exc}",
+                                                                        problem)
+        if problem.transient:
+            log.warning("cannot open %s/%s: %s", key[0], key[1], error)
+        else:
+            self._broken[key] = (error, _signature(self.path_of(*key)))
+            log.error("cannot open %s/%s, and will not try again until its file changes: %s", key[0], key[1], error)
+        return error
+
+    def _evictable(self, key: _Key, instance: Instance) -> bool:
+        return instance.idle and key not in self._closing and key not in self._waiters
+
+    def _reclaimable(self, key: _Key, instance: Instance) -> bool:
+        return instance.reclaimable and key not in self._closing and key not in self._waiters
+
+    def _reserve(self) -> list[asyncio.Task[None]]:
+        """Take a place for one more instance, synchronously: close the least recently used idle
+        instances if the cap is reached (their closes are returned, to be awaited before opening);
+        refuse if not enough of them are idle."""
+        over = len(self._open) + len(self._activating) + 1 - self.max_instances
+        if over <= 0:
+            return []
+        # The idle ones first, then those only followers watch (they come back), each least recently used first.
+        idle = heapq.nsmallest(over, (a for k, a in self._open.items() if self._reclaimable(k, a)),
+                               key=lambda a: (not a.idle, a.last_used))
+        if len(idle) < over:
+            raise CapacityError(
+                f"this server has {len(self._open) + len(self._activating)} agent instances open or opening, "
+                f"the most {self.capped_by} allows, and all are busy; try again later"
+            )
+        return [self._start_close((a.agent_name, a.name), a, keep_place=False) for a in idle]
+
+    def _start_close(self, key: _Key, instance: Instance, *, keep_place: bool) -> asyncio.Task[None]:
+        if not keep_place:
+            del self._open[key]
+        task = asyncio.create_task(self._close_then_release(key, instance))
+        self._closing[key] = task
+        return task
+
+    async def _close_then_release(self, key: _Key, instance: Instance) -> None:
+        try:
+            await self._close_instance(instance)
+        except Exception:
+            log.exception("closing %s/%s failed", instance.agent_name, instance.name)
+        finally:
+            del self._closing[key]
+            if self._open.get(key) is instance:
+                del self._open[key]
+
+    async def _activate(self, agent: str, name: str, evicted: list[asyncio.Task[None]]) -> Instance:
+        key = (agent, name)
+        try:
+            # This task's context is copied into the session worker it starts: its logs name the instance.
+            current_agent.set(agent)
+            current_instance.set(name)
+            if evicted:
+                # Their places are ours: at no point are more files open than the cap.
+                await asyncio.gather(*(asyncio.shield(t) for t in evicted))
+            try:
+                instance = await Instance.open(self.path_of(agent, name), self.agents[agent], self._models[agent],
+                                            self._clock, stream_grace_ms=self._stream_grace_ms,
+                                            policy=self._policy, on_work=functools.partial(self._on_work, agent, name),
+                                            budget=self.history_budget, key=key)
+                instance.models = self.model_cache
+                instance.host = self.host
+            except (StorageError, sqlite3.Error, OSError) as exc:
+                error = self._activation_failed(key, exc)
+                if error is None or error is exc:
+                    raise
+                raise error from exc
+            try:
+                for hook in list(self.on_open):
+                    hook(instance)
+                await instance.recover()  # after the hooks: what resumes reaches the host's listeners
+            except BaseException:
+                await instance.close()
+                self._notify_closed(instance)
+                raise
+            self._open[key] = instance
+            self._ensure_sweeper()
+            return instance
+        finally:
+            # In the same synchronous step as the insert above: the place is never counted twice.
+            del self._activating[key]
+
+    async def _close_instance(self, instance: Instance) -> None:
+        # The index heard when its work ended (or it still has some: then it stays listed).
+        try:
+            await instance.close()
+        finally:
+            self._notify_closed(instance)
+
+    def _notify_closed(self, instance: Instance) -> None:
+        for hook in list(self.on_closed):
+            try:
+                hook(instance)
+            except Exception:
+                log.exception("on_closed hook failed for %s/%s", instance.agent_name, instance.name)
+
+    def _ensure_sweeper(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep_loop())
+
+    async def _sweep_loop(self) -> None:
+        hibernate = self._hibernate_after_s
+        interval = max(0.05, min(30.0, self._idle_timeout_s / 2, hibernate / 2 if hibernate > 0 else 30.0))
+        while self._open and not self._closed:
+            await asyncio.sleep(interval)
+            await self.close_idle(time.monotonic() - self._idle_timeout_s)
+            if hibernate > 0:
+                try:
+                    await self.hibernate_idle(time.monotonic() - hibernate)
+                except Exception:  # housekeeping: the sweep that closes idle instances goes on
+                    log.exception("hibernating idle instances failed")
+
+    async def hibernate_idle(self, unused_since: float) -> int:
+        """Let instances idle and unused since ``unused_since`` (monotonic seconds) close their
+        files and drop their transcripts; they stay open. How many did."""
+        slept = 0
+        for key, instance in list(self._open.items()):
+            if (self._evictable(key, instance) and instance.last_used <= unused_since
+                    and not instance.db.asleep and await instance.hibernate()):
+                slept += 1
+        if slept:
+            trim_heap()
+        return slept
+
+    async def close_idle(self, unused_since: float) -> int:
+        """Close instances idle and unused since ``unused_since`` (monotonic seconds)."""
+        closes = [self._start_close(key, instance, keep_place=True) for key, instance in list(self._open.items())
+                  if self._evictable(key, instance) and instance.last_used <= unused_since]
+        if closes:
+            await asyncio.gather(*(asyncio.shield(t) for t in closes))
+        return len(closes)
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def hibernating(self) -> int:
+        """Open instances whose file is closed until their next use."""
+        return sum(1 for instance in self._open.values() if instance.db.asleep)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for task in list(self._activating.values()):
+            with contextlib.suppress(Exception):
+                await task
+        for closing in list(self._closing.values()):
+            with contextlib.suppress(Exception):
+                await closing
+        instances, self._open = list(self._open.values()), {}
+        for instance in instances:
+            try:
+                await self._close_instance(instance)
+            except Exception:
+                log.exception("closing %s/%s failed", instance.agent_name, instance.name)
+        if self._index is not None:
+            index, self._index = self._index, None
+            await index.close()
+        await self.model_cache.aclose()
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+

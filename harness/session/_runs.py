@@ -1,0 +1,422 @@
+"""How each kind of operation runs: input, regeneration, an answer, a continuation, a recovery.
+
+A part of :class:`~harness._session.Session` kept in a module of its own (the
+session is the class that mixes it in): the worker calls :meth:`_run` for the
+operation it takes from the queue, and the methods here build its turn and settle it
+(telling waiters, listeners and ``on_turn_end``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+
+from protocol import UIMessage, message_text, parse_message
+from storage import CompactionRow, Database, OperationRow, Tx
+
+from .._answers import (
+    WAITING_STATES,
+    Answer,
+    AnswerRefused,
+    apply_answer,
+    awaiting_calls,
+    check_answer,
+    last_step_answered,
+    moved_on,
+)
+from .._clock import Clock
+from .._events import HarnessEvent, MessagePersisted, MessageUpdated, OperationSettled, RunStarted
+from .._input import InputPolicy
+from .._json import dumps, storable
+from .._logcontext import current_operation
+from .._model import Model
+from .._outcomes import INTERNAL_ERROR, OperationResult, describe_reason, result_of, storage_failure
+from .._tools import Tool
+from .._tracing import recording, set_outcome, span, traces_content
+from ..agent import Agent, HookError
+from ..memory import History, parse_text
+from ..toolsets import McpConnections, Workspace, workspace_tools
+from ..turn import CONTINUING, Outcome, Recovered, Turn, TurnHooks, TurnPlan, calls_introduced
+from ._models import ModelCache
+from ._pending import Pending
+from ._session_busy import MERGED
+from ._unwritten import UnwrittenEnds
+
+__all__ = ["OperationRuns"]
+
+log = logging.getLogger("think_server.session")
+
+
+class OperationRuns:
+    """The runs of a session's operations; the state they share is the session's."""
+
+    # Set by Session.__init__.
+    instance_key: tuple[str, str]
+    models: ModelCache
+    db: Database
+    clock: Clock
+    id: str
+    agent: Agent
+    model: Model
+    _turn: Turn | None
+    _running_id: str | None
+    _streaming_id: str | None
+    _recovered: dict[str, Recovered]
+    _abort_requested: set[str]
+    _client_tools: list[dict[str, Any]]
+    _waiters: dict[str, list[asyncio.Future[OperationResult]]]
+    _hook_tasks: set[asyncio.Task[None]]
+    _unwritten: UnwrittenEnds
+    _pending: Pending
+    workspace: Workspace
+    policy: InputPolicy
+    host: Any
+    _mcp_tools: dict[str, Tool]
+    _own_tools: dict[str, Tool] | None
+    last_terminal: dict[str, Any] | None
+
+    if TYPE_CHECKING:  # the session's, used here
+        @property
+        def _hist(self) -> History: ...
+        async def _messages(self) -> list[UIMessage]: ...
+        async def history(self) -> History: ...
+        async def compactions(self) -> list[CompactionRow]: ...
+        def model_view(self, messages: Sequence[UIMessage], ids: Sequence[str]) -> Sequence[UIMessage]: ...
+        async def compact_for_overflow(self) -> bool: ...
+        def _memory_tools(self) -> dict[str, Tool]: ...
+        async def system_for_model(self, system: str | None) -> str | None: ...
+        def publish(self, event: HarnessEvent) -> None: ...
+        def on_message_persisted(self, msg: UIMessage, parent_id: str | None) -> UIMessage: ...
+        def steer_waiting(self) -> bool: ...
+        async def _carried_messages(self, op_id: str) -> list[tuple[str, list[UIMessage]]]: ...
+        def _settle_carried(self, op_id: str, carried: list[tuple[str, list[UIMessage]]]) -> None: ...
+
+    async def _run(self, op_id: str) -> None:
+        written = self._pending.written(op_id)
+        row: OperationRow | None = None
+        if written is not None:  # queued by this process: pending, as written
+            kind, input_json = written
+        else:
+            row = await self.db.read.operation(op_id)
+            if row is None or row.status not in ("pending", "running"):
+                return
+            kind, input_json = row.kind, row.input_json
+        await self._refresh_mcp_tools()
+        await self.history()  # held until the operation is done: drop_history() refuses while it runs
+        await self.compactions()  # what the model is shown in place of older messages
+        payload = json.loads(input_json)
+        recovered = self._recovered.pop(op_id, None)
+        if recovered is not None and row is not None:  # left by a dead process: never one written here
+            await self._resume(row, recovered)
+        elif kind in ("tool_result", "approval"):
+            await self._run_answer(op_id, Answer.from_json(payload["answer"]), bool(payload.get("autoContinue")))
+        elif kind == "continue":
+            await self._run_continue(op_id)
+        else:
+            new_messages = [parse_message(m) for m in payload.get("messages", [])]
+            await self._run_input(op_id, new_messages, payload.get("regenerate_from"))
+
+    async def _run_input(self, op_id: str, new_messages: list[UIMessage], regenerate_from: str | None) -> None:
+        ids = self._hist.ids
+        if regenerate_from is not None and regenerate_from in ids:
+            # A new branch under the message answered again: the old answer leaves the
+            # active path once the new one is persisted, and the model never sees it.
+            base_len = ids.index(regenerate_from) + 1
+        else:
+            base_len = len(ids)
+        message_id = self.clock.new_id()
+        now = self.clock.now_ms()
+        parent = ids[base_len - 1] if base_len else None
+        # Older inputs merged into this turn (when_busy merge or debounce): their messages first,
+        # and their ends written with this start, so a crash cannot run them twice.
+        merged = await self._carried_messages(op_id)
+        new_messages = [m for _, msgs in merged for m in msgs] + new_messages
+        stored = [storable(m, self.policy.max_row_bytes) for m in new_messages]
+        if new_messages:
+            takes_turn = True
+        elif regenerate_from is None:
+            # Nothing new, but the answer stopped at tool calls that now have results (a client
+            # that does not auto-continue sends this): the model answers them, in a new message.
+            last = self._hist.last()
+            takes_turn = last is not None and last.role == "assistant" and last_step_answered(last)
+        else:
+            takes_turn = parent is not None
+        # A turn starts: calls still waiting for the user end now, with the turn's start (the
+        # regenerated answer's too: a branch switched back to must not offer them again).
+        ended = await self._end_waiting_calls(op_id) if takes_turn else []
+        async with self.db.transaction() as tx:
+            for _, msg, text in ended:
+                await tx.update_message(self.id, msg.id, text, now)
+            for m, text in stored:
+                await tx.insert_message(self.id, m.id, parent, m.role, text, op_id, now)
+                parent = m.id
+            for older, _ in merged:
+                await self.write_settlement(tx, older, MERGED)
+            await tx.start_operation(op_id, message_id, now)
+        self._settle_carried(op_id, merged)
+        self._tell_ended(ended, told_below=base_len)
+        new_messages = [m for m, _ in stored]
+        self._streaming_id = message_id
+        if new_messages:
+            self._hist.extend(base_len, new_messages)  # base is a prefix of the active path
+        self.publish(RunStarted(op_id, message_id, continuation=False))
+        carried = [m.id for m in new_messages]
+        if not takes_turn:
+            await self._settle_without_turn(op_id, carried)
+            return
+        named = tuple(carried) or ((parent,) if regenerate_from is not None and parent else ())
+        plan = TurnPlan(op_id, message_id, parent, self._hist.context(base_len + len(new_messages)), named)
+        turn = self._turn_for(plan)
+        outcome = await turn.run()
+        self._finish(op_id, outcome, turn.message_ids)
+
+    async def _end_waiting_calls(self, op_id: str) -> list[tuple[int, UIMessage, str]]:
+        """The messages (index on the path, the copy to store, its text) whose calls still wait for
+        the user (an approval, a client tool's result), with those calls ended as moved on
+        (:func:`~harness._answers.moved_on`). Only the end of the path is looked at: a new turn
+        ends them each time, so none waits further back."""
+        found = self._hist.texts_holding([f'"{state}"' for state in WAITING_STATES])
+        if not found:
+            return []
+        try:
+            tools = await self.server_tools(op_id)
+        except HookError:  # the agent's tools function failed (logged); the turn will say so
+            tools = self._tools()
+        out = []
+        for index, text in found:
+            message = parse_text(text)
+            ended = moved_on(message, tools) if message.role == "assistant" else None
+            if ended is not None:
+                ended, content = storable(ended, self.policy.max_row_bytes)
+                out.append((index, ended, content))
+        return out
+
+    def _tell_ended(self, ended: list[tuple[int, UIMessage, str]], told_below: int | None = None) -> None:
+        """The messages :meth:`_end_waiting_calls` changed, now committed: on the path and told
+        (every tab sees the call ended, the one whose new message ended it too), those before
+        ``told_below`` only: one a regeneration leaves behind is on no tab's list any more."""
+        for index, message, _ in ended:
+            self._hist.replace(index, message)
+            if told_below is None or index < told_below:
+                self.publish(MessagePersisted(message))
+                self.publish(MessageUpdated(message))
+
+    def hooks(self, operation_id: str = "") -> TurnHooks:
+        """The agent's hooks, called for this session (and ``operation_id``)."""
+        agent_name, instance = self.instance_key
+        return TurnHooks(self.agent, agent_name=agent_name, instance=instance, session=self.id,
+                         operation=operation_id, resolve_model=self.resolve_model)
+
+    def resolve_model(self, spec: str) -> Model:
+        return self.models.get(spec)
+
+    async def server_tools(self, operation_id: str = "") -> dict[str, Tool]:
+        """The agent's tools (asked of its ``tools`` function, where it has one), its memory's, its
+        workspace's and its MCP servers'."""
+        return {**self._builtin_tools(), **await self.agent.tools_for(self.hooks(operation_id).context())}
+
+    async def _refresh_mcp_tools(self) -> None:
+        """The MCP servers' tools as they are now (listed once a connection opens; a server that is
+        down keeps the tools it had, which then fail with the reason)."""
+        connections = getattr(self.host, "mcp", None)
+        if self.agent.mcp and isinstance(connections, McpConnections):
+            self._mcp_tools = await connections.tools(self.agent.mcp)
+
+    def _turn_for(self, plan: TurnPlan) -> Turn:
+        agent = self.agent
+        # A system or tools function is asked by the turn itself, where its failure ends the turn.
+        system = None if callable(agent.system) else agent.system
+        turn = Turn(self, plan, model=self.model, system=system, tools=self._tools(),
+                    max_steps=agent.max_steps, recovery=agent.recovery)
+        self._turn = turn
+        # The turn has its context as text and parses it for each model call: parsed messages,
+        # six times the text, are not kept for as long as it runs.
+        self._hist.release()
+        if plan.operation_id in self._abort_requested:
+            turn.abort()
+        return turn
+
+    async def _resume(self, row: OperationRow, recovered: Recovered) -> None:
+        """Continue an operation a dead process left running, in the same assistant message."""
+        if recovered.next_attempt_at is not None:
+            delay = (recovered.next_attempt_at - self.clock.now_ms()) / 1000
+            if delay > 0:
+                await asyncio.sleep(delay)
+        payload = json.loads(row.input_json)
+        carried = tuple(m["id"] for m in payload.get("messages", []))
+        partial = recovered.message
+        if recovered.updated_outside and partial is not None:
+            self.publish(MessageUpdated(partial))
+        try:
+            go_on, reason = await self.hooks(row.id).recovering(recovered.attempts, partial,
+                                                                message_text(partial) if partial else ""), "abandoned"
+        except HookError as exc:
+            go_on, reason = False, str(exc)
+        if not go_on:  # what the crash left stays as it was sealed; the operation ends unanswered
+            text = message_text(partial) if partial else ""
+            await self._settle_without_turn(row.id, list(carried), Outcome("error", "unanswered", reason, text))
+            return
+        message_id = row.target_message_id or self.clock.new_id()
+        ids = self._hist.ids
+        if message_id in ids:
+            context = self._hist.context(ids.index(message_id))
+        elif recovered.parent_id in ids:
+            context = self._hist.context(ids.index(recovered.parent_id) + 1)
+        else:
+            context = self._hist.context()
+        continuation = row.kind in CONTINUING
+        self._streaming_id = message_id
+        self.publish(RunStarted(row.id, message_id, continuation=continuation, prior=tuple(recovered.bodies),
+                                recovering=True))
+        plan = TurnPlan(row.id, message_id, recovered.parent_id, context, carried, continuation,
+                        existing=recovered.message, first_seq=len(recovered.bodies), rerun=tuple(recovered.rerun),
+                        introduced=calls_introduced(recovered.bodies) if continuation else frozenset())
+        turn = self._turn_for(plan)
+        outcome = await turn.run()
+        self._finish(row.id, outcome, turn.message_ids)
+
+    async def _run_answer(self, op_id: str, answer: Answer, auto_continue: bool) -> None:
+        try:
+            index = check_answer(await self._messages(), answer, await self.server_tools(op_id))
+        except AnswerRefused as exc:
+            await self._settle_without_turn(op_id, [], Outcome("error", "unanswered", exc.reason))
+            return
+        message = (await self._messages())[index]
+        if answer.kind == "approval" and recording():  # the read is for the span alone
+            asked = await self.db.read.approval_asked_at(self.id, message.id)
+            with span("think.approval_wait", {"gen_ai.tool.call.id": answer.tool_call_id,
+                                              "think.approved": answer.approved},
+                      start_time=asked * 1_000_000 if asked is not None else None):
+                pass  # from the turn that asked to this answer: a span of the wait, ended now
+        updated = apply_answer(message, answer)
+        updated, text = storable(updated, self.policy.max_row_bytes)
+        now = self.clock.now_ms()
+        async with self.db.transaction() as tx:
+            await tx.update_message(self.id, updated.id, text, now)
+            await tx.start_operation(op_id, updated.id, now)
+        self._hist.replace(index, updated)
+        self.publish(MessagePersisted(updated))
+        self.publish(MessageUpdated(updated))
+        last = index == len(self._hist) - 1
+        waiting = bool(awaiting_calls(updated))
+        # The intent to continue is durable: a sibling answered later without autoContinue
+        # (an error result, say) still continues a turn an earlier answer asked to continue.
+        wants = auto_continue or (last and not waiting
+                                  and await self.db.read.has_deferred_continuation(self.id, updated.id))
+        if not wants or not last or waiting:
+            deferred = auto_continue and last and waiting
+            await self._settle_without_turn(
+                op_id, [], Outcome("completed", "done", "continue_deferred" if deferred else None))
+            return
+        async with self.db.transaction() as tx:
+            await tx.consume_deferred_continuations(self.id, updated.id)
+        self.publish(RunStarted(op_id, updated.id, continuation=True))
+        plan = TurnPlan(op_id, updated.id, self._hist.parent_of(updated.id), self._hist.context(index),
+                        continuation=True, existing=updated)
+        turn = self._turn_for(plan)
+        outcome = await turn.run()
+        self._finish(op_id, outcome, ())
+
+    async def _run_continue(self, op_id: str) -> None:
+        last = self._hist.last()
+        if last is None or last.role != "assistant":
+            await self._settle_without_turn(op_id, [], Outcome("completed", "unanswered", "nothing_to_continue"))
+            return
+        # The model is called again without the answers it waits for: those calls end first.
+        ended = await self._end_waiting_calls(op_id)
+        now = self.clock.now_ms()
+        async with self.db.transaction() as tx:
+            for _, msg, text in ended:
+                await tx.update_message(self.id, msg.id, text, now)
+            await tx.start_operation(op_id, last.id, now)
+        self._tell_ended(ended)
+        last = self._hist.last() or last
+        self._streaming_id = last.id
+        self.publish(RunStarted(op_id, last.id, continuation=True))
+        plan = TurnPlan(op_id, last.id, self._hist.parent_of(last.id), self._hist.context(len(self._hist) - 1),
+                        continuation=True, existing=last)
+        turn = self._turn_for(plan)
+        outcome = await turn.run()
+        self._finish(op_id, outcome, ())
+
+    # -- ends -------------------------------------------------------------------------------
+
+    async def _settle_without_turn(self, op_id: str, message_ids: list[str], outcome: Outcome | None = None) -> None:
+        outcome = outcome or Outcome("completed", "done", None, "")
+        async with self.db.transaction() as tx:
+            await self.write_settlement(tx, op_id, outcome)
+        self._finish(op_id, outcome, tuple(message_ids))
+
+    async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome) -> None:
+        now = self.clock.now_ms()
+        await tx.settle_operation(operation_id, outcome.status, outcome.outcome, outcome.reason, outcome.text, now)
+        if outcome.status == "error":
+            terminal = {"operationId": operation_id, "body": describe_reason(outcome.reason)}
+            await tx.set_last_terminal(self.id, dumps(terminal), now)
+            self.last_terminal = terminal
+
+    async def _fail(self, op_id: str, exc: Exception) -> None:
+        """Settle an operation whose run broke outside the turn: no client may wait for it forever."""
+        outcome = Outcome("error", "unanswered", storage_failure(exc) or INTERNAL_ERROR)
+        try:
+            async with self.db.transaction() as tx:
+                await self.write_settlement(tx, op_id, outcome)
+        except Exception as again:
+            self._end_unsettled(op_id, outcome, again)
+            return
+        self._finish(op_id, outcome, ())
+
+    def _end_unsettled(self, op_id: str, outcome: Outcome, cause: BaseException | None,
+                       message_ids: Sequence[str] = ()) -> None:
+        """End an operation whose end could not be written: clients are told now, the file later."""
+        if outcome.reason == INTERNAL_ERROR and cause is not None:
+            outcome = Outcome(outcome.status, outcome.outcome, storage_failure(cause) or INTERNAL_ERROR, outcome.text)
+        log.warning("operation %s ended (%s) but its end could not be written: %s", op_id,
+                    outcome.reason or outcome.status, cause)
+        self._unwritten.add(op_id, outcome)
+        if outcome.status == "error":
+            self.last_terminal = {"operationId": op_id, "body": describe_reason(outcome.reason)}
+        self._finish(op_id, outcome, message_ids)
+
+    def _finish(self, op_id: str, outcome: Outcome, message_ids: Sequence[str]) -> None:
+        if op_id == current_operation.get():  # inside its own think.turn span
+            set_outcome(trace.get_current_span(), outcome.status, outcome.outcome, outcome.reason,
+                        outcome.text if traces_content() else None)
+        self.publish(OperationSettled(op_id, outcome.status, outcome.outcome, outcome.reason, tuple(message_ids)))
+        result = result_of(outcome.outcome, outcome.text, outcome.reason)
+        for fut in self._waiters.pop(op_id, []):
+            if not fut.done():
+                fut.set_result(result)
+        if self.agent.on_turn_end is not None:
+            # Beside the queue, not in it: the next turn does not wait for user code about the last one.
+            task = asyncio.get_running_loop().create_task(self.hooks(op_id).turn_ended(
+                outcome.status, outcome.outcome, outcome.reason, outcome.text, message_ids))
+            self._hook_tasks.add(task)
+            task.add_done_callback(self._hook_tasks.discard)
+
+    def _builtin_tools(self) -> dict[str, Tool]:
+        """The tools the harness gives the agent: its memory's and its workspace's (made once: they
+        depend on the agent's settings only), and its MCP servers' (as of the last operation)."""
+        if self._own_tools is None:
+            config = self.agent.workspace
+            workspace = workspace_tools(config, self.workspace) if config is not None and config.tools else []
+            self._own_tools = {**self._memory_tools(), **{t.name: t for t in workspace}}
+        return {**self._own_tools, **self._mcp_tools}
+
+    def _tools(self) -> dict[str, Tool]:
+        tools = {**self._builtin_tools(), **({} if callable(self.agent.tools) else self.agent.tool_map())}
+        for spec in self._client_tools:
+            name = spec.get("name")
+            if isinstance(name, str) and name and name not in tools:  # never replaces a server tool
+                params = spec.get("parameters") or {"type": "object"}
+                try:
+                    tools[name] = Tool(name=name, description=str(spec.get("description") or ""), parameters=params)
+                except ValueError:
+                    log.warning("session %r: ignoring client tool with an unusable name %r", self.id, name)
+        return tools
+

@@ -1,0 +1,185 @@
+"""Group commit of an operation's UI chunks.
+
+Chunks are buffered as the model streams them. Whenever no commit is in
+flight, everything buffered since the last commit goes into one transaction
+(one segment row of the current model call's stream), and only once it has
+committed are the chunks handed to the listeners. So a chunk reaches a client
+only after a crash can no longer take it back, and a fast model produces few,
+large transactions while a slow one gets each chunk out at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from storage import Database, Tx
+
+from .._clock import Clock
+from .._events import ChunksCommitted, HarnessEvent, StreamStarted
+
+__all__ = ["ChunkLog"]
+
+# Past this many buffered chunks the producer waits for the commit in flight:
+# memory stays bounded and the loop gets a turn between batches.
+MAX_BUFFERED = 512
+
+
+@dataclass(slots=True)
+class _Stream:
+    id: str
+    message_id: str
+    continuation: bool
+    first_seq: int
+    inserted: bool = False
+    inserting: bool = False  # its row is written by the transaction in progress
+
+
+class ChunkLog:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        *,
+        session_id: str,
+        operation_id: str,
+        publish: Callable[[HarnessEvent], None],
+        first_seq: int = 0,
+    ) -> None:
+        self._db = db
+        self._clock = clock
+        self._session_id = session_id
+        self._operation_id = operation_id
+        self._publish = publish
+        self._pending: list[str] = []
+        self._held: list[str] = []  # for the next commit() only
+        self._in_flight = 0  # buffered chunks the transaction in progress is writing
+        self._next_seq = first_seq  # seq of the first pending chunk; a resumed operation continues its count
+        self._stream: _Stream | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._committers = 0  # commit() calls in progress: they take the buffer themselves
+        # One commit() at a time: a batch is chosen, and its seq counted, only once the commit
+        # before it is done (parallel tool calls commit their results concurrently).
+        self._commit_lock = asyncio.Lock()
+        self._started = False
+        # Why the last background flush failed (a full disk, say): no new flush starts until a
+        # commit() tries again, and backpressure() raises it, so the turn stops at its next event.
+        self._failure: Exception | None = None
+
+    @property
+    def stream_id(self) -> str | None:
+        """The current model call's stream row."""
+        return None if self._stream is None else self._stream.id
+
+    def open_stream(self, message_id: str, continuation: bool) -> None:
+        """Start the stream of the next model call; its row is written with its first batch."""
+        if self._pending or self._held:
+            raise RuntimeError("open_stream() with chunks of the previous model call not committed")
+        self._stream = _Stream(
+            self._clock.new_id(), message_id, continuation, first_seq=self._next_seq
+        )
+
+    def add(self, body: str, *, hold: bool = False, lazy: bool = False) -> None:
+        """Buffer one chunk (its JSON text); it goes out with the next commit.
+
+        ``hold`` keeps it for the caller's next :meth:`commit`, so it lands in
+        the same transaction as that commit's writes (the ``finish`` chunk and
+        the settlement, say). ``lazy`` starts no commit for it: it goes with the
+        next chunk that does (a model call's ``start-step`` waits for the model's
+        first event, rather than be a transaction of its own).
+        """
+        if hold or self._held:
+            self._held.append(body)  # order is kept: nothing overtakes a held chunk
+            return
+        self._pending.append(body)
+        if lazy:
+            return
+        if self._committers == 0 and self._failure is None and (self._flusher is None or self._flusher.done()):
+            self._flusher = asyncio.create_task(self._flush_loop())
+
+    async def backpressure(self) -> None:
+        """Wait while too much is buffered; raise why the background flush failed, if it did."""
+        if len(self._pending) - self._in_flight >= MAX_BUFFERED and self._flusher is not None:
+            await asyncio.shield(self._flusher)
+        if self._failure is not None:
+            raise self._failure
+
+    async def commit(self, extra: Callable[[Tx], Awaitable[None]] | None = None) -> None:
+        """Commit every buffered chunk together with ``extra``'s writes, in one transaction.
+
+        If the transaction does not commit (an error, a cancel), nothing is lost:
+        the chunks stay buffered for the next commit.
+        """
+        self._committers += 1
+        try:
+            async with self._commit_lock:
+                await self._drain()  # the flusher stops after the transaction it is in
+                await self._commit_batch(with_held=True, extra=extra)
+        finally:
+            self._committers -= 1
+            if (self._pending and self._committers == 0 and self._failure is None
+                    and (self._flusher is None or self._flusher.done())):
+                self._flusher = asyncio.create_task(self._flush_loop())
+
+    async def _drain(self) -> None:
+        """Wait for the background flush to stop; what it failed to write, the caller's commit tries again."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+        self._failure = None
+
+    async def _flush_loop(self) -> None:
+        try:
+            while self._pending and self._committers == 0:
+                await self._commit_batch(with_held=False)
+        except Exception as exc:
+            # Kept for the turn (backpressure, its next commit), not left for the loop to log
+            # as never retrieved, once per chunk, while the disk stays full.
+            self._failure = exc
+
+    async def _commit_batch(self, *, with_held: bool, extra: Callable[[Tx], Awaitable[None]] | None = None) -> None:
+        # The buffer is only taken once the transaction has committed.
+        n_pending = len(self._pending)
+        n_held = len(self._held) if with_held else 0
+        batch = self._pending[:n_pending] + self._held[:n_held]
+        if batch and self._stream is None:
+            raise RuntimeError("chunks added before open_stream()")
+        s = self._stream
+        first_seq = self._next_seq
+        self._in_flight = n_pending
+        try:
+            async with self._db.transaction() as tx:
+                if batch and s is not None:
+                    now = self._clock.now_ms()
+                    if not s.inserted:
+                        s.inserting = True
+                        await tx.insert_stream(
+                            s.id, self._session_id, self._operation_id, self._operation_id, s.message_id,
+                            s.continuation, s.first_seq, now,
+                        )
+                    await tx.append_chunks(s.id, batch, now)
+                if extra is not None:
+                    await extra(tx)
+        finally:
+            self._in_flight = 0
+            if s is not None:
+                s.inserting = False
+        if s is not None and batch:
+            s.inserted = True
+        del self._pending[:n_pending]
+        del self._held[:n_held]
+        self._next_seq += len(batch)
+        self._announce(batch, first_seq)
+
+    def _announce(self, batch: list[str], first_seq: int) -> None:
+        if not batch:
+            return
+        if not self._started:
+            self._started = True
+            self._publish(StreamStarted(self._operation_id))
+        self._publish(ChunksCommitted(self._operation_id, first_seq, batch))
+
+    async def finish_stream(self, tx: Tx, status: str) -> None:
+        """Mark the current model call's stream finished (inside ``commit``'s transaction)."""
+        if self._stream is not None and (self._stream.inserted or self._stream.inserting):
+            await tx.finish_stream(self._stream.id, status, self._clock.now_ms())

@@ -1,0 +1,222 @@
+"""Transcripts in memory and their shared budget (harness/_history.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from harness import (
+    Agent,
+    Finish,
+    HistoryBudget,
+    Instance,
+    Model,
+    ModelEvent,
+    ModelRequest,
+    ScriptedModel,
+    Session,
+    TextDelta,
+    TextEnd,
+    TextStart,
+)
+from harness.memory._history import ParsedOnRead
+from protocol import TextPart, UIMessage, message_text, parse_message
+
+SCRIPT = {"rules": [{"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]}
+
+
+def user(i: int, text: str = "hello") -> object:
+    return parse_message({"id": f"u{i}", "role": "user", "parts": [{"type": "text", "text": text}]})
+
+
+class Fake:
+    def __init__(self, busy: bool = False) -> None:
+        self.busy = busy
+        self.dropped = 0
+
+    def drop_history(self) -> bool:
+        if self.busy:
+            return False
+        self.dropped += 1
+        return True
+
+
+def test_the_least_recently_used_idle_transcripts_are_dropped_past_the_limit() -> None:
+    budget = HistoryBudget(100)
+    a, b, c = Fake(), Fake(busy=True), Fake()
+    budget.used(a, 40)
+    budget.used(b, 40)
+    budget.used(c, 10)
+    assert budget.total == 90 and a.dropped == 0
+    budget.used(c, 50)  # 130 > 100: a (oldest, idle) goes; b is busy and stays
+    assert a.dropped == 1 and b.dropped == 0 and budget.total == 90
+    budget.used(a, 40)  # a reads its transcript back: 130 again, so c (idle) goes, and b (busy) stays
+    assert c.dropped == 1 and b.dropped == 0 and budget.total == 80
+    budget.used(b, 90)
+    assert budget.total == 90 and a.dropped == 2
+    budget.used(b, 150)  # nothing left to drop: the one in use may go over the limit
+    assert budget.total == 150
+    budget.released(b)
+    assert budget.total == 0
+
+
+async def test_a_dropped_transcript_is_read_back_as_it_was(tmp_path: Path) -> None:
+    budget = HistoryBudget(1)  # every idle transcript is dropped as soon as another one is used
+    agent = Agent(model=ScriptedModel(SCRIPT))
+    one = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model, budget=budget)  # type: ignore[arg-type]
+    two = await Instance.open(tmp_path / "two.sqlite3", agent, agent.model, budget=budget)  # type: ignore[arg-type]
+    s1, s2 = await one.session(), await two.session()
+    receipt = await s1.submit([user(1, "first")])  # type: ignore[list-item]
+    await s1.wait(receipt.operation_id)
+    before = await (await s1.history()).json_array()
+    await s2.history()  # s2 used: s1 (idle) lets go of its transcript
+    assert s1.loaded_history is None
+    assert s1.knows("u1") is False, "a dropped transcript's ids are asked of storage instead"
+    again = await s1.submit([user(1, "first"), user(2, "second")])  # type: ignore[list-item]
+    await s1.wait(again.operation_id)
+    texts = [message_text(m) for m in await s1.transcript()]
+    assert texts == ["first", "You said: first", "second", "You said: second"], "u1 dropped, never rewritten"
+    assert (await (await s1.history()).json_array()).startswith(before[:-1])
+    await one.close()
+    await two.close()
+
+
+async def test_at_rest_a_transcript_holds_its_texts_from_the_last_user_message_on(tmp_path: Path) -> None:
+    budget = HistoryBudget(0)
+    agent = Agent(model=ScriptedModel(SCRIPT))
+    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model, budget=budget)  # type: ignore[arg-type]
+    s = await inst.session()
+    for i in range(3):
+        receipt = await s.submit([user(i, f"turn {i}" + "." * 1000)])  # type: ignore[list-item]
+        await s.wait(receipt.operation_id)
+    history = s.loaded_history
+    assert history is not None
+    at_rest = history.weight()
+    assert history._parsed is None, "no parsed messages are kept once the operation is done"
+    held = [t is not None for t in history._texts]
+    assert held == [False] * 4 + [True] * 2, "the older texts are in storage only"
+    assert at_rest < 2 * 1100 + 6 * 200, "the older texts weigh nothing"
+    assert not history.complete
+    # Read back whole, as stored, and in order.
+    rows = await inst.db.read.active_path(s.id)
+    assert await history.json_array() == "[" + ",".join(r.content for r in rows) + "]"
+    assert [message_text(m) for m in await s.transcript()] == [
+        t for i in range(3) for t in (f"turn {i}" + "." * 1000, f"You said: turn {i}" + "." * 1000)]
+    assert history.weight() > at_rest and budget.total == history.weight(), "parsed, it weighs more"
+    history.release()
+    assert history.weight() == at_rest
+    with pytest.raises(RuntimeError, match="transcript"):
+        s.messages()  # the sync view: only what memory holds whole
+    await inst.close()
+
+
+async def test_a_model_that_reads_everything_gets_the_older_messages_from_storage(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+
+    class Whole(Model):  # no reads_from_end: it may read all of the transcript
+        async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+            seen.append([message_text(m) for m in request.messages])
+            yield TextStart("t")
+            yield TextDelta("t", f"seen {len(request.messages)}")
+            yield TextEnd("t")
+            yield Finish()
+
+    agent = Agent(model=Whole())
+    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
+    s = await inst.session()
+    for i in range(3):
+        receipt = await s.submit([user(i, f"turn {i}")])  # type: ignore[list-item]
+        await s.wait(receipt.operation_id)
+    assert seen[-1] == ["turn 0", "seen 1", "turn 1", "seen 3", "turn 2"]
+    await inst.close()
+
+
+def test_parsed_on_read_parses_only_what_is_read() -> None:
+    texts = ["not json: never read, never parsed",
+             '{"id":"u1","role":"user","parts":[{"type":"text","text":"hi"}]}']
+    tail = UIMessage(id="a1", role="assistant", parts=[TextPart(text="Hello")])
+    seq = ParsedOnRead(texts, [tail])
+    assert len(seq) == 3
+    assert seq[-1] is tail and seq[1].id == "u1" and seq[-2] is seq[1], "parsed once, then held"
+    assert [m.id for m in seq[1:]] == ["u1", "a1"]
+    with pytest.raises(IndexError):
+        seq[3]
+    with pytest.raises(ValueError):
+        seq[0]
+
+
+async def test_parsed_on_read_reads_a_text_in_storage_only_once_loaded() -> None:
+    asked: list[list[str]] = []
+
+    async def fetch(ids: list[str]) -> dict[str, str]:
+        asked.append(ids)
+        return {i: json.dumps({"id": i, "role": "user", "parts": [{"type": "text", "text": "old"}]}) for i in ids}
+
+    texts = [None, None, '{"id":"u3","role":"user","parts":[{"type":"text","text":"new"}]}']
+    seq = ParsedOnRead(texts, ids=["u1", "u2", "u3"], fetch=fetch)
+    assert seq[2].id == "u3" and asked == [], "what memory holds is read without storage"
+    with pytest.raises(LookupError, match="load"):
+        seq[0]
+    await seq.load(1)
+    assert asked == [["u2"]] and seq[1].id == "u2"
+    await seq.load()
+    assert asked == [["u2"], ["u1"]] and [m.id for m in seq] == ["u1", "u2", "u3"]
+
+
+async def test_older_messages_whose_ids_hold_a_nul_are_read_back(tmp_path: Path) -> None:
+    agent = Agent(model=ScriptedModel(SCRIPT))
+    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
+    s = await inst.session()
+    odd = parse_message({"id": "odd\x00id", "role": "user", "parts": [{"type": "text", "text": "first"}]})
+    for msg in (odd, user(2, "second")):
+        receipt = await s.submit([msg])
+        await s.wait(receipt.operation_id)
+    history = await s.history()
+    assert not history.complete, "the first turn's texts are in storage only"
+    assert [m["id"] for m in json.loads(await history.json_array())][:1] == ["odd\x00id"]
+    await inst.close()
+
+
+async def _three_turns(tmp_path: Path) -> tuple[Instance, Session]:
+    """An instance whose root session had three turns: "turn i", answered "You said: turn i"."""
+    agent = Agent(model=ScriptedModel(SCRIPT))
+    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
+    s = await inst.session()
+    for i in range(3):
+        receipt = await s.submit([user(i, f"turn {i}")])  # type: ignore[list-item]
+        await s.wait(receipt.operation_id)
+    return inst, s
+
+
+async def test_a_transcript_with_branches_is_read_back_along_its_path(tmp_path: Path) -> None:
+    inst, s = await _three_turns(tmp_path)
+    linear = await (await s.history()).json_array()
+    assert linear == "[" + ",".join(r.content for r in await inst.db.read.active_path(s.id)) + "]"
+    receipt = await s.submit([], regenerate_from="u1")  # a second answer to turn 1; the first stays, off the path
+    await s.wait(receipt.operation_id)
+    history = await s.history()
+    assert not history.complete
+    rows = await inst.db.read.active_path(s.id)
+    assert await history.json_array() == "[" + ",".join(r.content for r in rows) + "]"
+    path = json.loads(await history.json_array())
+    assert [m["id"] for m in path][:3] == ["u0", rows[1].id, "u1"] and len(path) == 4
+    assert path[-1]["parts"][-1]["text"] == "You said: turn 1", "the model read u1 back from storage"
+    await inst.close()
+
+
+async def test_an_older_message_changed_stays_in_storage_and_the_transcript_whole(tmp_path: Path) -> None:
+    inst, s = await _three_turns(tmp_path)
+    history = await s.history()
+    first = parse_message({"id": "u0", "role": "user", "parts": [{"type": "text", "text": "turn 0, edited"}]})
+    async with inst.db.transaction() as tx:  # as an answer to an old tool call writes it, then places it
+        await tx.update_message(s.id, "u0", json.dumps(first.model_dump(mode="json", exclude_unset=True)), 9)
+    history.replace(0, first)
+    assert not history.complete and history._texts[0] is None, "it stays in storage"
+    texts = [message_text(m) for m in await s.transcript()]
+    assert texts[0] == "turn 0, edited" and len(texts) == 6
+    path = json.loads(await history.json_array())
+    assert [m["id"] for m in path] == history.ids and path[0]["parts"][0]["text"] == "turn 0, edited"
+    await inst.close()
