@@ -1,4 +1,24 @@
-"""The engine: agent definitions, sessions and their durable operations, the turn loop, model providers."""
+"""The engine: agent definitions, sessions and their durable operations, the turn loop, model providers.
+
+This module is its one public surface: what it exports is the API; nothing else of the engine is.
+
+Inside, the engine is in rooms, one folder per concern, around a few modules at the top that
+every room uses: ``_answers``, ``_clock``, ``_events``, ``_input``, ``_inputs``, ``_json``,
+``_logcontext``, ``_model``, ``_outcomes``, ``_tools`` and ``_tracing``. The top imports no room.
+A room imports the top and the rooms listed below it here, those only through their
+``__init__`` (what a room offers the others); never a room above it, never another room's
+modules. ``tests/harness/test_imports.py`` reads this list and checks the imports against it::
+
+    host/        the Harness and the handles code drives instances with
+    schedules/   the scheduler, which fires the schedules that are due
+    instances/   agent instances, the registry that opens and closes them, recovery at start
+    session/     a session: its durable queue of operations and how each one runs
+    turn/        the turn loop and the recovery of a turn a crash cut short
+    agent/       what a user writes to define an agent: Agent, hooks, recovery budget, busy strategies
+    toolsets/    the workspace and MCP servers
+    memory/      long conversations: the transcript in memory, compaction, memory blocks
+    providers/   the models, behind the one Model interface
+"""
 
 from storage import SearchHit  # what search() answers: a storage row, shown as it is
 

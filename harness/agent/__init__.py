@@ -1,3 +1,14 @@
+"""What a user writes to define an agent: :class:`Agent`, its hooks, its recovery budget and
+what new input does while it is busy.
+
+``_agent``: the definition; ``_hooks``: the context each hook is called with and how its answer
+is read; ``_recovery_policy``: the budget for recovering interrupted work; ``_busy``: the busy
+strategies (``when_busy``). An agent names its compaction, memory blocks, workspace tools and MCP
+servers, so this room sits above those.
+
+May import: the top and ``toolsets``, ``memory``, ``providers``.
+"""
+
 from __future__ import annotations
 
 from ._agent import Agent

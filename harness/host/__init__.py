@@ -1,3 +1,14 @@
+"""The :class:`Harness`, the one entry point, and the handles code drives its instances with.
+
+``_harness``: the Harness (its agents, the instance registry, start-up recovery, the scheduler);
+``_host``: ``InstanceHost``, what the handles need of the harness (a protocol, so that no handle
+imports it); ``_handles``: handles on sessions; ``_workspace_handle``: on a workspace;
+``_schedules``: on an instance's schedules; ``_subagents``: an agent as a tool, which drives
+another instance through the harness.
+
+May import: the top and every other room. Only ``harness/__init__`` imports it.
+"""
+
 from __future__ import annotations
 
 from ._handles import InFlight, PromptResult, SessionHandle, Sessions, SessionState, WouldDeadlock

@@ -1,3 +1,13 @@
+"""Agent instances: one SQLite file each, with its sessions and workspace, and the registry
+that opens and closes them.
+
+``_instance``: one instance; ``_registry``: opening on first use under a cap, closing idle ones;
+``_sessions``: the sessions of an instance (list, create, fork, rename, delete); ``_startup``:
+reopening at start, in the background, the instances the work index lists.
+
+May import: the top and ``session``, ``turn``, ``agent``, ``toolsets``, ``memory``, ``providers``.
+"""
+
 from __future__ import annotations
 
 from ._instance import ROOT_SESSION, Instance

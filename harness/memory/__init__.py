@@ -1,3 +1,15 @@
+"""Long conversations: what is held of a transcript in memory, what a model is shown of it,
+and what the agent keeps across it.
+
+``_history``: a session's transcript in memory (only its end parsed; the rest as ids, lengths and
+hashes) and the byte budget every transcript shares. ``_compaction``: a summary in place of older
+messages in what a model reads; nothing stored changes. ``_context_blocks``: memory blocks, part
+of the system prompt, and the tools a model writes them with. What a session does with them is
+in ``harness.session``.
+
+May import: the top and ``providers`` (it imports only the top).
+"""
+
 from __future__ import annotations
 
 from ._compaction import (

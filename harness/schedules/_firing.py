@@ -1,6 +1,6 @@
 """Firing due schedules: each run is submitted once, named after its schedule and its due time.
 
-Apart from :mod:`harness._schedules` (making and listing them) so that the scheduler, which
+Apart from :mod:`harness.host._schedules` (making and listing them) so that the scheduler, which
 fires them, and the schedules' API, which tells the scheduler of a change, import one way.
 """
 

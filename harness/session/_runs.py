@@ -1,6 +1,6 @@
 """How each kind of operation runs: input, regeneration, an answer, a continuation, a recovery.
 
-A part of :class:`~harness._session.Session` kept in a module of its own (the
+A part of :class:`~harness.session._session.Session` kept in a module of its own (the
 session is the class that mixes it in): the worker calls :meth:`_run` for the
 operation it takes from the queue, and the methods here build its turn and settle it
 (telling waiters, listeners and ``on_turn_end``).

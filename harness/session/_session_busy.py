@@ -1,4 +1,4 @@
-"""A session's side of the busy strategies (:mod:`harness._busy`): where new input goes in the
+"""A session's side of the busy strategies (:mod:`harness.agent._busy`): where new input goes in the
 queue, what it withdraws or stops, and the queued inputs one turn takes together.
 
 A mixin of :class:`Session`, which owns the queue, the running operation and the file.

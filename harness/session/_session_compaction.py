@@ -1,5 +1,5 @@
 """A session's compactions: made on demand, after an operation past the agent's threshold, and
-once in a turn whose model said its context is full (``harness._compaction`` has the rules).
+once in a turn whose model said its context is full (``harness.memory._compaction`` has the rules).
 
 A mixin of :class:`Session`, which owns what it reads (the history, the agent, the model).
 """

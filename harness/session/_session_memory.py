@@ -1,4 +1,4 @@
-"""A session's memory blocks (``harness._context_blocks``): read, written, shown to the model.
+"""A session's memory blocks (``harness.memory._context_blocks``): read, written, shown to the model.
 
 A mixin of :class:`Session`, which owns what it reads (the database, the agent).
 """

@@ -1,3 +1,15 @@
+"""One turn: model call, server tools in parallel, model again; and its recovery after a crash.
+
+``_turn``: the loop; ``_turn_plan``: what a turn starts from, how it ends, and what it needs of
+its session (``TurnHost``, so that no turn imports the session); ``_turn_tools``: a step's server
+tool calls; ``_turn_hooks``: the turn's calls into the agent's hooks; ``_chunklog``: group commit
+of the UI chunks; ``_event_chunks``: the chunk a model event becomes; ``_toolcall``: what a
+running server tool may know of its call; ``_recovery``: an operation a dead process left
+running, rebuilt from durable state.
+
+May import: the top and ``agent``, ``toolsets``, ``memory``, ``providers``.
+"""
+
 from __future__ import annotations
 
 from ._recovery import Recovered, recover_operation

@@ -1,6 +1,6 @@
 """What a turn starts from, how it ends, and what it needs of its session.
 
-Apart from the turn loop (:mod:`harness._turn`) so that the session, recovery and the loop
+Apart from the turn loop (:mod:`harness.turn._turn`) so that the session, recovery and the loop
 share these without importing one another.
 """
 
@@ -155,7 +155,7 @@ class TurnHost(Protocol):
     clock: Clock
     agent: Agent
     policy: InputPolicy
-    host: Any  # the harness, for tools that drive other instances (harness._toolcall)
+    host: Any  # the harness, for tools that drive other instances (harness.turn._toolcall)
 
     def publish(self, event: HarnessEvent) -> None: ...
 

@@ -1,5 +1,5 @@
 """The server tool calls of a turn's step: run in parallel, each result committed with its
-record, what the hooks say applied. A mixin of :class:`~harness._turn.Turn`, which owns the
+record, what the hooks say applied. A mixin of :class:`~harness.turn._turn.Turn`, which owns the
 state it uses (its session, tools, hooks, the chunk log and the message).
 """
 

@@ -1,4 +1,4 @@
-"""Transcripts in memory and their shared budget (harness/_history.py)."""
+"""Transcripts in memory and their shared budget (harness/memory/_history.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What new input does while a session is busy: each ``when_busy`` strategy (harness._busy)."""
+"""What new input does while a session is busy: each ``when_busy`` strategy (harness.agent._busy)."""
 
 from __future__ import annotations
 

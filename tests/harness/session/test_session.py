@@ -1,4 +1,4 @@
-"""Sessions (harness/_session.py): durable submit, the FIFO worker, wait, abort, reset, regenerate,
+"""Sessions (harness/session/_session.py): durable submit, the FIFO worker, wait, abort, reset, regenerate,
 the rules for client input, and reloading a file. A real Instance on a real SQLite file throughout.
 """
 

@@ -1,4 +1,4 @@
-"""Group commit of UI chunks (harness/_chunklog.py) on a real SQLite file.
+"""Group commit of UI chunks (harness/turn/_chunklog.py) on a real SQLite file.
 
 Chunks are buffered; whenever no commit is in flight everything buffered goes
 into one transaction, and listeners hear of chunks only once that transaction

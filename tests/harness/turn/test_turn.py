@@ -1,4 +1,4 @@
-"""The turn loop (harness/_turn.py), driven through a real Instance on a real SQLite file.
+"""The turn loop (harness/turn/_turn.py), driven through a real Instance on a real SQLite file.
 
 One operation is one assistant message and one wire stream: ``start``, then per
 model call ``start-step`` … ``finish-step`` (tool results as chunks of their
