@@ -1,0 +1,7 @@
+"""``python -m think_server serve ...``: the same command line as ``think-server``."""
+
+import sys
+
+from think_server.app.cli import main
+
+sys.exit(main())
