@@ -13,8 +13,8 @@ import contextlib
 import enum
 from collections.abc import Callable
 
-from harness import Harness, HarnessEvent, Instance, McpConnections, McpUnavailable, Session
-from protocol import Identity, McpServers, dump_frame
+from think_server.harness import Harness, HarnessEvent, Instance, McpConnections, McpUnavailable, Session
+from think_server.protocol import Identity, McpServers, dump_frame
 
 from ._connection import Connection
 from ._sse import SessionEvents

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from harness import (
+from think_server.harness import (
     MAX_SEARCH_RESULTS,
     AnswerRefused,
     CapacityError,
@@ -47,8 +47,15 @@ from harness import (
     trace_carrier,
     validate_session_id,
 )
-from protocol import NewMessages, ProtocolError, check_value, client_id_problem, load_json, load_json_object
-from storage import StorageError, describe_problem
+from think_server.protocol import (
+    NewMessages,
+    ProtocolError,
+    check_value,
+    client_id_problem,
+    load_json,
+    load_json_object,
+)
+from think_server.storage import StorageError, describe_problem
 
 from ._actor import ChatHost
 from ._admission import AddressLimits, SocketCap

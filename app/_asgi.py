@@ -19,7 +19,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from harness import (
+from think_server.harness import (
     Agent,
     CapacityError,
     Harness,
@@ -29,7 +29,7 @@ from harness import (
     SessionError,
     validate_session_id,
 )
-from storage import InvalidNameError, StorageError, describe_problem, validate_instance_name
+from think_server.storage import InvalidNameError, StorageError, describe_problem, validate_instance_name
 
 from ._actor import ChatHost
 from ._admission import AddressLimits, OriginPolicy, SocketCap
@@ -66,7 +66,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
 
     Run it with uvicorn, or mount it in another Starlette or FastAPI app (then
     run its lifespan too: it starts and closes the harness). ``app.state.harness``
-    is the :class:`harness.Harness` behind it: code in the same process drives the
+    is the :class:`think_server.harness.Harness` behind it: code in the same process drives the
     same instances the sockets and routes use.
     """
     settings = settings or Settings()

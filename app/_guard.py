@@ -8,7 +8,7 @@ Two attacks from a browser on a server with auth off (the default, on a person's
   every request must name a host this server answers for (:class:`HostPolicy`).
 - **Cross-site requests.** Any page can make the browser POST a ``text/plain`` body (a "simple"
   request, sent without asking the server first) or open a socket. So a request that carries a
-  foreign ``Origin`` is refused, as a chat socket's upgrade is (:class:`~app._admission.OriginPolicy`),
+  foreign ``Origin`` is refused, as a chat socket's upgrade is (:class:`~think_server.app._admission.OriginPolicy`),
   and so is a request that changes state that the browser itself marks ``Sec-Fetch-Site:
   cross-site`` (or ``same-site``: another origin), unless its origin is one of the CORS origins.
 

@@ -32,7 +32,7 @@ from urllib.parse import unquote_plus
 
 from websockets.frames import Frame, Opcode
 
-from harness import current_agent, current_instance, current_operation, current_session
+from think_server.harness import current_agent, current_instance, current_operation, current_session
 
 __all__ = ["ContextFilter", "JsonFormatter", "RedactingFormatter", "RepeatFilter", "WireFilter", "configure_logging",
            "current_agent", "current_instance", "is_secret_name", "redact"]

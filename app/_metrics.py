@@ -7,7 +7,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from harness import (
+from think_server.harness import (
     ChunksCommitted,
     HarnessEvent,
     ModelCallFinished,
@@ -15,7 +15,7 @@ from harness import (
     RunStarted,
     ToolCallFinished,
 )
-from storage import sqlite_memory_used
+from think_server.storage import sqlite_memory_used
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from harness import WHEN_BUSY
-from protocol import MAX_CLIENT_ID_LENGTH, SERVER_ID_PREFIXES
+from think_server.harness import WHEN_BUSY
+from think_server.protocol import MAX_CLIENT_ID_LENGTH, SERVER_ID_PREFIXES
 
 __all__ = ["openapi"]
 

@@ -17,8 +17,8 @@ from typing import NamedTuple
 from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from harness import CapacityError, Harness, SessionError, validate_session_id
-from protocol import (
+from think_server.harness import CapacityError, Harness, SessionError, validate_session_id
+from think_server.protocol import (
     MAX_CLIENT_ID_LENGTH,
     RPC,
     USE_CHAT_REQUEST,
@@ -32,7 +32,7 @@ from protocol import (
     is_unicode_text,
     parse_client_frame,
 )
-from storage import StorageError, describe_problem, problem_of
+from think_server.storage import StorageError, describe_problem, problem_of
 
 from ._actor import Actor, ChatHost
 from ._admission import AddressLimits, OriginPolicy, SocketCap, connection_id_problem

@@ -25,7 +25,7 @@ import secrets
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
-from harness import (
+from think_server.harness import (
     ChunksCommitted,
     Compacted,
     HarnessEvent,
@@ -38,7 +38,7 @@ from harness import (
     SessionReset,
     TranscriptChanged,
 )
-from protocol import dump_message_text, json_string
+from think_server.protocol import dump_message_text, json_string
 
 from ._thinkchat import ThinkChat
 

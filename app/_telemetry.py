@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from opentelemetry import trace
 
-from harness import configure_tracing
+from think_server.harness import configure_tracing
 
 __all__ = ["setup_tracing"]
 

@@ -14,7 +14,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 
-from harness import (
+from think_server.harness import (
     Answer,
     AnswerRefused,
     ChunksCommitted,
@@ -32,7 +32,7 @@ from harness import (
     TranscriptChanged,
     describe_reason,
 )
-from protocol import (
+from think_server.protocol import (
     ChatClear,
     ChatClearFrame,
     ChatMessagesPush,
@@ -56,7 +56,7 @@ from protocol import (
     dump_frame,
     parse_chat_request_body,
 )
-from protocol import (
+from think_server.protocol import (
     MessageUpdated as MessageUpdatedFrame,
 )
 

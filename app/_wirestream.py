@@ -9,9 +9,9 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from harness import OperationSettled
-from protocol import UIMessage, dump_chat_response, is_unicode_text
-from storage import OperationRow
+from think_server.harness import OperationSettled
+from think_server.protocol import UIMessage, dump_chat_response, is_unicode_text
+from think_server.storage import OperationRow
 
 __all__ = ["Recent", "Stream", "answers_claimed", "error_frame", "retrieved", "settled_of"]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import uvicorn
 
-from harness import Agent, DataDirInUse, check_data_dir_free
-from protocol import agent_name_to_kebab
+from think_server.harness import Agent, DataDirInUse, check_data_dir_free
+from think_server.protocol import agent_name_to_kebab
 
 from ._asgi import create_app
 from ._httpprotocol import MAX_HEAD_BYTES, HttpEdge
@@ -54,7 +54,8 @@ def load_agents(target: str) -> Mapping[str, Agent]:
         raise CliError(f"{target} must be a non-empty mapping of agent names to Agent; got {type(value).__name__}")
     for key, agent in value.items():
         if not isinstance(key, str) or not isinstance(agent, Agent):
-            raise CliError(f"{target}: entry {key!r} must map a name to a harness.Agent, got {type(agent).__name__}")
+            raise CliError(
+                f"{target}: entry {key!r} must map a name to a think_server.Agent, got {type(agent).__name__}")
     return value
 
 
@@ -104,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
                            description="Serve agents over HTTP and WebSocket, and the chat page at /.",
                            epilog=_MODELS, formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--app", metavar="MODULE:ATTR",
-                       help="a mapping of agent names to harness.Agent (default: the demo agent 'assistant')")
+                       help="a mapping of agent names to think_server.Agent (default: the demo agent 'assistant')")
     defaults = Settings()
     for flag, setting, metavar, text in _FLAGS:
         default = getattr(defaults, setting)

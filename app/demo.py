@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness import Agent, WorkspaceTools, client_tool, tool
+from think_server.harness import Agent, WorkspaceTools, client_tool, tool
 
 __all__ = ["DEMO_AGENTS", "DEMO_SCRIPT", "DEMO_TOOLS"]
 

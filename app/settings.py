@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from harness import InputPolicy
+from think_server.harness import InputPolicy
 
 __all__ = ["ENV_PREFIX", "Settings", "SettingsError"]
 

@@ -20,7 +20,7 @@ modules. ``tests/harness/test_imports.py`` reads this list and checks the import
     providers/   the models, behind the one Model interface
 """
 
-from storage import SearchHit  # what search() answers: a storage row, shown as it is
+from think_server.storage import SearchHit  # what search() answers: a storage row, shown as it is
 
 from ._answers import MOVED_ON_ERROR, Answer, AnswerRefused
 from ._clock import Clock

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from protocol import ToolApproval, ToolPart, UIMessage
+from think_server.protocol import ToolApproval, ToolPart, UIMessage
 
 from ._tools import Tool
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from protocol import UIMessage
+from think_server.protocol import UIMessage
 
 __all__ = [
     "ChunksCommitted",

@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from protocol import ROW_LIMIT_BYTES, DataPart, FilePart, TextPart, UIMessage
+from think_server.protocol import ROW_LIMIT_BYTES, DataPart, FilePart, TextPart, UIMessage
 
 from ._inputs import check_input_id
 from ._outcomes import SubmitRefused

@@ -1,6 +1,6 @@
 """What code may submit to a session, and how each form becomes messages or an answer.
 
-``submit`` takes a string, a message (a :class:`~protocol.UIMessage` or its JSON
+``submit`` takes a string, a message (a :class:`~think_server.protocol.UIMessage` or its JSON
 object), a list of those, ``{"parts": [...]}`` (a user message of those parts),
 or an answer to a tool call: ``{"type": "tool-result", "tool_call_id", "output"}``
 or ``{"type": "approval", "tool_call_id" | "approval_id", "approved"}``. The same
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from protocol import ProtocolError, ToolPart, UIMessage, client_id_problem, describe_value, parse_message
+from think_server.protocol import ProtocolError, ToolPart, UIMessage, client_id_problem, describe_value, parse_message
 
 from ._answers import Answer
 
@@ -37,7 +37,7 @@ class InputError(ValueError):
 
 
 def check_input_id(value: object, what: str, *, new: bool = False, field: str | None = None) -> None:
-    """Refuse an id a client may not send (the rule of :func:`protocol.check_client_id`), naming it
+    """Refuse an id a client may not send (the rule of :func:`think_server.protocol.check_client_id`), naming it
     ``what``. ``new``: it names something new (an operation, a message), so the server's
     namespace is refused too."""
     problem = client_id_problem(value, new=new)
@@ -49,7 +49,7 @@ def parse_input(value: object, new_id: Callable[[], str], *, client: bool = Fals
     """New messages to answer, or a tool answer; ``new_id`` names messages that come without an id.
 
     ``client``: the ids of an answer are checked as a client's (the messages' ids are checked
-    with the rest of a client's messages: :func:`harness._input.check_client_messages`)."""
+    with the rest of a client's messages: :func:`think_server.harness._input.check_client_messages`)."""
     if isinstance(value, Mapping) and value.get("type") in _ANSWER_TYPES:
         return _answer(value, client)
     if isinstance(value, (str, UIMessage, Mapping)):

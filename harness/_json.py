@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from protocol import UIMessage, fit_message, sanitize_message
+from think_server.protocol import UIMessage, fit_message, sanitize_message
 
 __all__ = ["dumps", "message_json", "storable"]
 
@@ -20,7 +20,7 @@ def message_json(msg: UIMessage) -> str:
 
 
 def storable(msg: UIMessage, row_limit: int) -> tuple[UIMessage, str]:
-    """The message as it is stored, sanitized and fit to ``row_limit`` bytes (``protocol._storable``),
+    """The message as it is stored, sanitized and fit to ``row_limit`` bytes (``think_server.protocol._storable``),
     and its JSON text. Usually ``msg`` itself: nothing to drop, and its text (measured first in
     characters, which bound its bytes from below) well within the limit."""
     kept = sanitize_message(msg)

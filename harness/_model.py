@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-from protocol import UIMessage
+from think_server.protocol import UIMessage
 
 __all__ = [
     "Finish",

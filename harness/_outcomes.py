@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from storage import OperationRow, describe_problem, problem_of
+from think_server.storage import OperationRow, describe_problem, problem_of
 
 __all__ = ["INTERNAL_ERROR", "OperationInfo", "OperationResult", "Receipt", "SessionBusy", "SubmitRefused",
            "describe_reason", "result_of", "storage_failure"]

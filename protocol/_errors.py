@@ -85,7 +85,7 @@ def from_validation_error(
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     if first["type"] == "missing":
         text = f"{what}:{field} required field is missing{more}"
-    elif first["type"] == "value_error":  # a rule of ours (protocol._ids): its words say what came
+    elif first["type"] == "value_error":  # a rule of ours (think_server.protocol._ids): its words say what came
         text = f"{what}:{field} {first['msg'].removeprefix('Value error, ')}{more}"
     else:
         text = f"{what}:{field} {_lower_first(first['msg'])}, got {got}{more}"

@@ -1,7 +1,7 @@
 """One instance's SQLite file: opening, migrating, and its one writer.
 
 The concurrency model fits on a screen. aiosqlite runs the file's statements in
-order, one at a time (on a thread of a pool every file shares: :mod:`storage._lanes`).
+order, one at a time (on a thread of a pool every file shares: :mod:`think_server.storage._lanes`).
 On top of it, :meth:`Database.transaction` holds an asyncio lock from ``BEGIN
 IMMEDIATE`` to ``COMMIT``, so the statements of one state change never interleave
 with another task's. Reads of settled rows go through :attr:`Database.read` without

@@ -26,7 +26,7 @@ class Agent:
     ``model`` is a :class:`Model` or a spec string such as
     ``"scripted:path/to/script.json"``; ``None`` takes the server's default.
     ``model``, ``system`` and ``tools`` may also be functions of a
-    :class:`~harness.HookContext` (sync or async), asked at every turn.
+    :class:`~think_server.harness.HookContext` (sync or async), asked at every turn.
     The hooks (README "Hooks") are all optional.
     """
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from protocol import UIMessage
+from think_server.protocol import UIMessage
 
 from .._model import Model, Usage
 

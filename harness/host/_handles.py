@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
-from protocol import TextPart, UIMessage, message_text, parse_message
-from storage import CompactionRow, SearchHit
+from think_server.protocol import TextPart, UIMessage, message_text, parse_message
+from think_server.storage import CompactionRow, SearchHit
 
 from .._answers import Answer
 from .._events import Compacted, HarnessEvent, OperationSettled
@@ -92,7 +92,7 @@ class SessionHandle:
     async def submit(self, input: object, *, operation_id: str | None = None, auto_continue: bool = True,
                      source: Literal["server", "client"] = "server", when_busy: WhenBusy | None = None,
                      trace: Mapping[str, str] | None = None) -> Receipt:
-        """Durably queue ``input`` (see :mod:`harness._inputs` for its forms); it runs in its turn.
+        """Durably queue ``input`` (see :mod:`think_server.harness._inputs` for its forms); it runs in its turn.
 
         The same ``operation_id`` again returns a receipt with ``accepted=False`` and starts
         nothing. Input with ``source="client"`` is checked as untrusted (user content only).

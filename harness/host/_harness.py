@@ -6,7 +6,7 @@
         session = await h.session("assistant", "order-1234")
         print((await session.prompt("hi")).text)
 
-A server built with :func:`app.create_app` owns one (``app.state.harness``): code
+A server built with :func:`think_server.app.create_app` owns one (``app.state.harness``): code
 in the same process reaches the same instances the chat sockets use.
 """
 
@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
 
-from protocol import agent_name_to_kebab
-from storage import InvalidNameError, validate_agent_name, validate_instance_name
+from think_server.protocol import agent_name_to_kebab
+from think_server.storage import InvalidNameError, validate_agent_name, validate_instance_name
 
 from .._clock import Clock
 from .._input import InputPolicy

@@ -1,6 +1,6 @@
 """What handles and the schedules' API need of the harness that made them.
 
-A protocol rather than :class:`~harness.Harness` itself so that the harness imports its parts
+A protocol rather than :class:`~think_server.harness.Harness` itself so that the harness imports its parts
 and no part imports the harness.
 """
 

@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 from croniter import CroniterError, croniter
 
-from protocol import UIMessage
-from storage import ScheduleRow
+from think_server.protocol import UIMessage
+from think_server.storage import ScheduleRow
 
 from .._answers import Answer
 from .._input import check_client_messages

@@ -15,7 +15,7 @@ import hashlib
 import json
 from typing import Any
 
-from protocol import UIMessage
+from think_server.protocol import UIMessage
 
 from .._events import ChunksCommitted, HarnessEvent
 from .._logcontext import current_agent, current_instance, current_session
@@ -67,7 +67,7 @@ async def _delegate(agent: str, named: str | None, task: str) -> str:
     key = _derived(*parent)
     child = named or f"sub-{key[:24]}"
     # The same call, run again after a crash: the same operation. In the server's namespace
-    # (protocol.SERVER_ID_PREFIXES): no client may submit it into the child first.
+    # (think_server.protocol.SERVER_ID_PREFIXES): no client may submit it into the child first.
     operation_id = f"sub:{key[:32]}"
     text: list[str] = []
 

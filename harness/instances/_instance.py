@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from storage import Database
+from think_server.storage import Database
 
 from .._clock import Clock
 from .._input import InputPolicy

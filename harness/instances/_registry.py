@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from storage import StorageError, WorkIndex, instance_db_path, problem_of, trim_heap
+from think_server.storage import StorageError, WorkIndex, instance_db_path, problem_of, trim_heap
 
 from .._clock import Clock
 from .._input import InputPolicy

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from storage import SessionInfoRow
+from think_server.storage import SessionInfoRow
 
 from ._instance import ROOT_SESSION, Instance
 

@@ -5,7 +5,7 @@ and what the agent keeps across it.
 hashes) and the byte budget every transcript shares. ``_compaction``: a summary in place of older
 messages in what a model reads; nothing stored changes. ``_context_blocks``: memory blocks, part
 of the system prompt, and the tools a model writes them with. What a session does with them is
-in ``harness.session``.
+in ``think_server.harness.session``.
 
 May import: the top and ``providers`` (it imports only the top).
 """

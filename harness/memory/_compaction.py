@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from protocol import TextPart, ToolPart, UIMessage, shorten_value
-from storage import CompactionRow
+from think_server.protocol import TextPart, ToolPart, UIMessage, shorten_value
+from think_server.storage import CompactionRow
 
 from .._model import Model, ModelRequest, TextDelta
 from ._history import MessageSequence

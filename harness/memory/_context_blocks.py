@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from storage import INSTANCE_SCOPE, SearchHit, session_scope
+from think_server.storage import INSTANCE_SCOPE, SearchHit, session_scope
 
 from .._tools import Tool, tool
 

@@ -24,8 +24,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Protocol, overload
 
-from protocol import UIMessage, dump_message_text, parse_message
-from storage import Database
+from think_server.protocol import UIMessage, dump_message_text, parse_message
+from think_server.storage import Database
 
 __all__ = ["Context", "Fetch", "History", "HistoryBudget", "Holder", "MessageSequence", "ParsedOnRead", "parse_text"]
 

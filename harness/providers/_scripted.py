@@ -23,7 +23,7 @@ from typing import Annotated, Any, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
 
-from protocol import ReasoningPart, TextPart, ToolPart, UIMessage, message_text
+from think_server.protocol import ReasoningPart, TextPart, ToolPart, UIMessage, message_text
 
 from .._model import (
     Finish,

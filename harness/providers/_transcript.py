@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-from protocol import FilePart, ReasoningPart, TextPart, ToolPart, UIMessage
+from think_server.protocol import FilePart, ReasoningPart, TextPart, ToolPart, UIMessage
 
 __all__ = [
     "CONTINUE_PROMPT",

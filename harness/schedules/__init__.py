@@ -2,7 +2,7 @@
 (``_scheduler``), and how a due schedule is submitted, once (``_firing``).
 
 Making, listing and cancelling schedules (``Harness.schedules()``, :class:`Schedules`) is a
-handle on an instance, in ``harness.host``; it tells the scheduler of each change.
+handle on an instance, in ``think_server.harness.host``; it tells the scheduler of each change.
 
 May import: the top and ``instances`` and the rooms below it.
 """

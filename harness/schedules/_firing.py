@@ -1,6 +1,6 @@
 """Firing due schedules: each run is submitted once, named after its schedule and its due time.
 
-Apart from :mod:`harness.host._schedules` (making and listing them) so that the scheduler, which
+Apart from :mod:`think_server.harness.host._schedules` (making and listing them) so that the scheduler, which
 fires them, and the schedules' API, which tells the scheduler of a change, import one way.
 """
 
@@ -13,8 +13,8 @@ from typing import Literal
 
 from croniter import CroniterError, croniter
 
-from protocol import UIMessage
-from storage import ScheduleRow
+from think_server.protocol import UIMessage
+from think_server.storage import ScheduleRow
 
 from .._answers import Answer
 from .._inputs import InputError, parse_input

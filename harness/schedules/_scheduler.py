@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 
-from storage import StorageError
+from think_server.storage import StorageError
 
 from .._clock import Clock
 from ..instances import CapacityError, Instance, InstanceRegistry

@@ -1,6 +1,6 @@
 """How each kind of operation runs: input, regeneration, an answer, a continuation, a recovery.
 
-A part of :class:`~harness.session._session.Session` kept in a module of its own (the
+A part of :class:`~think_server.harness.session._session.Session` kept in a module of its own (the
 session is the class that mixes it in): the worker calls :meth:`_run` for the
 operation it takes from the queue, and the methods here build its turn and settle it
 (telling waiters, listeners and ``on_turn_end``).
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
-from protocol import UIMessage, message_text, parse_message
-from storage import CompactionRow, Database, OperationRow, Tx
+from think_server.protocol import UIMessage, message_text, parse_message
+from think_server.storage import CompactionRow, Database, OperationRow, Tx
 
 from .._answers import (
     WAITING_STATES,
@@ -178,7 +178,7 @@ class OperationRuns:
     async def _end_waiting_calls(self, op_id: str) -> list[tuple[int, UIMessage, str]]:
         """The messages (index on the path, the copy to store, its text) whose calls still wait for
         the user (an approval, a client tool's result), with those calls ended as moved on
-        (:func:`~harness._answers.moved_on`). Only the end of the path is looked at: a new turn
+        (:func:`~think_server.harness._answers.moved_on`). Only the end of the path is looked at: a new turn
         ends them each time, so none waits further back."""
         found = self._hist.texts_holding([f'"{state}"' for state in WAITING_STATES])
         if not found:

@@ -17,8 +17,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from protocol import UIMessage
-from storage import CompactionRow, Database, OperationRow
+from think_server.protocol import UIMessage
+from think_server.storage import CompactionRow, Database, OperationRow
 
 from .._answers import Answer, AnswerRefused, check_answer
 from .._clock import Clock
@@ -225,7 +225,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         (``continue_last``) another model call continuing the last assistant message.
 
         New messages arriving while the session is busy go as ``when_busy`` says (default: the
-        agent's ``when_busy``; :mod:`harness.agent._busy`); ``"drop"`` raises :class:`SessionBusy`.
+        agent's ``when_busy``; :mod:`think_server.harness.agent._busy`); ``"drop"`` raises :class:`SessionBusy`.
         ``trace``: the W3C trace context (``traceparent``) the turn's span continues. A client's ids follow
         the rule for ids (:class:`InputError`), unless ``server_ids``: the server named them (a schedule's run)."""
         if source == "client" and operation_id is not None and not server_ids:

@@ -1,4 +1,4 @@
-"""A session's side of the busy strategies (:mod:`harness.agent._busy`): where new input goes in the
+"""A session's side of the busy strategies (:mod:`think_server.harness.agent._busy`): where new input goes in the
 queue, what it withdraws or stops, and the queued inputs one turn takes together.
 
 A mixin of :class:`Session`, which owns the queue, the running operation and the file.
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from protocol import UIMessage, parse_message
-from storage import Database, Tx
+from think_server.protocol import UIMessage, parse_message
+from think_server.storage import Database, Tx
 
 from .._clock import Clock
 from .._outcomes import Receipt, SessionBusy, SubmitRefused

@@ -1,5 +1,5 @@
 """A session's compactions: made on demand, after an operation past the agent's threshold, and
-once in a turn whose model said its context is full (``harness.memory._compaction`` has the rules).
+once in a turn whose model said its context is full (``think_server.harness.memory._compaction`` has the rules).
 
 A mixin of :class:`Session`, which owns what it reads (the history, the agent, the model).
 """
@@ -12,8 +12,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from protocol import UIMessage
-from storage import CompactionRow, Database
+from think_server.protocol import UIMessage
+from think_server.storage import CompactionRow, Database
 
 from .._clock import Clock
 from .._events import Compacted, HarnessEvent

@@ -1,4 +1,4 @@
-"""A session's memory blocks (``harness.memory._context_blocks``): read, written, shown to the model.
+"""A session's memory blocks (``think_server.harness.memory._context_blocks``): read, written, shown to the model.
 
 A mixin of :class:`Session`, which owns what it reads (the database, the agent).
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from storage import Database, SearchHit
+from think_server.storage import Database, SearchHit
 
 from .._clock import Clock
 from .._tools import Tool

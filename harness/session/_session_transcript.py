@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-from protocol import ToolPart, UIMessage
-from storage import Database, SearchHit
+from think_server.protocol import ToolPart, UIMessage
+from think_server.storage import Database, SearchHit
 
 from .._answers import WAITING_STATES
 from ..memory import History, HistoryBudget, parse_text

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from storage import Database, Tx
+from think_server.storage import Database, Tx
 
 from ..turn import Outcome
 

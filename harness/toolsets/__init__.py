@@ -3,7 +3,7 @@
 ``_workspace``: an instance's durable file tree; ``_workspace_scan``: its globs and grep, on RE2
 (no backtracking); ``_workspace_tools``: the tools a model works in it with; ``_mcp``: tools from
 Model Context Protocol servers, and their shared connections. (The memory tools are in
-``harness.memory``; an agent as a tool, which drives another instance, in ``harness.host``.)
+``think_server.harness.memory``; an agent as a tool, which drives another instance, in ``think_server.harness.host``.)
 
 May import: the top and ``memory``, ``providers`` (it imports only the top).
 """

@@ -22,7 +22,7 @@ import time
 import unicodedata
 from dataclasses import dataclass
 
-from storage import Database, WorkspaceFileRow
+from think_server.storage import Database, WorkspaceFileRow
 
 from .._clock import Clock
 from ._workspace_scan import BadPattern, GrepCut, GrepScan, compile_glob, compile_pattern, in_scan_thread

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from storage import Database, Tx
+from think_server.storage import Database, Tx
 
 from .._clock import Clock
 from .._events import ChunksCommitted, HarnessEvent, StreamStarted

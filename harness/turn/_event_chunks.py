@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protocol import (
+from think_server.protocol import (
     Chunk,
     ReasoningDeltaChunk,
     ReasoningEndChunk,

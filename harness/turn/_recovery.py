@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol import (
+from think_server.protocol import (
     MessageAssembler,
     ToolApprovalRequestChunk,
     ToolOutputErrorChunk,
@@ -29,7 +29,7 @@ from protocol import (
     parse_chunk,
     parse_message,
 )
-from storage import OperationRow
+from think_server.storage import OperationRow
 
 from .._answers import INTERRUPTED_TOOL_ERROR
 from .._json import storable

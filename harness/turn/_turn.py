@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol import (
+from think_server.protocol import (
     Chunk,
     FinishChunk,
     FinishStepChunk,
@@ -35,7 +35,7 @@ from protocol import (
     dump_chunk,
     message_text,
 )
-from storage import Tx
+from think_server.storage import Tx
 
 from .._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from .._events import MessageUpdated, ModelCallFinished

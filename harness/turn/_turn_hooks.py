@@ -1,6 +1,6 @@
 """A turn's calls into its agent's hooks, and what the turn does with their answers.
 
-Kept beside :mod:`harness.turn._turn` so that the loop reads as the loop: each method here is one
+Kept beside :mod:`think_server.harness.turn._turn` so that the loop reads as the loop: each method here is one
 point where user code may look at or change the turn (SEMANTICS.md §9).
 """
 
@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from protocol import UIMessage
+from think_server.protocol import UIMessage
 
 from .._model import Model, ModelRequest, Usage
 from .._tools import Tool

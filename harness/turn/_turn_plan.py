@@ -1,6 +1,6 @@
 """What a turn starts from, how it ends, and what it needs of its session.
 
-Apart from the turn loop (:mod:`harness.turn._turn`) so that the session, recovery and the loop
+Apart from the turn loop (:mod:`think_server.harness.turn._turn`) so that the session, recovery and the loop
 share these without importing one another.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from protocol import (
+from think_server.protocol import (
     Chunk,
     FinishStepChunk,
     MessageAssembler,
@@ -27,7 +27,7 @@ from protocol import (
     ToolPart,
     UIMessage,
 )
-from storage import Database, Tx
+from think_server.storage import Database, Tx
 
 from .._clock import Clock
 from .._events import HarnessEvent
@@ -155,7 +155,7 @@ class TurnHost(Protocol):
     clock: Clock
     agent: Agent
     policy: InputPolicy
-    host: Any  # the harness, for tools that drive other instances (harness.turn._toolcall)
+    host: Any  # the harness, for tools that drive other instances (think_server.harness.turn._toolcall)
 
     def publish(self, event: HarnessEvent) -> None: ...
 

@@ -1,5 +1,5 @@
 """The server tool calls of a turn's step: run in parallel, each result committed with its
-record, what the hooks say applied. A mixin of :class:`~harness.turn._turn.Turn`, which owns the
+record, what the hooks say applied. A mixin of :class:`~think_server.harness.turn._turn.Turn`, which owns the
 state it uses (its session, tools, hooks, the chunk log and the message).
 """
 
@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from protocol import Chunk, ToolOutputAvailableChunk, ToolOutputErrorChunk
+from think_server.protocol import Chunk, ToolOutputAvailableChunk, ToolOutputErrorChunk
 
 from .._events import ToolCallFinished
 from .._json import dumps
