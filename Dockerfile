@@ -31,6 +31,8 @@ COPY protocol/ protocol/
 COPY storage/ storage/
 COPY harness/ harness/
 COPY app/ app/
+# The one import name: its __init__, and the links to the four folders above (a wheel maps them).
+COPY think_server/ think_server/
 COPY --from=web /web/dist/ app/web/dist/
 RUN /opt/think/bin/pip install --no-deps .
 

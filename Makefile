@@ -83,7 +83,7 @@ proxy-deps:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx-light caddy; }
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check app protocol harness storage tests
+	$(VENV)/bin/ruff check app protocol harness storage think_server tests
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness import Agent, client_tool, tool
+from think_server.harness import Agent, client_tool, tool
 
 SCRIPT = Path(__file__).parent / "fixtures" / "reference-script.json"
 

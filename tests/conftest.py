@@ -16,9 +16,9 @@ import pytest
 import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 
-from app import Settings, create_app
-from app._wsprotocol import ChatWebSocketProtocol
-from harness import Agent
+from think_server.app import Settings, create_app
+from think_server.app._wsprotocol import ChatWebSocketProtocol
+from think_server.harness import Agent
 
 
 def free_port() -> int:

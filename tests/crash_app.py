@@ -10,7 +10,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from harness import Agent, RecoveryPolicy, ScriptedModel, WorkspaceTools, agent_tool, tool
+from think_server.harness import Agent, RecoveryPolicy, ScriptedModel, WorkspaceTools, agent_tool, tool
 
 SCRIPT = {
     "rules": [

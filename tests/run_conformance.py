@@ -36,7 +36,7 @@ def free_port() -> int:
 
 
 def server_command(port: int, data_dir: str) -> list[str]:
-    return [sys.executable, "-m", "app", "serve", "--app", "tests.conformance_app:agents",
+    return [sys.executable, "-m", "think_server", "serve", "--app", "tests.conformance_app:agents",
             "--host", "127.0.0.1", "--port", str(port), "--data-dir", data_dir, "--log-level", "warning"]
 
 

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class ServerProcess:
-    """``python -m app serve --app APP`` on a free loopback port, with its data dir and log
+    """``python -m think_server serve --app APP`` on a free loopback port, with its data dir and log
     (``app=None``: the demo agent, as ``think-server serve`` serves it).
 
     Each :meth:`start` is a new life on the same port and data dir; the log is appended to.
@@ -62,7 +62,7 @@ class ServerProcess:
                 log.write(f"\n==== {banner} ====\n".encode())
                 log.flush()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "app", "serve", *(["--app", self.app] if self.app else []), "--host",
+                [sys.executable, "-m", "think_server", "serve", *(["--app", self.app] if self.app else []), "--host",
                  "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir), "--log-level",
                  self.log_level],
                 cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,

@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-from app.settings import ENV_PREFIX, Settings
+from think_server.app.settings import ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "fixtures" / "reference-script.json"

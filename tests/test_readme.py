@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import os
 import re
 import runpy
 import shlex
@@ -288,7 +289,8 @@ def test_the_tracing_example_runs(tmp_path: Path) -> None:
     # Its own process: the example sets the process's tracer provider, which is set once.
     script = tmp_path / "example.py"
     script.write_text(python_block("InMemorySpanExporter()"))
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(README.parent)})  # this checkout's think_server
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["['think.model_call', 'think.turn']", "traced Hello!"]
 

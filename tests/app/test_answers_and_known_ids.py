@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from harness import ScriptedModel, tool
 from tests.app.test_thinkchat import (
     AGENT,
     agents_with,
@@ -33,6 +32,7 @@ from tests.app.test_thinkchat import (
 from tests.app.test_trust_boundary import SCRIPT, approval, bank, serve_bank, still_works
 from tests.conformance_app import get_location, get_weather
 from tests.conftest import Client, chat_request, is_done
+from think_server.harness import ScriptedModel, tool
 
 
 def mangled(message: dict[str, Any]) -> dict[str, Any]:

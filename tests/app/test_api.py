@@ -463,7 +463,7 @@ async def test_search_over_http_finds_words_of_any_turn_and_forgets_deleted_sess
 
 
 async def test_memory_blocks_over_http(serve) -> None:
-    from harness import Agent, Block, Memory, ScriptedModel
+    from think_server.harness import Agent, Block, Memory, ScriptedModel
     model = ScriptedModel({"rules": [{"match": "*", "steps": [[{"text": ["{system}"]}]]}]})
     agent = Agent(model=model, memory=Memory([Block("notes", limit=20), Block("team", scope="instance")]))
     srv = await serve({"mem": agent})

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from harness import Agent, ScriptedModel
 from tests.conftest import Client, RunningServer, chat_request, chunks_of, is_done
+from think_server.harness import Agent, ScriptedModel
 
 HI_SCRIPT = {"rules": [{"match": "hi", "steps": [[{"text": ["Hel", "lo", "!"]}]]},
                        {"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]}

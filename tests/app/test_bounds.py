@@ -21,11 +21,6 @@ import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
-from app import Settings
-from app._connection import MAX_PENDING_REPLAYS
-from app._thinkchat import MAX_ACKED_PER_CONNECTION
-from app.settings import SettingsError
-from protocol import MAX_CLIENT_ID_LENGTH
 from tests.app.test_resume import ack, check_resumed
 from tests.app.test_thinkchat import (
     AGENT,
@@ -41,6 +36,11 @@ from tests.app.test_thinkchat import (
     url,
 )
 from tests.conftest import Client, RunningServer, chat_request, is_done
+from think_server.app import Settings
+from think_server.app._connection import MAX_PENDING_REPLAYS
+from think_server.app._thinkchat import MAX_ACKED_PER_CONNECTION
+from think_server.app.settings import SettingsError
+from think_server.protocol import MAX_CLIENT_ID_LENGTH
 
 # More chunks than the send queue holds frames (4096 by default), as reasoning models produce.
 FAST = 12_000

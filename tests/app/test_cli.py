@@ -22,8 +22,9 @@ async def test_a_second_server_on_the_same_data_dir_refuses_before_it_touches_a_
     try:
         before = sorted((p.relative_to(data), p.stat().st_mtime_ns) for p in data.rglob("*"))
         second = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "app", "serve", "--app", "tests.conformance_app:agents", "--data-dir", str(data),
-            "--port", str(free_port()), cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            sys.executable, "-m", "think_server", "serve", "--app", "tests.conformance_app:agents",
+            "--data-dir", str(data), "--port", str(free_port()),
+            cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         _, err = await asyncio.wait_for(second.communicate(), 60)
         assert second.returncode == 1, err.decode()
         assert f"is in use by another think-server (pid {first.proc.pid if first.proc else '?'})" in err.decode()
@@ -38,7 +39,7 @@ async def test_a_second_server_on_the_same_data_dir_refuses_before_it_touches_a_
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "think_server", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=60, env={k: v for k, v in os.environ.items() if not k.startswith("THINK_")})
 
 
@@ -60,7 +61,7 @@ def test_a_bad_flag_value_names_the_flag_and_a_bad_variable_the_variable() -> No
     out = _cli("serve", "--port", "eighty")
     assert out.returncode == 2 and "--port:" in out.stderr and "THINK_PORT" not in out.stderr, out.stderr
     env = {k: v for k, v in os.environ.items() if not k.startswith("THINK_")} | {"THINK_PORT": "eighty"}
-    bad_env = subprocess.run([sys.executable, "-m", "app", "serve"], cwd=ROOT, capture_output=True, text=True,
+    bad_env = subprocess.run([sys.executable, "-m", "think_server", "serve"], cwd=ROOT, capture_output=True, text=True,
                              timeout=60, env=env)
     assert bad_env.returncode == 2 and "THINK_PORT" in bad_env.stderr
 

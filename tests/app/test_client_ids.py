@@ -10,11 +10,11 @@ from urllib.parse import quote
 
 import pytest
 
-from protocol import MAX_CLIENT_ID_LENGTH
 from tests.app.test_api import http, text_of
 from tests.app.test_schedules_api import wait_messages
 from tests.app.test_thinkchat import AGENT, get_messages, is_type, probe, send_turn, url
 from tests.conftest import Client, chat_request, is_done
+from think_server.protocol import MAX_CLIENT_ID_LENGTH
 
 A = f"/agents/{AGENT}"
 
@@ -127,7 +127,7 @@ async def test_the_python_api_checks_a_clients_operation_id_and_trusts_server_co
     srv = await serve()
     harness = srv.app.state.harness
     session = await harness.session(AGENT, "py-ids")
-    from harness import InputError
+    from think_server.harness import InputError
 
     for bad, words in [*BAD_IDS, ("schedule:x:1", "begins with 'schedule:'")]:
         with pytest.raises(InputError, match="operation_id") as refused:

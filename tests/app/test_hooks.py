@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness import Agent, ScriptedModel, TurnContext
 from tests.app.test_thinkchat import AGENT, frames_of, get_messages, send_turn, text_of, url
 from tests.conftest import Client
+from think_server.harness import Agent, ScriptedModel, TurnContext
 
 SCRIPT = {"rules": [{"match": "show system", "steps": [[{"text": ["System: {system}"]}]]},
                     {"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]}

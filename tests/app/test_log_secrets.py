@@ -1,4 +1,4 @@
-"""Logs never show a token or message content, at any level: the real server (``python -m app serve``)
+"""Logs never show a token or message content, at any level: the real server (``python -m think_server serve``)
 is sent tokens in every spelling it accepts (and some it does not) and texts with a marker, and its
 log is read whole."""
 
@@ -15,9 +15,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.frames import Frame, Opcode
 
-from app._logging import WireFilter, is_secret_name, redact
 from tests.conftest import Client, chat_request, is_done
 from tests.serverproc import ServerProcess
+from think_server.app._logging import WireFilter, is_secret_name, redact
 
 SECRET = "s3cret-5f1c9e7a2b0d4c68"
 MARKER = "private-words-7c1e3a9d"

@@ -6,8 +6,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from harness import Agent, McpServer, ScriptedModel
 from tests.conftest import Client, chat_request, chunks_of, is_done
+from think_server.harness import Agent, McpServer, ScriptedModel
 
 SERVER = Path(__file__).parents[1] / "mcp_server.py"
 MODEL = ScriptedModel({"rules": [

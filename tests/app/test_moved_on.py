@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 
-from harness import MOVED_ON_ERROR, ScriptedModel
 from tests.app.test_thinkchat import (
     AGENT,
     RESPONSE,
@@ -34,6 +33,7 @@ from tests.app.test_thinkchat import (
 )
 from tests.app.test_trust_boundary import SCRIPT, approval, bank, serve_bank
 from tests.conftest import Client, chat_request, is_done
+from think_server.harness import MOVED_ON_ERROR, ScriptedModel
 
 
 async def asked(srv: Any, c: Client, name: str) -> dict[str, Any]:

@@ -16,11 +16,11 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from app import Settings
-from app._logging import JsonFormatter
-from app.settings import SettingsError
-from harness import Agent, ScriptedModel
 from tests.conftest import Client, RunningServer, chat_request, chunks_of, is_done
+from think_server.app import Settings
+from think_server.app._logging import JsonFormatter
+from think_server.app.settings import SettingsError
+from think_server.harness import Agent, ScriptedModel
 
 HS_SECRET = "hs-secret-of-at-least-thirty-two-bytes!"
 SLOW = {"rules": [{"match": "*", "steps": [[{"text": [f"s{i} " for i in range(30)], "interval_ms": 30}]]}]}
@@ -279,8 +279,8 @@ async def test_shutdown_mid_stream_tells_clients_to_reconnect_and_the_next_start
 def test_log_records_are_stamped_with_what_the_code_works_for() -> None:
     import contextvars
 
-    from app._logging import ContextFilter, current_agent, current_instance
-    from harness import current_operation
+    from think_server.app._logging import ContextFilter, current_agent, current_instance
+    from think_server.harness import current_operation
 
     def log_one() -> dict[str, Any]:
         current_agent.set("my-agent")

@@ -8,8 +8,8 @@ import subprocess
 import sys
 import textwrap
 
-from app._fdlimit import FDS_PER_INSTANCE, HTTP_RESERVE, fd_budget
-from app._logging import RepeatFilter
+from think_server.app._fdlimit import FDS_PER_INSTANCE, HTTP_RESERVE, fd_budget
+from think_server.app._logging import RepeatFilter
 
 
 def record(msg: str, level: int = logging.ERROR, name: str = "asyncio") -> logging.LogRecord:
@@ -71,7 +71,7 @@ def test_at_1024_descriptors_the_budget_says_so() -> None:
     code = textwrap.dedent("""
         import resource
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
-        from app._fdlimit import fd_budget
+        from think_server.app._fdlimit import fd_budget
         b = fd_budget(1000)
         print(b.max_instances, b.max_sockets, b.capped)
         print(b.describe())

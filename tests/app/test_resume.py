@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from harness import OperationSettled
 from tests.app.test_thinkchat import (
     AGENT,
     GATE_SCRIPT,
@@ -38,6 +37,7 @@ from tests.app.test_thinkchat import (
 )
 from tests.conformance_app import get_location
 from tests.conftest import Client, RunningServer, chat_request, chunks_of, is_done
+from think_server.harness import OperationSettled
 
 WORDS = [f"d{i} " for i in range(50)]
 FULL = "".join(WORDS)

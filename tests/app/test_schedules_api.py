@@ -8,9 +8,9 @@ import uuid
 import httpx
 import pytest
 
-from app.settings import Settings, SettingsError
 from tests.app.test_api import http, text_of
 from tests.conftest import Client, is_done
+from think_server.app.settings import Settings, SettingsError
 
 A = "/agents/my-agent"
 

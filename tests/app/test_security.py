@@ -1,7 +1,7 @@
 """The trust boundary: who may open a socket, what a refusal tells, what the logs keep.
 
 Every refusal here must come before an actor is touched: no instance file is
-created. Sockets and HTTP are real; the CLI tests run ``python -m app serve``.
+created. Sockets and HTTP are real; the CLI tests run ``python -m think_server serve``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import jwt
 import pytest
 from websockets.asyncio.client import connect
 
-from app import Settings, create_app
-from app.settings import SettingsError
-from harness import Agent
 from tests.conftest import Client, RunningServer, chat_request, free_port, is_done
+from think_server.app import Settings, create_app
+from think_server.app.settings import SettingsError
+from think_server.harness import Agent
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cret-token-value-0123456789"
@@ -186,7 +186,7 @@ async def test_a_jwt_must_name_the_configured_issuer(serve) -> None:
 
 
 def test_close_reasons_are_cut_to_whole_characters_within_123_bytes() -> None:
-    from app._close import close_reason
+    from think_server.app._close import close_reason
 
     assert close_reason("short") == "short"
     cut = close_reason("é" * 100)
@@ -266,7 +266,7 @@ async def test_new_instances_per_address_are_capped(serve) -> None:
 
 
 def test_address_bookkeeping_forgets_what_has_expired() -> None:
-    from app._admission import AddressLimits
+    from think_server.app._admission import AddressLimits
 
     now = [1000.0]
     limits = AddressLimits(max_sockets=1, max_new_per_minute=2, clock=lambda: now[0])
@@ -323,10 +323,12 @@ def test_an_agent_name_that_cannot_route_stops_the_app(tmp_path: Path) -> None:
 
 
 def test_the_cli_turns_a_bad_agent_name_into_exit_code_2(tmp_path: Path) -> None:
-    (tmp_path / "dotted_agents.py").write_text("from harness import Agent\nagents = {'My.Agent': Agent()}\n")
-    proc = subprocess.run([sys.executable, "-m", "app", "serve", "--app", "dotted_agents:agents",
+    (tmp_path / "dotted_agents.py").write_text("from think_server import Agent\nagents = {'My.Agent': Agent()}\n")
+    # Run from tmp_path, where --app finds the module: think_server is this checkout's (not an installed copy).
+    proc = subprocess.run([sys.executable, "-m", "think_server", "serve", "--app", "dotted_agents:agents",
                            "--port", str(free_port()), "--data-dir", str(tmp_path / "data")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          timeout=60, check=False)
     assert proc.returncode == 2, proc.stderr
     assert "think-server:" in proc.stderr and "'My.Agent'" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -336,10 +338,10 @@ def test_the_cli_turns_a_bad_agent_name_into_exit_code_2(tmp_path: Path) -> None
 
 @contextlib.contextmanager
 def cli_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[tuple[int, Path]]:
-    """``python -m app serve`` on a free port, stderr to a file; (port, log file). Stopped with SIGTERM."""
+    """``python -m think_server serve`` on a free port, stderr to a file; (port, log file). Stopped with SIGTERM."""
     port = free_port()
     log = tmp_path / f"server-{port}.log"
-    cmd = [sys.executable, "-m", "app", "serve", "--port", str(port), "--data-dir", str(tmp_path / "data"),
+    cmd = [sys.executable, "-m", "think_server", "serve", "--port", str(port), "--data-dir", str(tmp_path / "data"),
            "--app", "tests.conformance_app:agents", *args]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("THINK_")} | (env or {})
     with open(log, "wb") as out:
@@ -385,7 +387,7 @@ async def test_tokens_never_reach_the_logs(tmp_path: Path) -> None:
 
 
 def test_loopback_addresses() -> None:
-    from app.cli import is_loopback
+    from think_server.app.cli import is_loopback
 
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "LOCALHOST"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "192.168.1.4", "example.com", ""))

@@ -1,4 +1,4 @@
-"""Slow and greedy HTTP clients, over real TCP against the server the CLI runs (``python -m app serve``).
+"""Slow and greedy HTTP clients, over real TCP against the server the CLI runs (``python -m think_server serve``).
 
 uvicorn alone waits for ever for a request head; these check the head deadline
 (``THINK_HEADER_TIMEOUT_S``) and the cap on plain HTTP connections per client

@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 
-from harness import Agent, ScriptedModel, Tool
-from storage import instance_db_path
 from tests.conftest import Client, RunningServer, chat_request, is_done
+from think_server.harness import Agent, ScriptedModel, Tool
+from think_server.storage import instance_db_path
 
 AGENT = "my-agent"
 

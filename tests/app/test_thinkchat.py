@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from harness import Agent, Model, ModelRequest, ScriptedModel, TextDelta, tool
 from tests.conformance_app import get_location, get_weather
 from tests.conftest import Client, RunningServer, chat_request, chunks_of, is_done
+from think_server.harness import Agent, Model, ModelRequest, ScriptedModel, TextDelta, tool
 
 AGENT = "my-agent"
 RESPONSE = "cf_agent_use_chat_response"
@@ -850,7 +850,7 @@ async def test_a_client_that_does_not_auto_continue_continues_with_a_plain_reque
 async def test_a_transcript_sent_back_as_the_server_sent_it_is_not_decoded_again(
         serve: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """The hook adopts the transcript frame and sends it back with every request (JSON.stringify)."""
-    import protocol._frames as frames
+    import think_server.protocol._frames as frames
 
     decoded: list[str] = []
     real = frames._parse_body

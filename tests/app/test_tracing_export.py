@@ -13,8 +13,8 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from app._telemetry import wants_otlp
 from tests.serverproc import ServerProcess
+from think_server.app._telemetry import wants_otlp
 
 PARENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN = "00f067aa0ba902b7"

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from harness import ScriptedModel, tool
 from tests.app.test_thinkchat import (
     AGENT,
     agents_with,
@@ -36,6 +35,7 @@ from tests.app.test_thinkchat import (
 )
 from tests.conformance_app import get_location, get_weather
 from tests.conftest import Client, RunningServer, chat_request, is_done
+from think_server.harness import ScriptedModel, tool
 
 SCRIPT = {"rules": [
     {"match": "approve", "steps": [

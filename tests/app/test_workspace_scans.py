@@ -26,7 +26,7 @@ ANSWER_S = 5.0
 HEALTH_S = 1.0
 
 APP = '''
-from harness import Agent, ScriptedModel, WorkspaceTools
+from think_server.harness import Agent, ScriptedModel, WorkspaceTools
 
 agents = {"desk": Agent(model=ScriptedModel(%s), workspace=WorkspaceTools())}
 '''

@@ -7,9 +7,9 @@ from typing import Any
 
 from websockets.frames import Frame
 
-from app._wsprotocol import ChatWebSocketProtocol
 from tests.app.test_thinkchat import url
 from tests.conftest import Client, chat_request, is_done
+from think_server.app._wsprotocol import ChatWebSocketProtocol
 
 BIG = 200_000  # characters of one request: the size of a long conversation the hook sends back
 

@@ -6,7 +6,7 @@
 Builds a data dir of ``--idle`` instances with a finished turn and ``--busy``
 ones with a turn cut short mid-stream (as a SIGKILL leaves them), lists them in
 the work index (``busy``: what this server lists; ``all``: what a server that
-marked every activated instance listed), then starts ``python -m app serve``
+marked every activated instance listed), then starts ``python -m think_server serve``
 from ``--repo`` on it and reports the two times. Recovered turns continue with
 ``tests.crash_app``'s scripted ``slow`` answer.
 """
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import httpx
 
-from harness import (
+from tests.harness._doubles import FakeModel, text
+from think_server.harness import (
     Agent,
     ChunksCommitted,
     HarnessEvent,
@@ -37,9 +38,8 @@ from harness import (
     TextDelta,
     TextStart,
 )
-from protocol import UIMessage
-from storage import WorkIndex, instance_db_path
-from tests.harness._doubles import FakeModel, text
+from think_server.protocol import UIMessage
+from think_server.storage import WorkIndex, instance_db_path
 
 AGENT = "crash-agent"
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +109,7 @@ async def measure(repo: Path, data: Path) -> tuple[float, float]:
     log = (data.parent / "server.log").open("wb")
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--app", "tests.crash_app:agents", "--port", str(port),
+        [sys.executable, "-m", "think_server", "serve", "--app", "tests.crash_app:agents", "--port", str(port),
          "--data-dir", str(data), "--log-level", "warning"],
         cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, stdout=log, stderr=subprocess.STDOUT,
     )

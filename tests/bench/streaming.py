@@ -78,8 +78,8 @@ async def main() -> None:
     port = free_port()
     with tempfile.TemporaryDirectory() as data:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app", "serve", "--app", "tests.conformance_app:agents", "--port", str(port),
-             "--data-dir", data, "--log-level", "warning"], cwd=ROOT)
+            [sys.executable, "-m", "think_server", "serve", "--app", "tests.conformance_app:agents",
+             "--port", str(port), "--data-dir", data, "--log-level", "warning"], cwd=ROOT)
         try:
             for _ in range(200):
                 try:

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from harness import (
+from think_server.harness import (
     Agent,
     Model,
     ModelEvent,

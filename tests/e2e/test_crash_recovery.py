@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from storage import instance_db_path
 from tests.conftest import Client, chat_request, is_done
 from tests.serverproc import ServerProcess
+from think_server.storage import instance_db_path
 
 AGENT = "crash-agent"
 SLOW_TEXT = "".join(f"w{i} " for i in range(40))

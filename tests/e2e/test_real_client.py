@@ -2,7 +2,7 @@
 
 ``tests/e2e/client/drive.mjs`` mounts ``useAgent`` (``agents/react``) and
 ``useAgentChat`` (``@cloudflare/ai-chat/react``) in React under Node 24 and
-reports what the hook shows. Each test starts ``python -m app serve`` with the
+reports what the hook shows. Each test starts ``python -m think_server serve`` with the
 reference script and checks what the client and the HTTP endpoint show:
 
 * the default agent: the client says "hi", then reloads (unmount + mount = a

@@ -33,7 +33,7 @@ AGENT = "crash-agent"
 
 
 class Server(ServerProcess):
-    """``python -m app serve --app tests.crash_app:agents`` in a subprocess, optionally under ``ulimit -n``."""
+    """``python -m think_server serve --app tests.crash_app:agents`` in a subprocess, optionally under ``ulimit -n``."""
 
     def __init__(self, tmp: Path, nofile: int | None = None) -> None:
         super().__init__(app="tests.crash_app:agents", data_dir=tmp / "data", log_path=tmp / "server.log",

@@ -2,7 +2,7 @@
 
 Hypothesis drives synchronous tests (and state machines), so the server cannot share the
 test's event loop: it runs uvicorn on its own loop in a background thread, configured as
-``app.cli`` runs it (the WebSocket size limit and the HTTP protocol included), and one server
+``think_server.app.cli`` runs it (the WebSocket size limit and the HTTP protocol included), and one server
 serves every case of a test. The client is the ``websockets`` sync client: every frame it receives is kept,
 and a resume probe is the barrier that says the server has handled what was sent before
 (frames of one socket are handled in order).
@@ -25,10 +25,10 @@ import uvicorn
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from app import Settings, create_app
-from app._httpprotocol import MAX_HEAD_BYTES, HttpEdge
-from harness import Agent
 from tests.conftest import free_port
+from think_server.app import Settings, create_app
+from think_server.app._httpprotocol import MAX_HEAD_BYTES, HttpEdge
+from think_server.harness import Agent
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ class LiveServer:
         self.ws_base = f"ws://127.0.0.1:{self.port}"
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fuzz-server", daemon=True)
-        # As app.cli runs it, with the WebSocket layer's own cap on a message, but no keepalive pings:
+        # As think_server.app.cli runs it, with the WebSocket layer's own cap on a message, but no keepalive pings:
         # a ping's payload comes from the global `random`, and Hypothesis, generating a case in the
         # test's thread meanwhile, would take that for its strategy using `random`. HTTP as the CLI
         # serves it too: its h11 protocol (head deadline, cap per address), and uvicorn's own proxy

@@ -22,11 +22,11 @@ import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
 
-from harness import Agent, ScriptedModel, client_tool, tool
 from tests.fuzz._live import Closed, LiveServer, SyncClient
 from tests.fuzz.oracle import Expect, Limits, expect
 from tests.fuzz.profiles import CASES, share
 from tests.fuzz.strategies import Wire, wires
+from think_server.harness import Agent, ScriptedModel, client_tool, tool
 
 AGENT = "my-agent"
 RESPONSE = "cf_agent_use_chat_response"

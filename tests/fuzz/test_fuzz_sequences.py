@@ -23,13 +23,13 @@ from hypothesis import note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from app._logging import current_instance
-from harness import Agent, ScriptedModel, client_tool, tool
 from tests.fuzz._live import LiveServer, SyncClient
 from tests.fuzz.oracle import expect
 from tests.fuzz.profiles import CASES, share
 from tests.fuzz.strategies import Wire, odd_ids, render, wires
 from tests.fuzz.test_fuzz_frames import AGENT, LIMITS, RESPONSE, SCRIPT
+from think_server.app._logging import current_instance
+from think_server.harness import Agent, ScriptedModel, client_tool, tool
 
 NAME = "test_sequences_of_frames_keep_every_request_ending_and_the_socket_open"
 #: What the approval-gated tool ran with, per instance (a run's continuation may end after the next began;

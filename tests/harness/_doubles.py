@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from harness import (
+from think_server.harness import (
     HarnessEvent,
     Model,
     ModelEvent,
@@ -21,7 +21,7 @@ from harness import (
     ToolCall,
     ToolInputStart,
 )
-from protocol import UIMessage
+from think_server.protocol import UIMessage
 
 __all__ = [
     "GUARD",

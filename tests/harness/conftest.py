@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from harness import Agent, Instance, Model
+from think_server.harness import Agent, Instance, Model
 
 OpenInstance = Callable[..., Awaitable[Instance]]
 

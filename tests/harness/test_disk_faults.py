@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import Agent, ChunksCommitted, Instance, Model, ModelEvent, ModelRequest, TextDelta, TextStart
 from tests.faultydisk import KINDS, FaultyDisk, faulty_disk
 from tests.harness._doubles import GUARD, FakeModel, Pause, Recorder, settle, text, user
+from think_server.harness import Agent, ChunksCommitted, Instance, Model, ModelEvent, ModelRequest, TextDelta, TextStart
 
 
 @pytest.fixture(params=KINDS)

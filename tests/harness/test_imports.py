@@ -4,7 +4,10 @@ that imports it, not even for type checking or from inside a function. (The prot
 
 And its rooms keep their order: the top imports no room; a room imports the top and the rooms
 below it in the list ``harness/__init__``'s docstring writes down, those only through their
-``__init__``."""
+``__init__``.
+
+Modules are named here as in the tree, ``harness.turn._turn`` for ``think_server.harness.turn._turn``:
+only imports by the qualified name count (``tests/test_packaging.py`` fails on any of the bare one)."""
 
 from __future__ import annotations
 
@@ -12,8 +15,9 @@ import ast
 import re
 from pathlib import Path
 
-import harness
+from think_server import harness
 
+QUALIFIED = "think_server."  # what every import of the engine starts with
 ROOT = Path(harness.__file__).parent
 README = Path(__file__).parents[2] / "README.md"
 
@@ -36,11 +40,13 @@ def _imports(path: Path, module: str) -> set[str]:
                 base = base[: len(base) - (node.level - 1)]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
-                target = node.module or ""
+                name = node.module or ""
+                target = name.removeprefix(QUALIFIED) if name.startswith(QUALIFIED) else ""
             if target.startswith("harness"):
                 found.add(target)
         elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("harness"))
+            found.update(a.name.removeprefix(QUALIFIED) for a in node.names
+                         if a.name.startswith(f"{QUALIFIED}harness"))
     return found
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import InputPolicy, SubmitRefused
-from harness._input import check_client_messages
-from protocol import parse_message
+from think_server.harness import InputPolicy, SubmitRefused
+from think_server.harness._input import check_client_messages
+from think_server.protocol import parse_message
 
 
 def user(*parts: dict[str, object], **fields: object) -> object:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from harness import (
+from think_server.harness import (
     MOVED_ON_ERROR,
     Agent,
     Answer,
@@ -31,7 +31,7 @@ from harness import (
     Tool,
     tool,
 )
-from protocol import ToolPart, UIMessage
+from think_server.protocol import ToolPart, UIMessage
 
 from ._doubles import GUARD, FakeModel, Pause, Recorder, call, settle, text, user
 from .turn.test_recovery import crash

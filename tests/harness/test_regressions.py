@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from harness import (
+from think_server.harness import (
     Agent,
     ChunksCommitted,
     Clock,
@@ -31,8 +31,8 @@ from harness import (
     TextStart,
     Tool,
 )
-from harness.turn._chunklog import ChunkLog
-from storage import Database, Tx
+from think_server.harness.turn._chunklog import ChunkLog
+from think_server.storage import Database, Tx
 
 from ._doubles import GUARD, FakeModel, Pause, Recorder, call, settle, text, user
 

@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from harness import Agent, Harness, Instance, ScriptedModel, configure_tracing, tool
-from protocol import ToolPart
+from think_server.harness import Agent, Harness, Instance, ScriptedModel, configure_tracing, tool
+from think_server.protocol import ToolPart
 
 from ._doubles import GUARD, settle, user
 from .turn.test_recovery import crash
@@ -166,7 +166,7 @@ async def test_a_recovery_is_a_span(tmp_path: Path, spans: InMemorySpanExporter)
         await asyncio.Event().wait()
         return "never"
 
-    from harness import RecoveryPolicy, Tool
+    from think_server.harness import RecoveryPolicy, Tool
 
     agent = Agent(tools=[Tool("hang", execute=hang, recovery="rerun")], recovery=RecoveryPolicy(backoff_ms=1))
     model = ScriptedModel({"rules": [{"match": "*", "steps": [[{"tool_call": {"name": "hang", "input": {}}}],

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from protocol import (
+from think_server.protocol import (
     AbortChunk,
     DataChunk,
     ErrorChunk,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from protocol import (
+from think_server.protocol import (
     MAX_CLIENT_ID_LENGTH,
     MAX_NEW_PARTS,
     ChatClear,

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from protocol import MAX_JSON_DEPTH, ProtocolError, parse_chat_request_body, parse_client_frame
-from protocol._jsontext import check_value, has_surrogate_escape, is_unicode_text, load_json, load_json_object
+from think_server.protocol import MAX_JSON_DEPTH, ProtocolError, parse_chat_request_body, parse_client_frame
+from think_server.protocol._jsontext import (
+    check_value,
+    has_surrogate_escape,
+    is_unicode_text,
+    load_json,
+    load_json_object,
+)
 
 
 def nested(depth: int) -> str:

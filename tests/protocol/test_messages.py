@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from protocol import (
+from think_server.protocol import (
     DataPart,
     FilePart,
     GenericPart,
@@ -185,7 +185,7 @@ def test_tool_part_type_is_checked_when_built_in_code() -> None:
 
 def test_lone_surrogate_is_escaped_not_fatal() -> None:
     msg = UIMessage(id="m", role="assistant", parts=[TextPart(text="a\ud83d")])
-    from protocol import ChatMessages, dump_frame
+    from think_server.protocol import ChatMessages, dump_frame
 
     text = dump_frame(ChatMessages(messages=[msg]))
     text.encode()  # must be valid UTF-8 for a WebSocket text frame

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocol import agent_name_to_kebab
+from think_server.protocol import agent_name_to_kebab
 
 
 @pytest.mark.parametrize(

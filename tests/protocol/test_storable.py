@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from protocol import ROW_LIMIT_BYTES, UIMessage, fit_message, parse_message, sanitize_message, shorten_value
+from think_server.protocol import (
+    ROW_LIMIT_BYTES,
+    UIMessage,
+    fit_message,
+    parse_message,
+    sanitize_message,
+    shorten_value,
+)
 
 
 def _m(role: str, *parts: dict[str, Any], metadata: dict[str, Any] | None = None) -> UIMessage:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import Database
+from think_server.storage import Database
 
 
 @pytest.fixture

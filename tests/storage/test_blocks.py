@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from storage import INSTANCE_SCOPE, CompactionRow, Database, session_scope
+from think_server.storage import INSTANCE_SCOPE, CompactionRow, Database, session_scope
 
 
 async def test_blocks_are_written_by_scope_and_label_and_go_with_their_session(db: Database) -> None:

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import storage
-import storage._db
-from storage import SCHEMA_VERSION, Database, StorageError
-from storage._schema import MIGRATIONS
+from think_server import storage
+from think_server.storage import SCHEMA_VERSION, Database, StorageError, _db
+from think_server.storage._schema import MIGRATIONS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -163,8 +162,8 @@ async def test_older_file_gets_only_the_missing_migrations(
         await _add_operation(db, "old")
 
     extra = "CREATE TABLE extra (x INTEGER); INSERT INTO extra VALUES (42);"
-    monkeypatch.setattr(storage._db, "MIGRATIONS", (*MIGRATIONS, extra))
-    monkeypatch.setattr(storage._db, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setattr(_db, "MIGRATIONS", (*MIGRATIONS, extra))
+    monkeypatch.setattr(_db, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     async with _opened(db_path) as db:
         assert _pragma(db_path, "user_version") == SCHEMA_VERSION + 1
         assert await db.read.operation("old") is not None
@@ -188,8 +187,8 @@ async def test_file_of_the_first_schema_upgrades_to_the_current_one(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A file written by the first release opens in this one with its rows intact."""
-    monkeypatch.setattr(storage._db, "MIGRATIONS", MIGRATIONS[:1])
-    monkeypatch.setattr(storage._db, "SCHEMA_VERSION", 1)
+    monkeypatch.setattr(_db, "MIGRATIONS", MIGRATIONS[:1])
+    monkeypatch.setattr(_db, "SCHEMA_VERSION", 1)
     async with _opened(db_path) as db:
         await _add_operation(db, "v1-op")
     with sqlite3.connect(db_path) as raw:  # as the first release wrote it (today's statements know newer columns)
@@ -218,8 +217,8 @@ async def test_failed_migration_leaves_the_file_at_its_old_version(
         await _add_operation(db, "old")
 
     broken = "CREATE TABLE half_done (x); SELECT * FROM no_such_table;"
-    monkeypatch.setattr(storage._db, "MIGRATIONS", (*MIGRATIONS, broken))
-    monkeypatch.setattr(storage._db, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setattr(_db, "MIGRATIONS", (*MIGRATIONS, broken))
+    monkeypatch.setattr(_db, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     assert "no_such_table" in str(await _open_error(db_path))
     assert _pragma(db_path, "user_version") == SCHEMA_VERSION
     assert "half_done" not in _tables(db_path)
@@ -430,7 +429,7 @@ async def test_close_waits_for_the_open_transaction(db_path: Path) -> None:
 _CHILD = r"""
 import asyncio, sys
 from pathlib import Path
-from storage import Database
+from think_server.storage import Database
 
 async def main():
     db = await Database.open(Path(sys.argv[1]))

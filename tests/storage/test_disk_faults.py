@@ -14,9 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from storage import SCHEMA_VERSION, Database, Problem, StorageError, WorkIndex, describe_problem, problem_of
-from storage._writefaults import WriteFault, arm, set_fault
 from tests.faultydisk import KINDS, FaultyDisk, faulty_disk, integrity
+from think_server.storage import (
+    SCHEMA_VERSION,
+    Database,
+    Problem,
+    StorageError,
+    WorkIndex,
+    describe_problem,
+    problem_of,
+)
+from think_server.storage._writefaults import WriteFault, arm, set_fault
 
 
 @pytest.fixture(params=KINDS)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from storage._faults import KillPlan, parse
+from think_server.storage._faults import KillPlan, parse
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import asyncio, sys
 from pathlib import Path
-from storage import Database
+from think_server.storage import Database
 
 async def main():
     db = await Database.open(Path(sys.argv[1]))

@@ -8,8 +8,8 @@ import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from storage import WorkIndex
-from storage._index import INDEX_FILE
+from think_server.storage import WorkIndex
+from think_server.storage._index import INDEX_FILE
 
 
 @contextlib.asynccontextmanager

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from storage import Database, MessageRow
+from think_server.storage import Database, MessageRow
 
 S = "session-1"
 

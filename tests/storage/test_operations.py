@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from storage import Database, OperationRow
+from think_server.storage import Database, OperationRow
 
 S = "s"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import Database, InvalidNameError, StorageError, instance_db_path, validate_instance_name
+from think_server.storage import Database, InvalidNameError, StorageError, instance_db_path, validate_instance_name
 
 
 async def test_cancel_during_begin_leaves_no_transaction_open(db_path: Path) -> None:
@@ -126,8 +126,8 @@ async def test_work_index_on_a_non_database_file_raises_storage_error_and_closes
     """
     import aiosqlite
 
-    from storage import WorkIndex, _writefaults
-    from storage._index import INDEX_FILE
+    from think_server.storage import WorkIndex, _writefaults
+    from think_server.storage._index import INDEX_FILE
 
     opened: list[aiosqlite.Connection] = []
     real_connect = _writefaults.lane_connect

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from storage import Database, ScheduleRow
+from think_server.storage import Database, ScheduleRow
 
 ROW = ScheduleRow(id="s1", session_id="", kind="cron", source="server", input_json='"hi"', cron="0 8 * * *",
                   at_ms=None, delay_ms=None, next_run_at=1000, created_at=1, last_run_at=None,

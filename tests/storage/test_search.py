@@ -6,9 +6,9 @@ import json
 import sqlite3
 from pathlib import Path
 
-from storage import Database
-from storage._schema import MIGRATIONS
-from storage._search import fts_query
+from think_server.storage import Database
+from think_server.storage._schema import MIGRATIONS
+from think_server.storage._search import fts_query
 
 
 def _msg(*texts: str, extra: list[dict[str, object]] | None = None) -> str:

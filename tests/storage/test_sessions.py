@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from storage import Database, SessionRow
+from think_server.storage import Database, SessionRow
 
 
 async def _ensure(db: Database, session_id: str, now: int = 1) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import Database, StreamRow
+from think_server.storage import Database, StreamRow
 
 
 async def _insert(
@@ -396,7 +396,7 @@ async def test_swept_streams_give_their_pages_back_to_the_file_system(db: Databa
 
 
 async def test_shrinking_memory_gives_the_page_cache_back(db: Database) -> None:
-    from storage import sqlite_memory_used
+    from think_server.storage import sqlite_memory_used
 
     await _insert(db, "big")
     for n in range(10):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from storage import SCHEMA_VERSION, Database
-from storage._schema import MIGRATIONS
-from storage._template import create_from_template
+from think_server.storage import SCHEMA_VERSION, Database
+from think_server.storage._schema import MIGRATIONS
+from think_server.storage._template import create_from_template
 
 
 def _pragmas(path: Path) -> tuple[object, ...]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import Database, ToolCallRow
+from think_server.storage import Database, ToolCallRow
 
 S = "s"
 OP = "op"

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from storage import Database
+from think_server.storage import Database
 
 
 async def test_put_list_usage_delete(db: Database) -> None:

@@ -9,7 +9,7 @@ test-artifacts/bench/<tag>.jsonl. At the end it stops every server it started
 against sqlite-batch and bare. The load average is printed at start and end.
 
 Built-in targets
-  ours           this project's server: python -m app serve --app tests.conformance_app:agents
+  ours           this project's server: python -m think_server serve --app tests.conformance_app:agents
                  (cwd: the project root; the venv's python; THINK_MAX_NEW_INSTANCES_PER_MINUTE=0,
                  as every instance comes from one loopback address). It runs on asyncio's loop
                  and h11 whatever is installed (app/cli.py), as the Docker image does.
@@ -62,7 +62,7 @@ BASE = [PY, os.path.join(HERE, "baseline_server.py"), "--port", "{port}"]
 SERVE = ["serve", "--app", "tests.conformance_app:agents", "--host", "127.0.0.1", "--port", "{port}",
          "--data-dir", "{state}", "--log-level", "warning"]
 TARGETS = {
-    "ours": [VENV_PY, "-m", "app", *SERVE],
+    "ours": [VENV_PY, "-m", "think_server", *SERVE],
     "bare": BASE,
     "bare-asyncio": [*BASE, "--loop", "asyncio", "--http", "h11"],
     "sqlite-row": [*BASE, "--sqlite", "{state}", "--sqlite-mode", "row"],

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from harness import (
+from think_server.harness import (
     Agent,
     ChunkContext,
     ErrorContext,
@@ -35,7 +35,7 @@ from harness import (
     is_context_overflow,
     tool,
 )
-from protocol import ToolPart, message_text
+from think_server.protocol import ToolPart, message_text
 
 from .._doubles import GUARD, FakeModel, Pause, script, settle, text, user
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from harness import (
+from think_server.harness import (
     Agent,
     AnswerRefused,
     ChunksCommitted,
@@ -25,7 +25,7 @@ from harness import (
     client_tool,
     tool,
 )
-from protocol import TextPart, ToolPart, UIMessage, message_text
+from think_server.protocol import TextPart, ToolPart, UIMessage, message_text
 
 SCRIPT = Path(__file__).parents[2] / "fixtures" / "reference-script.json"
 

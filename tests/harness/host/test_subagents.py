@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness import (
+from think_server.harness import (
     Agent,
     ChunksCommitted,
     Finish,
@@ -30,7 +30,7 @@ from harness import (
     report_progress,
     tool,
 )
-from protocol import ToolPart, message_text, server_id_prefix
+from think_server.protocol import ToolPart, message_text, server_id_prefix
 
 from .._doubles import GUARD
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from harness import Agent, Compacted, Compaction, SessionBusy
-from harness.instances._sessions import fork_session
-from harness.memory._compaction import ModelView, SummaryRequest, overlay_on, plan_compaction
-from protocol import TextPart, ToolPart, UIMessage, message_text
-from storage import CompactionRow
+from think_server.harness import Agent, Compacted, Compaction, SessionBusy
+from think_server.harness.instances._sessions import fork_session
+from think_server.harness.memory._compaction import ModelView, SummaryRequest, overlay_on, plan_compaction
+from think_server.protocol import TextPart, ToolPart, UIMessage, message_text
+from think_server.storage import CompactionRow
 
 from .._doubles import GUARD, FakeModel, Pause, Recorder, call, settle, text, user
 
@@ -169,7 +169,7 @@ async def test_compact_refuses_while_an_operation_is_open_and_a_failed_summary_s
     inst = await open_instance(model, agent)
     s = await inst.session()
     await _chat(s, 3)
-    from harness.memory._compaction import CompactionError
+    from think_server.harness.memory._compaction import CompactionError
     with pytest.raises(CompactionError, match="no summaries today"):
         await s.compact()
     assert await s.compactions() == []
@@ -190,7 +190,7 @@ def test_compaction_settings_are_checked() -> None:
 
 async def test_a_tool_call_and_its_result_stay_together(open_instance: Any) -> None:
     model = FakeModel(call("c1", "lookup", {"q": "x"}), text("t", "found"), text("t", "more"))
-    from harness import Tool
+    from think_server.harness import Tool
     agent = Agent(tools=[Tool("lookup", "Look up", execute=lambda q: {"hit": q})],
                   compaction=Compaction(keep_tokens=0, keep_messages=2, summarize=lambda r: "S"))
     inst = await open_instance(model, agent)

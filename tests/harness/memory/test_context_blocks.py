@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from harness import Agent, Block, Memory, MemoryBlockError, ScriptedModel
-from harness.memory._context_blocks import render_memory
-from protocol import ToolPart
+from think_server.harness import Agent, Block, Memory, MemoryBlockError, ScriptedModel
+from think_server.harness.memory._context_blocks import render_memory
+from think_server.protocol import ToolPart
 
 from .._doubles import settle, user
 
@@ -125,7 +125,7 @@ async def test_an_agent_without_memory_has_no_tools_and_an_untouched_prompt(open
 
 
 async def test_inspect_shows_the_session_with_its_memory_and_compactions(tmp_path: Any) -> None:
-    from harness import Compaction, Harness
+    from think_server.harness import Compaction, Harness
     agent = Agent(memory=Memory([NOTES]), compaction=Compaction(keep_tokens=0, keep_messages=2,
                                                                 summarize=lambda r: "S"))
     async with Harness({"a": agent}, data_dir=tmp_path / "data", model=SCRIPT) as h:

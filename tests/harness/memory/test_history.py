@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import (
+from think_server.harness import (
     Agent,
     Finish,
     HistoryBudget,
@@ -22,8 +22,8 @@ from harness import (
     TextEnd,
     TextStart,
 )
-from harness.memory._history import ParsedOnRead
-from protocol import TextPart, UIMessage, message_text, parse_message
+from think_server.harness.memory._history import ParsedOnRead
+from think_server.protocol import TextPart, UIMessage, message_text, parse_message
 
 SCRIPT = {"rules": [{"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]}
 

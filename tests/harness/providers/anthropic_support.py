@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from harness import ModelError, ModelEvent, ModelRequest
-from harness.providers._anthropic import AnthropicModel
-from harness.providers._http import HttpSettings
-from protocol import UIMessage
+from think_server.harness import ModelError, ModelEvent, ModelRequest
+from think_server.harness.providers._anthropic import AnthropicModel
+from think_server.harness.providers._http import HttpSettings
+from think_server.protocol import UIMessage
 
 from .._doubles import GUARD, user
 from .anthropic_server import (

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from harness._model import Model
-from harness.providers._openai import OpenAIChatModel, OpenAIResponsesModel
+from think_server.harness._model import Model
+from think_server.harness.providers._openai import OpenAIChatModel, OpenAIResponsesModel
 
 from .openai_support import FAST, KEY
 from .openai_wire import WireServer

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness._model import (
+from think_server.harness._model import (
     Model,
     ModelError,
     ModelEvent,
@@ -17,7 +17,7 @@ from harness._model import (
     TextStart,
     ToolDefinition,
 )
-from harness.providers._http import HttpSettings
+from think_server.harness.providers._http import HttpSettings
 
 from .._doubles import GUARD, user
 from .openai_wire import Reply

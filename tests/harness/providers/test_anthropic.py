@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness import (
+from think_server.harness import (
     Agent,
     Finish,
     ModelEvent,
@@ -33,8 +33,8 @@ from harness import (
     ToolInputStart,
     Usage,
 )
-from harness.providers._anthropic import anthropic_from_spec
-from harness.providers._transcript import CONTINUE_PROMPT
+from think_server.harness.providers._anthropic import anthropic_from_spec
+from think_server.harness.providers._transcript import CONTINUE_PROMPT
 
 from .._doubles import GUARD, settle, user
 from .anthropic_server import (

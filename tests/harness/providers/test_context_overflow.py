@@ -8,8 +8,8 @@ import asyncio
 import json
 from typing import Any
 
-from harness import Agent, Compacted, Compaction
-from harness.turn._turn_hooks import CONTEXT_OVERFLOW
+from think_server.harness import Agent, Compacted, Compaction
+from think_server.harness.turn._turn_hooks import CONTEXT_OVERFLOW
 
 from .._doubles import Recorder, settle, user
 from .openai_wire import Received, Reply, WireServer, error_reply

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness import Agent, Tool
-from harness._model import Finish, ToolCall, ToolInputDelta, ToolInputStart, Usage
-from harness.providers._options import cut_off_message
+from think_server.harness import Agent, Tool
+from think_server.harness._model import Finish, ToolCall, ToolInputDelta, ToolInputStart, Usage
+from think_server.harness.providers._options import cut_off_message
 
 from .._doubles import settle, user
 from .anthropic_server import block_start, block_stop, message_delta, message_start, message_stop, stream_reply

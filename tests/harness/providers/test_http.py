@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from harness._model import Finish, ModelRequest, TextDelta, TextEnd, TextStart, Usage
-from harness.providers._http import HttpSettings
+from think_server.harness._model import Finish, ModelRequest, TextDelta, TextEnd, TextStart, Usage
+from think_server.harness.providers._http import HttpSettings
 
 from .anthropic_server import error_reply as anthropic_error
 from .anthropic_server import ping, stream_reply

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from harness import Agent, ModelSpecError, Tool
-from harness._model import (
+from think_server.harness import Agent, ModelSpecError, Tool
+from think_server.harness._model import (
     Finish,
     Model,
     ModelRequest,
@@ -31,7 +31,7 @@ from harness._model import (
     ToolInputStart,
     Usage,
 )
-from harness.providers._openai import (
+from think_server.harness.providers._openai import (
     OpenAIChatModel,
     OpenAIResponsesModel,
     ollama_from_spec,
@@ -39,9 +39,9 @@ from harness.providers._openai import (
     openai_from_spec,
     workers_ai_from_spec,
 )
-from harness.providers._options import cut_off_message
-from harness.providers._transcript import CONTINUE_PROMPT
-from protocol import UIMessage
+from think_server.harness.providers._options import cut_off_message
+from think_server.harness.providers._transcript import CONTINUE_PROMPT
+from think_server.protocol import UIMessage
 
 from .._doubles import settle, user
 from .openai_support import FAST, KEY, RETRIES, WEATHER_TOOL, collect, hi, sse, text_events

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from harness import Agent, Tool
-from harness._model import (
+from think_server.harness import Agent, Tool
+from think_server.harness._model import (
     Finish,
     Model,
     ModelRequest,
@@ -27,8 +27,8 @@ from harness._model import (
     ToolInputStart,
     Usage,
 )
-from harness.providers._openai import OpenAIChatModel
-from protocol import UIMessage
+from think_server.harness.providers._openai import OpenAIChatModel
+from think_server.protocol import UIMessage
 
 from .._doubles import settle, user
 from .openai_support import FAST, KEY, WEATHER_TOOL, collect, hi, sse, text_events

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from harness import ModelSpecError
-from harness._model import Model, ModelRequest, ToolDefinition
-from harness.providers import resolve_model
-from harness.providers._anthropic import AnthropicModel
-from harness.providers._openai import OpenAIChatModel, OpenAIResponsesModel, workers_ai_from_spec
-from harness.providers._options import RequestDefaults
+from think_server.harness import ModelSpecError
+from think_server.harness._model import Model, ModelRequest, ToolDefinition
+from think_server.harness.providers import resolve_model
+from think_server.harness.providers._anthropic import AnthropicModel
+from think_server.harness.providers._openai import OpenAIChatModel, OpenAIResponsesModel, workers_ai_from_spec
+from think_server.harness.providers._options import RequestDefaults
 
 from .._doubles import GUARD, user
 from .anthropic_server import AnthropicServer

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness import Agent, Tool
-from harness._model import (
+from think_server.harness import Agent, Tool
+from think_server.harness._model import (
     Finish,
     ModelRequest,
     ReasoningDelta,
@@ -22,7 +22,7 @@ from harness._model import (
     ToolInputStart,
     Usage,
 )
-from protocol import UIMessage
+from think_server.protocol import UIMessage
 
 from .._doubles import settle, user
 from .openai_support import WEATHER_TOOL, collect, hi, sse, text_events

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from harness._model import (
+from think_server.harness._model import (
     Finish,
     ModelError,
     ModelEvent,
@@ -26,8 +26,8 @@ from harness._model import (
     ToolInputDelta,
     ToolInputStart,
 )
-from harness.providers._scripted import Script, ScriptedModel, ScriptError, load_script, parse_script
-from protocol import UIMessage
+from think_server.harness.providers._scripted import Script, ScriptedModel, ScriptError, load_script, parse_script
+from think_server.protocol import UIMessage
 
 # The one copy of the shared reference script (tests/test_drift.py keeps it equal to the shared one).
 REFERENCE = Path(__file__).parents[2] / "fixtures" / "reference-script.json"

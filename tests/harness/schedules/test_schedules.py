@@ -10,12 +10,20 @@ from typing import Any
 
 import pytest
 
-from harness import Agent, Harness, InputPolicy, ScheduleError, ScheduleExists, ScheduleRefused, ScriptedModel
-from harness.host._schedules import cron_gap_below
-from harness.schedules._firing import cron_next
-from protocol import message_text
-from storage import instance_db_path
-from storage._index import INDEX_FILE
+from think_server.harness import (
+    Agent,
+    Harness,
+    InputPolicy,
+    ScheduleError,
+    ScheduleExists,
+    ScheduleRefused,
+    ScriptedModel,
+)
+from think_server.harness.host._schedules import cron_gap_below
+from think_server.harness.schedules._firing import cron_next
+from think_server.protocol import message_text
+from think_server.storage import instance_db_path
+from think_server.storage._index import INDEX_FILE
 
 SCRIPT = Path(__file__).parents[2] / "fixtures" / "reference-script.json"
 
@@ -229,14 +237,14 @@ async def test_deleting_a_session_cancels_its_schedules(tmp_path: Path) -> None:
 
 
 def _clock(offset_ms: int) -> Any:
-    from harness import Clock
+    from think_server.harness import Clock
 
     real = Clock()
     return Clock(now_ms=lambda: real.now_ms() + offset_ms)
 
 
 def test_a_time_without_an_offset_is_utc() -> None:
-    from harness.host._schedules import _check_at
+    from think_server.harness.host._schedules import _check_at
 
     naive = datetime(2099, 1, 1, 12)
     assert _check_at(naive.isoformat()) == _check_at(naive.replace(tzinfo=UTC)) == _check_at("2099-01-01T12:00:00Z")

@@ -1,4 +1,4 @@
-"""What new input does while a session is busy: each ``when_busy`` strategy (harness.agent._busy)."""
+"""What new input does while a session is busy: each ``when_busy`` strategy (think_server.harness.agent._busy)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from harness import (
+from think_server.harness import (
     Agent,
     Finish,
     Instance,
@@ -27,7 +27,7 @@ from harness import (
     ToolCall,
     ToolInputStart,
 )
-from protocol import ToolPart, message_text
+from think_server.protocol import ToolPart, message_text
 
 from .._doubles import GUARD, settle, user
 from ..turn.test_recovery import crash

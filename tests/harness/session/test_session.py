@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from harness import (
+from think_server.harness import (
     Instance,
     MessagePersisted,
     OperationResult,
@@ -21,7 +21,7 @@ from harness import (
     SessionReset,
     SubmitRefused,
 )
-from protocol import UIMessage
+from think_server.protocol import UIMessage
 
 from .._doubles import GUARD, FakeModel, Pause, Recorder, Recording, script, settle, text, user
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness import Agent, Harness, McpServer, ScriptedModel
-from protocol import ToolPart
+from think_server.harness import Agent, Harness, McpServer, ScriptedModel
+from think_server.protocol import ToolPart
 
 SERVER = Path(__file__).parents[2] / "mcp_server.py"
 

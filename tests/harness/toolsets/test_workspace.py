@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from harness import (
+from think_server.harness import (
     Agent,
     Clock,
     GrepCut,
@@ -19,9 +19,9 @@ from harness import (
     WorkspaceLimits,
     WorkspaceTools,
 )
-from harness.toolsets._workspace import check_path
-from protocol import ToolPart
-from storage import Database
+from think_server.harness.toolsets._workspace import check_path
+from think_server.protocol import ToolPart
+from think_server.storage import Database
 
 from .._doubles import settle, user
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.toolsets._workspace_scan import (
+from think_server.harness.toolsets._workspace_scan import (
     MAX_GLOB,
     MAX_PATTERN,
     BadPattern,

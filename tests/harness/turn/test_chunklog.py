@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from harness import ChunksCommitted, Clock, HarnessEvent, StreamStarted
-from harness.turn._chunklog import MAX_BUFFERED, ChunkLog
-from storage import Database, Tx
+from think_server.harness import ChunksCommitted, Clock, HarnessEvent, StreamStarted
+from think_server.harness.turn._chunklog import MAX_BUFFERED, ChunkLog
+from think_server.storage import Database, Tx
 
 GUARD = 10  # seconds: only a guard against a hang, never a timing assertion
 

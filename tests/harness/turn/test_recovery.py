@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from harness import (
+from think_server.harness import (
     Agent,
     Finish,
     Instance,
@@ -24,8 +24,8 @@ from harness import (
     TextStart,
     Tool,
 )
-from harness._answers import INTERRUPTED_TOOL_ERROR, Answer
-from protocol import ToolPart
+from think_server.harness._answers import INTERRUPTED_TOOL_ERROR, Answer
+from think_server.protocol import ToolPart
 
 from .._doubles import FakeModel, Pause, call, script, settle, text, user
 

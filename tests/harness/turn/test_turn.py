@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness import (
+from think_server.harness import (
     Agent,
     ChunksCommitted,
     Finish,
@@ -33,8 +33,8 @@ from harness import (
     TextStart,
     Tool,
 )
-from harness.turn._chunklog import MAX_BUFFERED
-from protocol import TextPart, ToolPart, UIMessage, assemble, parse_chunk
+from think_server.harness.turn._chunklog import MAX_BUFFERED
+from think_server.protocol import TextPart, ToolPart, UIMessage, assemble, parse_chunk
 
 from .._doubles import GUARD, FakeModel, Pause, Recorder, Recording, call, script, settle, text, user
 from ..conftest import Peek
