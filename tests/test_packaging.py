@@ -171,3 +171,10 @@ def test_the_dockerfile_copies_every_folder_the_wheel_is_built_from() -> None:
               if line.startswith("COPY ") and "--from" not in line}
     assert {TOP, *ORDER} <= copied
 
+
+def test_the_readme_layout_names_the_import_name_and_each_folder_with_its_package() -> None:
+    layout = (ROOT / "README.md").read_text().split("## The layout", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([a-z_]+)/` \| (.*) \|$", layout, re.MULTILINE))
+    assert list(rows) == [TOP, *ORDER, "tests"]
+    for name in ORDER:
+        assert rows[name].startswith(f"`{TOP}.{name}`"), rows[name]
