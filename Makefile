@@ -11,7 +11,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DATA_DIR ?=
 
-.PHONY: install run test lint typecheck unit fuzz conformance conformance-server node-deps web browser-deps proxy-deps soak chaos bench clean
+.PHONY: install run test lint typecheck unit fuzz conformance conformance-server node-deps web browser-deps proxy-deps postgres-deps soak chaos bench clean
 
 # `make run` installs what running needs (the server, and Node to build the page); the test
 # tools come with `make test`.
@@ -82,13 +82,21 @@ proxy-deps:
 	@{ test -x /usr/sbin/nginx && test -x /usr/bin/caddy; } || { apt-get update && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nginx-light caddy; }
 
+# The PostgreSQL tests start a throwaway server of their own (tests/postgres.py) from Debian's
+# binaries, which are not on PATH. The package also creates Debian's `main` cluster (5432), which
+# the tests never use; it is not started in a container (no systemd, no runlevel: invoke-rc.d
+# declines, as does a policy-rc.d that says 101), and where it is, it stays on its own port.
+postgres-deps:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql; }
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check app protocol harness storage think_server tests
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP) node-deps web browser-deps proxy-deps
+unit: $(STAMP) node-deps web browser-deps proxy-deps postgres-deps
 	$(PY) -m pytest -q
 
 # Property-based fuzzing (tests/fuzz) against the real server: 100,000 random cases of client frames,
