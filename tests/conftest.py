@@ -20,6 +20,9 @@ from think_server.app import Settings, create_app
 from think_server.app._wsprotocol import ChatWebSocketProtocol
 from think_server.harness import Agent
 
+# The throwaway PostgreSQL server's fixtures (postgres, postgres_server, postgres_url).
+pytest_plugins = ["tests.postgres"]
+
 
 def free_port() -> int:
     with socket.socket() as s:
