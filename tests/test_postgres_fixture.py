@@ -1,11 +1,16 @@
-"""The throwaway PostgreSQL server (tests/postgres.py): a database per test, a server that dies with its run."""
+"""The throwaway PostgreSQL server (tests/postgres.py) and what the PostgreSQL backend will stand on:
+a database per test, a server that dies with its run, bytea, and tsvector search with the SQLite
+backend's semantics (every word, stemmed, any branch, newest first, snippets). The last tests pin
+down where PostgreSQL's text search differs from FTS5's, as facts for the backend to answer."""
 
 from __future__ import annotations
 
 import fcntl
+import os
 import shlex
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -136,3 +141,126 @@ def test_only_dirs_whose_run_is_gone_are_removed(tmp_path: Path) -> None:
         fcntl.flock(held, fcntl.LOCK_EX)
         _remove_abandoned(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "think-pg-alive", "think-pg-half-made"]
+
+
+async def test_bytea_holds_any_bytes(conn: asyncpg.Connection) -> None:
+    await conn.execute("CREATE TABLE files (instance text, path text, content bytea NOT NULL, "
+                       "PRIMARY KEY (instance, path))")
+    blobs = {"every-byte": bytes(range(256)) * 4, "nul": b"\x00", "empty": b"", "mib": os.urandom(1 << 20)}
+    await conn.executemany("INSERT INTO files VALUES ('i', $1, $2)", list(blobs.items()))
+    rows = await conn.fetch("SELECT path, content, octet_length(content) FROM files WHERE instance = 'i'")
+    assert {r[0]: (bytes(r[1]), r[2]) for r in rows} == {k: (v, len(v)) for k, v in blobs.items()}
+
+
+# What the backend's search could be: a configuration like `english` without its stop words (FTS5's
+# porter drops none: "OR NOT" and "the" are words to find) and with accents folded (FTS5's unicode61
+# does: "cafe" finds "café"); the words in a tsvector column PostgreSQL keeps in step, under a GIN index
+# keyed by the instance first like every other (btree_gin lets a GIN index hold a plain column).
+SEARCH_SCHEMA = """
+CREATE EXTENSION unaccent;
+CREATE EXTENSION btree_gin;
+CREATE TEXT SEARCH DICTIONARY think_stem (TEMPLATE = snowball, Language = english);
+CREATE TEXT SEARCH CONFIGURATION think_search (COPY = english);
+ALTER TEXT SEARCH CONFIGURATION think_search
+  ALTER MAPPING FOR asciiword, asciihword, hword_asciipart, word, hword, hword_part WITH unaccent, think_stem;
+CREATE TABLE messages (
+  instance text NOT NULL, session_id text NOT NULL, seq bigint NOT NULL, id text NOT NULL, words text,
+  tsv tsvector GENERATED ALWAYS AS (to_tsvector('think_search', coalesce(words, ''))) STORED,
+  PRIMARY KEY (instance, seq)
+);
+CREATE INDEX messages_tsv ON messages USING gin (instance, tsv);
+"""
+SEARCH = """
+SELECT id, ts_headline('think_search', words, q, 'StartSel=**, StopSel=**, MaxWords=16, MinWords=8')
+FROM messages, plainto_tsquery('think_search', $3) AS q
+WHERE instance = $1 AND session_id = $2 AND tsv @@ q ORDER BY seq DESC LIMIT $4
+"""
+
+
+async def _search(conn: asyncpg.Connection, session: str, text: str, limit: int = 20) -> list[tuple[str, str]]:
+    return [(r[0], r[1]) for r in await conn.fetch(SEARCH, "i", session, text, limit)]
+
+
+async def test_search_with_todays_semantics_runs_on_tsvector_and_gin(conn: asyncpg.Connection) -> None:
+    await conn.execute(SEARCH_SCHEMA)
+    rows = [("", 10, "a", "I was running to the harbour at dawn"), ("", 11, "b", "nothing here"),
+            ("", 12, "c", "We run the harbour tour twice"), ("", 13, "d", None),
+            ("other", 14, "e", 'she said "hello" OR NOT, near the café*'), ("", 15, "f", "the only café")]
+    await conn.executemany("INSERT INTO messages (instance, session_id, seq, id, words) VALUES ('i', $1, $2, $3, $4)",
+                           rows)
+    hits = await _search(conn, "", "run harbour")
+    assert hits == [("c", "We **run** the **harbour** tour twice"),
+                    ("a", "I was **running** to the **harbour** at dawn")]
+    assert [h for h, _ in await _search(conn, "", "run", limit=1)] == ["c"]  # newest first
+    assert [h for h, _ in await _search(conn, "", "dawn harbour")] == ["a"]  # every word, any order
+    assert await _search(conn, "", "dusk harbour") == []
+    assert [h for h, _ in await _search(conn, "other", "harbour")] == []  # per session
+    # Nothing typed is syntax, stop words are words, accents fold; no word at all finds nothing.
+    for text in ('"hello"', "OR", "NOT", "near", "café*", 'he"llo', "hello)", "words:hello", "NEAR(hello end)"):
+        await _search(conn, "other", text)
+    assert [h for h, _ in await _search(conn, "other", "OR NOT")] == ["e"]
+    assert [h for h, _ in await _search(conn, "", "the")] == ["f", "c", "a"]
+    assert [h for h, _ in await _search(conn, "", "the only")] == ["f"]
+    assert [h for h, _ in await _search(conn, "", "cafe")] == ["f"]
+    assert await _search(conn, "", "") == [] and await _search(conn, "", "*** ???") == []
+    # Among an instance's thousands of messages the GIN index finds a rare word (for a common one,
+    # walking the primary key newest first until the limit is met is cheaper, and the planner does
+    # that). A table this small would be scanned whole: a shared database is not this small.
+    await conn.execute("INSERT INTO messages (instance, session_id, seq, id, words) "
+                       "SELECT 'i', '', 100 + g, 'filler' || g, 'filler text ' || g FROM generate_series(1, 5000) AS g")
+    await conn.execute("ANALYZE messages")
+    await conn.execute("SET enable_seqscan = off")
+    plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + SEARCH, "i", "", "harbour", 20))
+    assert "Bitmap Index Scan on messages_tsv" in plan, plan
+    assert [h for h, _ in await _search(conn, "", "harbour")] == ["c", "a"]
+
+
+def _fts5(text: str) -> sqlite3.Connection:
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE VIRTUAL TABLE f USING fts5 (words, tokenize = 'porter unicode61')")  # as storage/_schema.py
+    db.execute("CREATE VIRTUAL TABLE v USING fts5vocab (f, 'row')")
+    db.execute("INSERT INTO f VALUES (?)", (text,))
+    return db
+
+
+def _fts5_terms(text: str) -> list[str]:
+    return [str(r[0]) for r in _fts5(text).execute("SELECT term FROM v ORDER BY term")]
+
+
+async def _pg_terms(conn: asyncpg.Connection, config: str, text: str) -> list[str]:
+    return sorted(await conn.fetchval(f"SELECT tsvector_to_array(to_tsvector('{config}', $1))", text))
+
+
+async def test_where_postgresql_search_differs_from_fts5(conn: asyncpg.Connection) -> None:
+    await conn.execute(SEARCH_SCHEMA)
+    # 1. `english` drops stop words; FTS5 drops none. (think_search above keeps them.)
+    assert _fts5_terms("it's the only news") == ["it", "new", "onli", "s", "the"]
+    assert await _pg_terms(conn, "english", "it's the only news") == ["news"]
+    assert await _pg_terms(conn, "think_search", "it's the only news") == ["it", "news", "onli", "s", "the"]
+    # 2. The stemmers differ: FTS5's is Porter's original, PostgreSQL's Snowball's English (Porter2).
+    # So "new" finds "news" and "general" finds "generate" in FTS5, not in PostgreSQL; "sky" finds
+    # "skies" and "die" finds "dying" in PostgreSQL, not in FTS5.
+    words = ["news", "skies", "dying", "generate", "general", "generously", "succeed", "running", "harbours"]
+    porter = [_fts5_terms(w)[0] for w in words]
+    snowball = [(await conn.fetchval("SELECT ts_lexize('think_stem', $1)", w))[0] for w in words]
+    assert porter == ["new", "ski", "dy", "gener", "gener", "gener", "succe", "run", "harbour"]
+    assert snowball == ["news", "sky", "die", "generat", "general", "generous", "succeed", "run", "harbour"]
+    # 3. FTS5's unicode61 splits at every character that is not a letter or digit; PostgreSQL's
+    # parser keeps an e-mail address, a host, a URL's path or a dotted number whole, so "example"
+    # finds "bob@example.com" in FTS5 only. Splitting the text the same way first closes the gap.
+    text = "mail bob@example.com, see https://example.com/x.html v1.2"
+    assert _fts5_terms(text) == ["2", "bob", "com", "exampl", "html", "http", "mail", "see", "v1", "x"]
+    assert await _pg_terms(conn, "think_search", text) == [
+        "/x.html", "bob@example.com", "example.com", "example.com/x.html", "mail", "see", "v1.2"]
+    split = await conn.fetchval(r"SELECT regexp_replace($1, '[^[:alnum:]]+', ' ', 'g')", text)
+    assert await _pg_terms(conn, "think_search", split) == ["2", "bob", "com", "exampl", "html", "https", "mail",
+                                                            "see", "v1", "x"]
+    # 4. Snippets: FTS5 marks with "…" where it cut the text; ts_headline cuts without a mark.
+    long = ("In the morning the ferry left the old harbour and we watched the gulls for a long time, then I was "
+            "running along the quay to catch the bus to the station, which was late again, and so it went on")
+    fts5 = _fts5(long).execute("SELECT snippet(f, 0, '**', '**', '…', 16) FROM f WHERE f MATCH '\"run\" \"harbour\"'")
+    assert fts5.fetchone()[0] == ("…old **harbour** and we watched the gulls for a long time, then I was "
+                                  "**running** along…")
+    headline = await conn.fetchval("SELECT ts_headline('think_search', $1, plainto_tsquery('think_search', $2), "
+                                   "'StartSel=**, StopSel=**, MaxWords=16, MinWords=8')", long, "run harbour")
+    assert headline == "**harbour** and we watched the gulls for a long time, then I was **running**"
