@@ -25,7 +25,7 @@ from tests.conftest import Client, RunningServer, chat_request, is_done
 from tests.faultydisk import KINDS, FaultyDisk, faulty_disk, integrity
 from think_server.harness import Agent, ScriptedModel
 from think_server.storage import SCHEMA_VERSION, WorkIndex, instance_db_path
-from think_server.storage._writefaults import WriteFault, arm, set_fault
+from think_server.storage.sqlite._writefaults import WriteFault, arm, set_fault
 
 AGENT = "my-agent"
 SCRIPT = {"rules": [

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from think_server import storage
-from think_server.storage import SCHEMA_VERSION, Database, StorageError, _db
-from think_server.storage._schema import MIGRATIONS
+from think_server.storage import SCHEMA_VERSION, Database, StorageError
+from think_server.storage.sqlite import _db
+from think_server.storage.sqlite._schema import MIGRATIONS
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -24,7 +24,7 @@ from think_server.storage import (
     describe_problem,
     problem_of,
 )
-from think_server.storage._writefaults import WriteFault, arm, set_fault
+from think_server.storage.sqlite._writefaults import WriteFault, arm, set_fault
 
 
 @pytest.fixture(params=KINDS)

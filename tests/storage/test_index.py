@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from think_server.storage import WorkIndex
-from think_server.storage._index import INDEX_FILE
+from think_server.storage.sqlite._index import INDEX_FILE
 
 
 @contextlib.asynccontextmanager

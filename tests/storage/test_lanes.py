@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from think_server.storage import Database
-from think_server.storage._lanes import WORKERS, lane_connect, worker_threads
+from think_server.storage.sqlite._lanes import WORKERS, lane_connect, worker_threads
 
 
 async def test_many_open_files_use_a_bounded_number_of_threads(tmp_path: Path) -> None:

@@ -126,8 +126,9 @@ async def test_work_index_on_a_non_database_file_raises_storage_error_and_closes
     """
     import aiosqlite
 
-    from think_server.storage import WorkIndex, _writefaults
-    from think_server.storage._index import INDEX_FILE
+    from think_server.storage import WorkIndex
+    from think_server.storage.sqlite import _writefaults
+    from think_server.storage.sqlite._index import INDEX_FILE
 
     opened: list[aiosqlite.Connection] = []
     real_connect = _writefaults.lane_connect

@@ -7,8 +7,8 @@ import sqlite3
 from pathlib import Path
 
 from think_server.storage import Database
-from think_server.storage._schema import MIGRATIONS
-from think_server.storage._search import fts_query
+from think_server.storage.sqlite._schema import MIGRATIONS
+from think_server.storage.sqlite._search import fts_query
 
 
 def _msg(*texts: str, extra: list[dict[str, object]] | None = None) -> str:

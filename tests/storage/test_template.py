@@ -6,8 +6,8 @@ import sqlite3
 from pathlib import Path
 
 from think_server.storage import SCHEMA_VERSION, Database
-from think_server.storage._schema import MIGRATIONS
-from think_server.storage._template import create_from_template
+from think_server.storage.sqlite._schema import MIGRATIONS
+from think_server.storage.sqlite._template import create_from_template
 
 
 def _pragmas(path: Path) -> tuple[object, ...]:

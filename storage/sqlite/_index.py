@@ -29,8 +29,8 @@ from typing import Any
 
 import aiosqlite
 
+from .._problems import Problem, problem_of
 from ._db import StorageError
-from ._problems import Problem, problem_of
 from ._writefaults import connect
 
 __all__ = ["WorkIndex"]

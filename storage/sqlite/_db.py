@@ -1,7 +1,7 @@
 """One instance's SQLite file: opening, migrating, and its one writer.
 
 The concurrency model fits on a screen. aiosqlite runs the file's statements in
-order, one at a time (on a thread of a pool every file shares: :mod:`think_server.storage._lanes`).
+order, one at a time (on a thread of a pool every file shares: :mod:`think_server.storage.sqlite._lanes`).
 On top of it, :meth:`Database.transaction` holds an asyncio lock from ``BEGIN
 IMMEDIATE`` to ``COMMIT``, so the statements of one state change never interleave
 with another task's. Reads of settled rows go through :attr:`Database.read` without
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from .._problems import Problem, problem_of
 from . import _faults
 from ._base import Link, Params
 from ._blocks import BlockReads, BlockWrites
@@ -26,7 +27,6 @@ from ._compactions import CompactionReads, CompactionWrites
 from ._lanes import LaneConnection
 from ._messages import MessageReads, MessageWrites
 from ._operations import OperationReads, OperationWrites
-from ._problems import Problem, problem_of
 from ._schedules import ScheduleReads, ScheduleWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._search import SearchReads
