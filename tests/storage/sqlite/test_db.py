@@ -18,7 +18,7 @@ from think_server.storage import SCHEMA_VERSION, Database, StorageError
 from think_server.storage.sqlite import _db
 from think_server.storage.sqlite._schema import MIGRATIONS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _pragma(path: Path, name: str) -> object:

@@ -16,7 +16,7 @@ import pytest
 
 from think_server.storage.sqlite._faults import KillPlan, parse
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # Two state changes: an operation row (its own transaction), then a message and a settlement together.
 SCRIPT = """
