@@ -1,47 +1,27 @@
-"""Statements on context blocks: named texts in a model's system prompt ("memory").
-
-A block's scope is ``"instance"`` (shared by every session of the instance) or
-``"session:<id>"`` (one session's own).
-"""
+"""The SQL of context blocks (rows, scopes and promises: ``storage/_blocks.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from .._blocks import BlockRow
 from ._base import Access
 
-__all__ = ["INSTANCE_SCOPE", "BlockReads", "BlockRow", "BlockWrites", "session_scope"]
-
-INSTANCE_SCOPE = "instance"
-
-
-def session_scope(session_id: str) -> str:
-    return f"session:{session_id}"
-
-
-@dataclass(frozen=True, slots=True)
-class BlockRow:
-    scope: str
-    label: str
-    content: str
-    updated_at: int
-
+__all__ = ["SqliteBlockReads", "SqliteBlockWrites"]
 
 def _row(r: Any) -> BlockRow:
     return BlockRow(str(r[0]), str(r[1]), str(r[2]), int(r[3]))
 
 
-class BlockReads(Access):
+class SqliteBlockReads(Access):
     async def context_blocks(self, scopes: list[str]) -> list[BlockRow]:
-        """The blocks of these scopes, by label."""
         slots = ", ".join("?" * len(scopes))
         return [_row(r) for r in await self._fetchall(
             f"SELECT scope, label, content, updated_at FROM context_blocks WHERE scope IN ({slots}) "
             "ORDER BY label, scope", scopes)]
 
 
-class BlockWrites(Access):
+class SqliteBlockWrites(Access):
     async def set_context_block(self, scope: str, label: str, content: str, now: int) -> None:
         await self._execute(
             "INSERT INTO context_blocks (scope, label, content, updated_at) VALUES (?, ?, ?, ?) "

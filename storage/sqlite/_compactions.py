@@ -1,40 +1,28 @@
-"""Statements on compaction overlays: summaries a model reads in place of older messages."""
+"""The SQL of compaction overlays (rows and promises: ``storage/_compactions.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from .._compactions import CompactionRow
 from ._base import Access
 
-__all__ = ["CompactionReads", "CompactionRow", "CompactionWrites"]
+__all__ = ["SqliteCompactionReads", "SqliteCompactionWrites"]
 
 _COLUMNS = "id, session_id, from_message_id, to_message_id, summary, tokens_before, created_at"
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionRow:
-    id: str
-    session_id: str
-    from_message_id: str
-    to_message_id: str
-    summary: str
-    tokens_before: int
-    created_at: int
 
 
 def _row(r: Any) -> CompactionRow:
     return CompactionRow(str(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), int(r[5]), int(r[6]))
 
 
-class CompactionReads(Access):
+class SqliteCompactionReads(Access):
     async def compactions(self, session_id: str) -> list[CompactionRow]:
-        """The session's overlays, oldest first (the newest on a path wins)."""
         return [_row(r) for r in await self._fetchall(
             f"SELECT {_COLUMNS} FROM compactions WHERE session_id = ? ORDER BY seq", (session_id,))]
 
 
-class CompactionWrites(Access):
+class SqliteCompactionWrites(Access):
     async def insert_compaction(self, row: CompactionRow) -> None:
         await self._execute(
             f"INSERT INTO compactions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",

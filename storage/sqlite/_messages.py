@@ -1,23 +1,13 @@
-"""Statements on the message tree."""
+"""The SQL of the message tree (rows and promises: ``storage/_messages.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from .._messages import MessageRow
 from ._base import Access
 
-__all__ = ["MessageReads", "MessageRow", "MessageWrites"]
-
-
-@dataclass(frozen=True, slots=True)
-class MessageRow:
-    seq: int
-    id: str
-    parent_id: str | None
-    role: str
-    content: str
-    operation_id: str | None
+__all__ = ["SqliteMessageReads", "SqliteMessageWrites"]
 
 
 _COLUMNS = "seq, id, parent_id, role, content, operation_id"
@@ -54,9 +44,8 @@ def _row(r: Any) -> MessageRow:
     return MessageRow(r[0], r[1], r[2], r[3], r[4], r[5])
 
 
-class MessageReads(Access):
+class SqliteMessageReads(Access):
     async def active_path(self, session_id: str) -> list[MessageRow]:
-        """The active transcript, root first."""
         return [_row(r) for r in await self._fetchall(_ACTIVE_PATH, {"s": session_id})]
 
     async def message(self, session_id: str, message_id: str) -> MessageRow | None:
@@ -66,15 +55,12 @@ class MessageReads(Access):
         return None if r is None else _row(r)
 
     async def message_ids(self, session_id: str) -> list[str]:
-        """The id of every message of the session, on any branch."""
         return [r[0] for r in await self._fetchall("SELECT id FROM messages WHERE session_id = ?", (session_id,))]
 
     async def existing_message_ids(self, session_id: str, ids: list[str]) -> set[str]:
-        """Which of ``ids`` are stored in the session, on any branch."""
         return {r[0] for r in await self._by_ids("id", session_id, ids)}
 
     async def message_texts(self, session_id: str, ids: list[str]) -> dict[str, str]:
-        """The JSON text of each of ``ids`` stored in the session: {id: text}."""
         return {r[0]: r[1] for r in await self._by_ids("id, content", session_id, ids)}
 
     async def _by_ids(self, columns: str, session_id: str, ids: list[str]) -> list[Any]:
@@ -90,8 +76,6 @@ class MessageReads(Access):
         return rows
 
     async def messages_joined(self, session_id: str) -> tuple[int, str]:
-        """How many messages the session stores, and their JSON texts joined by commas, in the
-        order they were first written: a session without branches, its transcript, in one read."""
         # An aggregate over an ordered subquery: SQLite does not flatten it (that would lose
         # the order), so the texts are joined in `seq` order.
         r = await self._fetchone(
@@ -102,7 +86,6 @@ class MessageReads(Access):
         return (0, "") if r is None else (int(r[0]), str(r[1]))
 
     async def newest_leaf_under(self, session_id: str, message_id: str) -> str | None:
-        """The newest childless message in the subtree of ``message_id`` (itself if it has no children)."""
         r = await self._fetchone(
             """WITH RECURSIVE sub(id, depth) AS (
                  SELECT id, 0 FROM messages WHERE session_id = :s AND id = :m
@@ -117,7 +100,6 @@ class MessageReads(Access):
         return None if r is None else str(r[0])
 
     async def children(self, session_id: str, parent_id: str) -> list[MessageRow]:
-        """The answers to a message, oldest first: its branches."""
         rows = await self._fetchall(
             f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND parent_id = ? ORDER BY seq",
             (session_id, parent_id),
@@ -125,7 +107,7 @@ class MessageReads(Access):
         return [_row(r) for r in rows]
 
 
-class MessageWrites(Access):
+class SqliteMessageWrites(Access):
     async def insert_message(
         self,
         session_id: str,
@@ -136,10 +118,6 @@ class MessageWrites(Access):
         operation_id: str | None,
         now: int,
     ) -> bool:
-        """Insert a message; False (and nothing written) if its id is already stored.
-
-        A branch chosen by hand ends here: the new message is the newest leaf, on it.
-        """
         changed = await self._execute(
             "INSERT INTO messages (session_id, id, parent_id, role, content, operation_id, created_at, "
             "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, id) DO NOTHING",

@@ -1,13 +1,14 @@
-"""Statements on operations: the durable, per-session queue of turns."""
+"""The SQL of operations, the durable per-session queue of turns (rows and promises:
+``storage/_operations.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from .._operations import OperationRow
 from ._base import Access
 
-__all__ = ["OperationReads", "OperationRow", "OperationWrites"]
+__all__ = ["SqliteOperationReads", "SqliteOperationWrites"]
 
 _COLUMNS = (
     "seq, id, session_id, kind, source, status, outcome, reason, input_json, options_json, "
@@ -18,34 +19,11 @@ _COLUMNS = (
 OPEN_STATUSES = ("pending", "running")
 
 
-@dataclass(frozen=True, slots=True)
-class OperationRow:
-    seq: int
-    id: str
-    session_id: str
-    kind: str
-    source: str
-    status: str
-    outcome: str | None
-    reason: str | None
-    input_json: str
-    options_json: str | None
-    target_message_id: str | None
-    result_text: str | None
-    attempts: int
-    created_at: int
-    started_at: int | None
-    completed_at: int | None
-    next_attempt_at: int | None
-    crash_strikes: int
-    runs: int
-
-
 def _row(r: Any) -> OperationRow:
     return OperationRow(*r)
 
 
-class OperationReads(Access):
+class SqliteOperationReads(Access):
     async def operation(self, operation_id: str) -> OperationRow | None:
         r = await self._fetchone(f"SELECT {_COLUMNS} FROM operations WHERE id = ?", (operation_id,))
         return None if r is None else _row(r)
@@ -66,14 +44,12 @@ class OperationReads(Access):
 
 
     async def operation_message_ids(self, session_id: str, operation_id: str) -> list[str]:
-        """The messages an operation stored (its input, then its answers), oldest first."""
         rows = await self._fetchall(
             "SELECT id FROM messages WHERE session_id = ? AND operation_id = ? ORDER BY seq", (session_id, operation_id)
         )
         return [r[0] for r in rows]
 
     async def has_deferred_continuation(self, session_id: str, message_id: str) -> bool:
-        """Did an answer to a call of this message ask to continue while a sibling call was still open?"""
         r = await self._fetchone(
             "SELECT 1 FROM operations WHERE session_id = ? AND target_message_id = ? AND reason = 'continue_deferred' "
             "LIMIT 1",
@@ -83,7 +59,6 @@ class OperationReads(Access):
 
 
     async def approval_asked_at(self, session_id: str, message_id: str) -> int | None:
-        """When (ms) the last turn that ended waiting for an approval on this message ended."""
         r = await self._fetchone(
             "SELECT MAX(completed_at) FROM operations WHERE session_id = ? AND target_message_id = ? "
             "AND reason = 'awaiting_approval'",
@@ -92,9 +67,8 @@ class OperationReads(Access):
         return int(r[0]) if r is not None and r[0] is not None else None
 
 
-class OperationWrites(Access):
+class SqliteOperationWrites(Access):
     async def consume_deferred_continuations(self, session_id: str, message_id: str) -> None:
-        """The turn continues now: the intents recorded for this message are fulfilled."""
         await self._execute(
             "UPDATE operations SET reason = 'continued' WHERE session_id = ? AND target_message_id = ? "
             "AND reason = 'continue_deferred'",
@@ -111,7 +85,6 @@ class OperationWrites(Access):
         options_json: str | None,
         now: int,
     ) -> bool:
-        """Record an accepted operation as pending; False if the id is taken."""
         changed = await self._execute(
             "INSERT INTO operations (id, session_id, kind, source, status, input_json, options_json, created_at) "
             "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?) ON CONFLICT (id) DO NOTHING",
@@ -131,8 +104,6 @@ class OperationWrites(Access):
 
     async def record_interruption(self, operation_id: str, next_attempt_at: int | None, crashed: bool,
                                   retried: bool = True) -> None:
-        """One more interruption without progress (a crash also counts as a strike); ``retried``:
-        the turn will be started again (one more run)."""
         await self._execute(
             "UPDATE operations SET attempts = attempts + 1, crash_strikes = crash_strikes + ?, next_attempt_at = ?, "
             "runs = runs + ? WHERE id = ?",
@@ -140,7 +111,6 @@ class OperationWrites(Access):
         )
 
     async def record_progress(self, operation_id: str, now: int) -> None:
-        """A model call or a tool call finished: the interruption budget starts again."""
         await self._execute(
             "UPDATE operations SET attempts = 0, crash_strikes = 0, next_attempt_at = NULL, last_progress_at = ? "
             "WHERE id = ?",
@@ -156,11 +126,6 @@ class OperationWrites(Access):
         result_text: str | None,
         now: int,
     ) -> bool:
-        """Move an open operation to a terminal state; a settled one is never changed again.
-
-        Its input stays (about 150 bytes a turn): the record of what was accepted, which the
-        crash tests check against the messages stored.
-        """
         changed = await self._execute(
             "UPDATE operations SET status = ?, outcome = ?, reason = ?, result_text = ?, completed_at = ? "
             "WHERE id = ? AND status IN ('pending', 'running')",

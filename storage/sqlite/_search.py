@@ -1,22 +1,14 @@
-"""Full-text search over a session's messages (SQLite FTS5, the ``messages_fts`` index)."""
+"""Full-text search over a session's messages: SQLite FTS5, the ``messages_fts`` index (what a hit
+is and what a search promises: ``storage/_search.py``)."""
 
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
 
+from .._search import SearchHit
 from ._base import Access
 
-__all__ = ["SearchHit", "SearchReads", "fts_query"]
-
-
-@dataclass(frozen=True, slots=True)
-class SearchHit:
-    message_id: str
-    role: str
-    #: The words around the match, matched words between ``**``; ``…`` where text was left out.
-    snippet: str
-    created_at: int
+__all__ = ["SqliteSearchReads", "fts_query"]
 
 
 def fts_query(text: str) -> str | None:
@@ -29,7 +21,7 @@ def fts_query(text: str) -> str | None:
     return " ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
-class SearchReads(Access):
+class SqliteSearchReads(Access):
     async def search_messages(self, session_id: str, text: str, limit: int) -> list[SearchHit]:
         """Messages of the session (any branch) holding every word of ``text``, newest first."""
         query = fts_query(text)

@@ -1,36 +1,15 @@
-"""Statements on sessions: per-conversation settings the harness remembers."""
+"""The SQL of sessions (rows and promises: ``storage/_sessions.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from .._sessions import SessionInfoRow, SessionRow
 from ._base import Access
 
-__all__ = ["SessionInfoRow", "SessionReads", "SessionRow", "SessionWrites"]
+__all__ = ["SqliteSessionReads", "SqliteSessionWrites"]
 
 
-@dataclass(frozen=True, slots=True)
-class SessionRow:
-    id: str
-    client_tools_json: str | None
-    last_body_json: str | None
-    last_terminal_json: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class SessionInfoRow:
-    """A session as listed: its id, times, and how many messages its tree holds."""
-
-    id: str
-    created_at: int
-    updated_at: int
-    message_count: int
-    title: str | None = None
-
-
-class SessionReads(Access):
+class SqliteSessionReads(Access):
     async def sessions(self) -> list[SessionInfoRow]:
-        """Every session with a row, oldest first."""
         rows = await self._fetchall(
             "SELECT s.id, s.created_at, s.updated_at, "
             "(SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.title "
@@ -39,7 +18,6 @@ class SessionReads(Access):
         return [SessionInfoRow(r[0], r[1], r[2], r[3], r[4]) for r in rows]
 
     async def sessions_with_open_work(self) -> list[str]:
-        """Sessions with an operation pending or running."""
         rows = await self._fetchall(
             "SELECT DISTINCT session_id FROM operations WHERE status IN ('pending', 'running') ORDER BY session_id"
         )
@@ -53,7 +31,7 @@ class SessionReads(Access):
         return None if r is None else SessionRow(r[0], r[1], r[2], r[3])
 
 
-class SessionWrites(Access):
+class SqliteSessionWrites(Access):
     async def ensure_session(self, session_id: str, now: int) -> None:
         await self._execute(
             "INSERT INTO sessions (id, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
@@ -61,7 +39,6 @@ class SessionWrites(Access):
         )
 
     async def create_session(self, session_id: str, now: int) -> bool:
-        """A new session row; False (and nothing written) if the id is taken."""
         changed = await self._execute(
             "INSERT INTO sessions (id, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
             (session_id, now, now),
@@ -69,8 +46,6 @@ class SessionWrites(Access):
         return changed > 0
 
     async def delete_session(self, session_id: str) -> bool:
-        """Delete a session and everything it holds (messages, streams, operations, tool calls, schedules,
-        compactions, its context blocks)."""
         await self._execute("DELETE FROM schedules WHERE session_id = ?", (session_id,))
         await self._execute("DELETE FROM tool_calls WHERE session_id = ?", (session_id,))
         await self._execute("DELETE FROM streams WHERE session_id = ?", (session_id,))
@@ -81,7 +56,6 @@ class SessionWrites(Access):
         return await self._execute("DELETE FROM sessions WHERE id = ?", (session_id,)) > 0
 
     async def set_session_title(self, session_id: str, title: str | None, now: int) -> bool:
-        """Name the session (None: no name); False if there is no such session."""
         changed = await self._execute("UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?",
                                       (title, now, session_id))
         return changed > 0
@@ -105,7 +79,6 @@ class SessionWrites(Access):
         )
 
     async def reset_session(self, session_id: str, now: int) -> None:
-        """Forget the session's remembered tools, body and terminal record."""
         await self._execute(
             "UPDATE sessions SET client_tools_json = NULL, last_body_json = NULL, last_terminal_json = NULL, "
             "updated_at = ? WHERE id = ?",

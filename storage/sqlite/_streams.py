@@ -1,34 +1,20 @@
-"""Statements on streams: the chunks of each model call, stored as they stream."""
+"""The SQL of streams (rows and promises: ``storage/_streams.py``): a committed batch of chunks is one
+segment row, its chunks a JSON array."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
+from .._streams import StreamRow
 from ._base import Access
 
-__all__ = ["StreamReads", "StreamRow", "StreamWrites"]
+__all__ = ["SqliteStreamReads", "SqliteStreamWrites"]
 
 _COLUMNS = (
     "id, session_id, operation_id, request_id, message_id, is_continuation, first_seq, status, "
     "chunk_count, created_at, completed_at"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class StreamRow:
-    id: str
-    session_id: str
-    operation_id: str
-    request_id: str
-    message_id: str
-    is_continuation: bool
-    first_seq: int
-    status: str
-    chunk_count: int
-    created_at: int
-    completed_at: int | None
 
 
 def _row(r: Any) -> StreamRow:
@@ -37,7 +23,7 @@ def _row(r: Any) -> StreamRow:
     return StreamRow(*values)
 
 
-class StreamReads(Access):
+class SqliteStreamReads(Access):
     async def stream(self, stream_id: str) -> StreamRow | None:
         r = await self._fetchone(f"SELECT {_COLUMNS} FROM streams WHERE id = ?", (stream_id,))
         return None if r is None else _row(r)
@@ -49,12 +35,10 @@ class StreamReads(Access):
         return [_row(r) for r in rows]
 
     async def streaming_streams(self) -> list[StreamRow]:
-        """Streams whose model call never finished: left by a crash."""
         rows = await self._fetchall(f"SELECT {_COLUMNS} FROM streams WHERE status = 'streaming' ORDER BY rowid")
         return [_row(r) for r in rows]
 
     async def chunk_bodies(self, stream_id: str) -> list[str]:
-        """Every stored chunk of a stream, in order, each as its JSON text."""
         rows = await self._fetchall(
             "SELECT body FROM stream_chunks WHERE stream_id = ? ORDER BY segment", (stream_id,)
         )
@@ -64,7 +48,7 @@ class StreamReads(Access):
         return out
 
 
-class StreamWrites(Access):
+class SqliteStreamWrites(Access):
     async def insert_stream(
         self,
         stream_id: str,
@@ -104,7 +88,6 @@ class StreamWrites(Access):
         )
 
     async def delete_finished_streams(self, completed_before: int) -> int:
-        """Sweep finished streams past their replay grace; their chunks go with them."""
         return await self._execute(
             "DELETE FROM streams WHERE status != 'streaming' AND completed_at < ?", (completed_before,)
         )

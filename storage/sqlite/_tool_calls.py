@@ -1,36 +1,23 @@
-"""Statements on tool calls: each server call is recorded before it runs."""
+"""The SQL of tool calls (rows and promises: ``storage/_tool_calls.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from .._tool_calls import ToolCallRow
 from ._base import Access
 
-__all__ = ["ToolCallReads", "ToolCallRow", "ToolCallWrites"]
+__all__ = ["SqliteToolCallReads", "SqliteToolCallWrites"]
 
 _COLUMNS = "tool_call_id, operation_id, message_id, tool_name, recovery, input_json, state, attempt"
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallRow:
-    tool_call_id: str
-    operation_id: str
-    message_id: str
-    tool_name: str
-    recovery: str
-    input_json: str
-    state: str
-    attempt: int
 
 
 def _row(r: Any) -> ToolCallRow:
     return ToolCallRow(*r)
 
 
-class ToolCallReads(Access):
+class SqliteToolCallReads(Access):
     async def running_tool_calls(self, session_id: str, operation_id: str) -> list[ToolCallRow]:
-        """Calls that started and never recorded a result: cut short by a crash."""
         rows = await self._fetchall(
             f"SELECT {_COLUMNS} FROM tool_calls WHERE session_id = ? AND operation_id = ? AND state = 'running' "
             "ORDER BY started_at, rowid",
@@ -39,7 +26,7 @@ class ToolCallReads(Access):
         return [_row(r) for r in rows]
 
 
-class ToolCallWrites(Access):
+class SqliteToolCallWrites(Access):
     async def start_tool_call(
         self,
         session_id: str,
@@ -51,12 +38,6 @@ class ToolCallWrites(Access):
         input_json: str,
         now: int,
     ) -> None:
-        """Record a call as running before it runs.
-
-        A record with the same id is taken over: the same call run again (one more attempt),
-        or a call on another branch that reused the id (models may: the record describes the
-        latest call, so a crash during it finds it under its own operation).
-        """
         await self._execute(
             "INSERT INTO tool_calls (session_id, tool_call_id, operation_id, message_id, tool_name, kind, recovery, "
             "input_json, state, attempt, started_at) VALUES (?, ?, ?, ?, ?, 'server', ?, ?, 'running', 1, ?) "

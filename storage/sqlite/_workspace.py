@@ -1,24 +1,13 @@
-"""Statements on the workspace's file tree (``workspace_files``)."""
+"""The SQL of the workspace's file tree, ``workspace_files`` (rows and promises: ``storage/_workspace.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from .._workspace import WorkspaceFileRow
 from ._base import Access
 
-__all__ = ["WorkspaceFileRow", "WorkspaceReads", "WorkspaceWrites"]
-
-
-@dataclass(frozen=True, slots=True)
-class WorkspaceFileRow:
-    path: str
-    is_text: bool
-    #: The content, when it is in the row (None: in the external file ``external``).
-    content: bytes | None
-    external: str | None
-    size: int
-    modified_at: int
+__all__ = ["SqliteWorkspaceReads", "SqliteWorkspaceWrites"]
 
 
 def _row(r: Any) -> WorkspaceFileRow:
@@ -28,21 +17,18 @@ def _row(r: Any) -> WorkspaceFileRow:
     return WorkspaceFileRow(str(r[0]), bool(r[1]), content, r[3], int(r[4]), int(r[5]))
 
 
-class WorkspaceReads(Access):
+class SqliteWorkspaceReads(Access):
     async def workspace_file(self, path: str, *, content: bool = True) -> WorkspaceFileRow | None:
-        """One file's row; without ``content`` its content is not read (None)."""
         r = await self._fetchone(
             f"SELECT path, is_text, {'content' if content else 'NULL'}, external, size, modified_at "
             "FROM workspace_files WHERE path = ?", (path,))
         return None if r is None else _row(r)
 
     async def workspace_listing(self) -> list[WorkspaceFileRow]:
-        """Every file, by path, without its content."""
         return [_row(r) for r in await self._fetchall(
             "SELECT path, is_text, NULL, external, size, modified_at FROM workspace_files ORDER BY path")]
 
     async def workspace_usage(self) -> tuple[int, int]:
-        """(files, bytes) of the whole workspace."""
         r = await self._fetchone("SELECT count(*), coalesce(sum(size), 0) FROM workspace_files")
         return (0, 0) if r is None else (int(r[0]), int(r[1]))
 
@@ -50,7 +36,7 @@ class WorkspaceReads(Access):
         return await self._fetchone("SELECT 1 FROM workspace_files WHERE external = ? LIMIT 1", (name,)) is not None
 
 
-class WorkspaceWrites(Access):
+class SqliteWorkspaceWrites(Access):
     async def put_workspace_file(self, path: str, is_text: bool, content: bytes | None, external: str | None,
                                  size: int, now: int) -> None:
         await self._execute(

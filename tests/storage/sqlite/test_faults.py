@@ -22,10 +22,10 @@ REPO = Path(__file__).resolve().parents[3]
 SCRIPT = """
 import asyncio, sys
 from pathlib import Path
-from think_server.storage import Database
+from think_server.storage.sqlite import SqliteDatabase
 
 async def main():
-    db = await Database.open(Path(sys.argv[1]))
+    db = await SqliteDatabase.open(Path(sys.argv[1]))
     async with db.transaction() as tx:
         await tx.ensure_session("", 1)
         await tx.insert_operation("op1", "", "input", "client", "{}", None, 1)

@@ -1,0 +1,85 @@
+"""Operations: the durable, per-session queue of turns. Their row, and the statements every backend has."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["OperationReads", "OperationRow", "OperationWrites"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRow:
+    seq: int
+    id: str
+    session_id: str
+    kind: str
+    source: str
+    status: str
+    outcome: str | None
+    reason: str | None
+    input_json: str
+    options_json: str | None
+    target_message_id: str | None
+    result_text: str | None
+    attempts: int
+    created_at: int
+    started_at: int | None
+    completed_at: int | None
+    next_attempt_at: int | None
+    crash_strikes: int
+    runs: int
+
+
+class OperationReads(Protocol):
+    async def operation(self, operation_id: str) -> OperationRow | None: ...
+
+    async def open_operations(self, session_id: str | None = None) -> list[OperationRow]:
+        """Operations not settled yet (pending, running), oldest first; of one session, or of all."""
+        ...
+
+    async def operation_message_ids(self, session_id: str, operation_id: str) -> list[str]:
+        """The messages an operation stored (its input, then its answers), oldest first."""
+        ...
+
+    async def has_deferred_continuation(self, session_id: str, message_id: str) -> bool:
+        """Did an answer to a call of this message ask to continue while a sibling call was still open?"""
+        ...
+
+    async def approval_asked_at(self, session_id: str, message_id: str) -> int | None:
+        """When (ms) the last turn that ended waiting for an approval on this message ended."""
+        ...
+
+
+class OperationWrites(Protocol):
+    async def consume_deferred_continuations(self, session_id: str, message_id: str) -> None:
+        """The turn continues now: the intents recorded for this message are fulfilled."""
+        ...
+
+    async def insert_operation(self, operation_id: str, session_id: str, kind: str, source: str, input_json: str,
+                               options_json: str | None, now: int) -> bool:
+        """Record an accepted operation as pending; False if the id is taken."""
+        ...
+
+    async def start_operation(self, operation_id: str, target_message_id: str | None, now: int) -> bool:
+        """Mark an open operation running (a pending one's first start counts one run); False if it is settled."""
+        ...
+
+    async def record_interruption(self, operation_id: str, next_attempt_at: int | None, crashed: bool,
+                                  retried: bool = True) -> None:
+        """One more interruption without progress (a crash also counts as a strike); ``retried``:
+        the turn will be started again (one more run)."""
+        ...
+
+    async def record_progress(self, operation_id: str, now: int) -> None:
+        """A model call or a tool call finished: the interruption budget starts again."""
+        ...
+
+    async def settle_operation(self, operation_id: str, status: str, outcome: str, reason: str | None,
+                               result_text: str | None, now: int) -> bool:
+        """Move an open operation to a terminal state; a settled one is never changed again.
+
+        Its input stays (about 150 bytes a turn): the record of what was accepted, which the
+        crash tests check against the messages stored.
+        """
+        ...
