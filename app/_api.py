@@ -118,11 +118,11 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
 
         return run
 
-    def address(request: Request, *, read: bool) -> tuple[str, str]:
+    async def address(request: Request, *, read: bool) -> tuple[str, str]:
         """The instance a request names; a read of one that has no file is refused (404), and a
         request that would create one counts against its client address's new instances."""
         agent, name = request.path_params["agent"], request.path_params["name"]
-        if not harness.exists(agent, name):
+        if not await harness.exists(agent, name):
             if read:
                 raise _Refused(404, f"no agent instance {agent}/{name}")
             if not limits.take_new_instance(client_of(request)):
@@ -133,7 +133,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         return agent, name
 
     async def session_of(request: Request, *, read: bool) -> SessionHandle:
-        agent, name = address(request, read=read)
+        agent, name = await address(request, read=read)
         try:
             sid = validate_session_id(request.query_params.get("session", ""))
         except SessionError as exc:
@@ -298,7 +298,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         return JSONResponse(state.to_json())
 
     async def files(request: Request) -> Response:
-        agent, name = address(request, read=True)
+        agent, name = await address(request, read=True)
         glob = request.query_params.get("glob")
         try:
             listed = await harness.workspace(agent, name).list(glob or None)
@@ -307,7 +307,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         return JSONResponse({"files": [f.to_json() for f in listed]})
 
     async def file_item(request: Request) -> Response:
-        agent, name = address(request, read=request.method != "PUT")
+        agent, name = await address(request, read=request.method != "PUT")
         ws = harness.workspace(agent, name)
         path = request.path_params["path"]
         try:
@@ -330,7 +330,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
             raise _Refused(400, str(exc), "path") from None
 
     async def sessions(request: Request) -> Response:
-        agent, name = address(request, read=request.method == "GET")
+        agent, name = await address(request, read=request.method == "GET")
         handle = harness.sessions(agent, name)
         if request.method == "GET":
             return JSONResponse({"sessions": [s.to_json() for s in await handle.list()]})
@@ -354,7 +354,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         return JSONResponse(made.to_json(), status_code=201)
 
     async def session_item(request: Request) -> Response:
-        agent, name = address(request, read=True)
+        agent, name = await address(request, read=True)
         sid = request.path_params["session_id"]
         if request.method == "PATCH":
             body = await body_of(request)
@@ -424,7 +424,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         return _Followed(log.follow(last), lambda: _release_all(releases))
 
     async def schedules(request: Request) -> Response:
-        agent, name = address(request, read=request.method == "GET")
+        agent, name = await address(request, read=request.method == "GET")
         handle = harness.schedules(agent, name)
         if request.method == "GET":
             return JSONResponse({"schedules": [s.to_json() for s in await handle.list()]})
@@ -449,7 +449,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         return JSONResponse(made.to_json(), status_code=201)
 
     async def schedule_item(request: Request) -> Response:
-        agent, name = address(request, read=True)
+        agent, name = await address(request, read=True)
         handle, sid = harness.schedules(agent, name), request.path_params["schedule_id"]
         if request.method == "DELETE":
             if not await handle.cancel(sid):

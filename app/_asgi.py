@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import logging
-import os
-import tempfile
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlencode
 
@@ -88,7 +86,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     if budget.capped:
         registry.cap(budget.max_instances, fd_limit)
     recovery = harness.recovery
-    metrics = Metrics(lambda: len(registry), lambda: registry.history_budget.total, registry.hibernating)
+    metrics = Metrics(lambda: len(registry), lambda: registry.history_budget.total, registry.hibernating,
+                      harness.store.memory_used)
     host = ChatHost(harness, on_event=metrics.on_event)
     auth = Authenticator(settings)
 
@@ -141,8 +140,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             return JSONResponse({"error": str(exc), "field": exc.args[1]}, status_code=400)
         instance = registry.active(agent, name)
         if instance is None:
-            if not registry.path_of(agent, name).exists():
-                return JSONResponse([])  # an unknown instance: answer without creating its file
+            if not await registry.store.exists(agent, name):
+                return JSONResponse([])  # an unknown instance: answer without creating it
             try:
                 instance = await registry.get(agent, name)
             except CapacityError as exc:
@@ -183,11 +182,9 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         problems = []
         if not recovery.finished:
             problems.append("instances with unfinished work are still being reopened")
-        try:
-            with tempfile.NamedTemporaryFile(dir=settings.data_dir, prefix=".ready-"):
-                pass
-        except OSError as exc:
-            problems.append(f"the data dir is not writable: {exc.strerror}")
+        unwritable = await harness.store.check_writable()
+        if unwritable is not None:
+            problems.append(unwritable)
         if problems:
             body: dict[str, object] = {"ready": False, "problems": problems}
             if not recovery.finished:
@@ -209,7 +206,6 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        os.makedirs(settings.data_dir, exist_ok=True)
         (log.warning if budget.capped else log.debug)("%s", budget.describe())
         # The port opens now; what the index lists is reopened in the background.
         await harness.start()

@@ -15,7 +15,6 @@ from think_server.harness import (
     RunStarted,
     ToolCallFinished,
 )
-from think_server.storage import sqlite_memory_used
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
@@ -24,7 +23,8 @@ _LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 class Metrics:
     def __init__(self, open_actors: Callable[[], int], transcript_bytes: Callable[[], int] = lambda: 0,
-                 hibernating_actors: Callable[[], int] = lambda: 0) -> None:
+                 hibernating_actors: Callable[[], int] = lambda: 0,
+                 storage_memory: Callable[[], int | None] = lambda: None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.actors = Gauge("think_open_actors", "Agent instances open in this process", registry=r)
@@ -39,7 +39,7 @@ class Metrics:
                             registry=r)
         transcripts.set_function(lambda: float(transcript_bytes()))
         sqlite = Gauge("think_sqlite_memory_bytes", "Memory SQLite holds: page caches and statements", registry=r)
-        sqlite.set_function(lambda: float(sqlite_memory_used() or 0))
+        sqlite.set_function(lambda: float(storage_memory() or 0))
         self.turns = Counter("think_turns", "Operations settled, by outcome", ["outcome"], registry=r)
         self.chunks = Counter("think_chunks_streamed", "UI chunks committed and streamed", registry=r)
         self.model_latency = Histogram("think_model_call_seconds", "Model call duration", ["outcome"],

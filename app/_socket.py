@@ -7,7 +7,6 @@ import itertools
 import json
 import logging
 import re
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from think_server.protocol import (
     is_unicode_text,
     parse_client_frame,
 )
-from think_server.storage import StorageError, describe_problem, problem_of
+from think_server.storage import StorageError, describe_problem, driver_errors, problem_of
 
 from ._actor import Actor, ChatHost
 from ._admission import AddressLimits, OriginPolicy, SocketCap, connection_id_problem
@@ -265,7 +264,7 @@ async def _admit(ws: WebSocket, agent: str, name: str, services: SocketServices)
         return None
     admitted = False
     try:
-        new = registry.active(agent, name) is None and not registry.path_of(agent, name).exists()
+        new = not await registry.exists(agent, name)
         if new and not limits.take_new_instance(address):
             metrics.refusals.labels("address_new_instances").inc()
             await _refuse(ws, f"this client address created {limits.max_new_per_minute} new agent instances in "
@@ -285,7 +284,7 @@ async def _admit(ws: WebSocket, agent: str, name: str, services: SocketServices)
         # A full disk or no descriptor left passes: the client comes back later. A damaged file does not.
         await _refuse(ws, f"this agent instance cannot be opened: {words} ({exc})",
                       CLOSE_TRY_LATER if exc.problem.transient else 1011, words)
-    except (sqlite3.Error, OSError) as exc:  # the registry logged it, with its traceback
+    except driver_errors(OSError) as exc:  # the registry logged it, with its traceback
         await _refuse(ws, f"this agent instance cannot be opened: {exc}", 1011, "cannot open the instance")
     finally:
         if not admitted:

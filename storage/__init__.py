@@ -1,29 +1,35 @@
-"""Storage: one SQLite file per agent instance, and every SQL statement.
+"""Storage: one interface the harness sees, and the backends behind it.
 
-Open a file with :meth:`Database.open`; change it only inside
-``async with db.transaction() as tx:``; read settled rows with ``db.read``.
+The harness holds a :class:`Store` (made by :func:`default_store` from a data dir), opens an
+instance's :class:`Database` with ``await store.open(agent, name)``, changes it only inside
+``async with db.transaction() as tx:`` (a :class:`Tx`) and reads settled rows with ``db.read``
+(a :class:`Reader`); the :class:`WorkIndex` lists the instances with open work.
+
+The rooms: this top holds what every backend shares (the interface in ``_store`` and
+``_statements``, the rows and the statements' promises by concern in ``_messages``, ``_streams``,
+``_operations``..., the problems in ``_problems``, the names in ``_names``); it imports
+``think_server.protocol`` at most, and a backend only in ``_default``. ``sqlite/`` is the embedded
+default. A backend imports the top's modules, never another backend.
 """
 
 from ._blocks import INSTANCE_SCOPE, BlockRow, session_scope
 from ._compactions import CompactionRow
-from ._db import Database, Reader, StorageError, Tx
-from ._index import WorkIndex
-from ._memory import sqlite_memory_used, trim_heap
+from ._default import default_store
 from ._messages import MessageRow
+from ._names import InvalidNameError, validate_agent_name, validate_instance_name
 from ._operations import OperationRow
-from ._paths import InvalidNameError, instance_db_path, validate_agent_name, validate_instance_name
-from ._problems import Problem, describe_problem, problem_of
+from ._problems import Problem, StorageError, describe_problem, driver_errors, problem_of, register_driver
 from ._schedules import ScheduleRow
-from ._schema import SCHEMA_VERSION
 from ._search import SearchHit
 from ._sessions import SessionInfoRow, SessionRow
+from ._statements import Reader, Tx
+from ._store import Database, Store, StoreInUse, WorkIndex
 from ._streams import StreamRow
 from ._tool_calls import ToolCallRow
 from ._workspace import WorkspaceFileRow
 
 __all__ = [
     "INSTANCE_SCOPE",
-    "SCHEMA_VERSION",
     "BlockRow",
     "CompactionRow",
     "Database",
@@ -37,17 +43,19 @@ __all__ = [
     "SessionInfoRow",
     "SessionRow",
     "StorageError",
+    "Store",
+    "StoreInUse",
     "StreamRow",
     "ToolCallRow",
     "Tx",
     "WorkIndex",
     "WorkspaceFileRow",
+    "default_store",
     "describe_problem",
-    "instance_db_path",
+    "driver_errors",
     "problem_of",
+    "register_driver",
     "session_scope",
-    "sqlite_memory_used",
-    "trim_heap",
     "validate_agent_name",
     "validate_instance_name",
 ]

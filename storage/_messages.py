@@ -1,11 +1,15 @@
-"""Statements on the message tree."""
+"""The message tree of each session: its row, and the statements every backend has for it.
+
+A session's messages form a tree: ``parent_id`` links an answer to what it answers, and the
+order they were written in (``seq``), not a clock, says which leaf is the newest. The active
+branch ends at the leaf chosen by hand (:meth:`MessageWrites.set_active_leaf`), else at the
+newest leaf.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from ._base import Access
+from typing import Protocol
 
 __all__ = ["MessageReads", "MessageRow", "MessageWrites"]
 
@@ -20,148 +24,50 @@ class MessageRow:
     operation_id: str | None
 
 
-_COLUMNS = "seq, id, parent_id, role, content, operation_id"
-
-# The active branch ends at the leaf chosen by hand (sessions.active_leaf), else at the
-# newest childless row; walk up from it.
-_ACTIVE_PATH = f"""
-WITH RECURSIVE leaf AS (
-  SELECT id FROM (
-    SELECT m.id, 0 AS pri, 0 AS seq FROM sessions s JOIN messages m ON m.session_id = s.id AND m.id = s.active_leaf
-    WHERE s.id = :s
-    UNION ALL
-    SELECT m.id, 1 AS pri, m.seq FROM messages m
-    WHERE m.session_id = :s AND NOT EXISTS (
-      SELECT 1 FROM messages c WHERE c.session_id = m.session_id AND c.parent_id = m.id)
-  ) ORDER BY pri, seq DESC LIMIT 1
-), path(id, depth) AS (
-  SELECT id, 0 FROM leaf
-  UNION ALL
-  SELECT m.parent_id, path.depth + 1 FROM messages m JOIN path ON m.session_id = :s AND m.id = path.id
-  WHERE m.parent_id IS NOT NULL AND path.depth < 100000
-)
-SELECT {", ".join("m." + c.strip() for c in _COLUMNS.split(","))}
-FROM path JOIN messages m ON m.session_id = :s AND m.id = path.id
-ORDER BY path.depth DESC
-"""
-
-
-_ID_BATCH = 500
-_ID_SLOTS = ", ".join("?" * _ID_BATCH)
-
-
-def _row(r: Any) -> MessageRow:
-    return MessageRow(r[0], r[1], r[2], r[3], r[4], r[5])
-
-
-class MessageReads(Access):
+class MessageReads(Protocol):
     async def active_path(self, session_id: str) -> list[MessageRow]:
         """The active transcript, root first."""
-        return [_row(r) for r in await self._fetchall(_ACTIVE_PATH, {"s": session_id})]
+        ...
 
-    async def message(self, session_id: str, message_id: str) -> MessageRow | None:
-        r = await self._fetchone(
-            f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND id = ?", (session_id, message_id)
-        )
-        return None if r is None else _row(r)
+    async def message(self, session_id: str, message_id: str) -> MessageRow | None: ...
 
     async def message_ids(self, session_id: str) -> list[str]:
         """The id of every message of the session, on any branch."""
-        return [r[0] for r in await self._fetchall("SELECT id FROM messages WHERE session_id = ?", (session_id,))]
+        ...
 
     async def existing_message_ids(self, session_id: str, ids: list[str]) -> set[str]:
-        """Which of ``ids`` are stored in the session, on any branch."""
-        return {r[0] for r in await self._by_ids("id", session_id, ids)}
+        """Which of ``ids`` are stored in the session, on any branch (any number of ids, each as it is)."""
+        ...
 
     async def message_texts(self, session_id: str, ids: list[str]) -> dict[str, str]:
         """The JSON text of each of ``ids`` stored in the session: {id: text}."""
-        return {r[0]: r[1] for r in await self._by_ids("id, content", session_id, ids)}
-
-    async def _by_ids(self, columns: str, session_id: str, ids: list[str]) -> list[Any]:
-        # Batches of a fixed width, the rest of the last one NULL: one prepared statement per
-        # column list whatever the count (a placeholder per id would cache a statement for
-        # every length a client sends), and ids bound as they are (SQLite's JSON functions cut
-        # an id at a NUL in it).
-        rows: list[Any] = []
-        sql = f"SELECT {columns} FROM messages WHERE session_id = ? AND id IN ({_ID_SLOTS})"
-        for start in range(0, len(ids), _ID_BATCH):
-            batch = ids[start:start + _ID_BATCH]
-            rows += await self._fetchall(sql, (session_id, *batch, *[None] * (_ID_BATCH - len(batch))))
-        return rows
+        ...
 
     async def messages_joined(self, session_id: str) -> tuple[int, str]:
         """How many messages the session stores, and their JSON texts joined by commas, in the
         order they were first written: a session without branches, its transcript, in one read."""
-        # An aggregate over an ordered subquery: SQLite does not flatten it (that would lose
-        # the order), so the texts are joined in `seq` order.
-        r = await self._fetchone(
-            "SELECT count(*), coalesce(group_concat(content, ','), '') FROM "
-            "(SELECT content FROM messages WHERE session_id = ? ORDER BY seq)",
-            (session_id,),
-        )
-        return (0, "") if r is None else (int(r[0]), str(r[1]))
+        ...
 
     async def newest_leaf_under(self, session_id: str, message_id: str) -> str | None:
         """The newest childless message in the subtree of ``message_id`` (itself if it has no children)."""
-        r = await self._fetchone(
-            """WITH RECURSIVE sub(id, depth) AS (
-                 SELECT id, 0 FROM messages WHERE session_id = :s AND id = :m
-                 UNION ALL
-                 SELECT c.id, sub.depth + 1 FROM messages c JOIN sub ON c.session_id = :s AND c.parent_id = sub.id
-                 WHERE sub.depth < 100000)
-               SELECT m.id FROM sub JOIN messages m ON m.session_id = :s AND m.id = sub.id
-               WHERE NOT EXISTS (SELECT 1 FROM messages c WHERE c.session_id = :s AND c.parent_id = m.id)
-               ORDER BY m.seq DESC LIMIT 1""",
-            {"s": session_id, "m": message_id},
-        )
-        return None if r is None else str(r[0])
+        ...
 
     async def children(self, session_id: str, parent_id: str) -> list[MessageRow]:
         """The answers to a message, oldest first: its branches."""
-        rows = await self._fetchall(
-            f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND parent_id = ? ORDER BY seq",
-            (session_id, parent_id),
-        )
-        return [_row(r) for r in rows]
+        ...
 
 
-class MessageWrites(Access):
-    async def insert_message(
-        self,
-        session_id: str,
-        message_id: str,
-        parent_id: str | None,
-        role: str,
-        content: str,
-        operation_id: str | None,
-        now: int,
-    ) -> bool:
+class MessageWrites(Protocol):
+    async def insert_message(self, session_id: str, message_id: str, parent_id: str | None, role: str,
+                             content: str, operation_id: str | None, now: int) -> bool:
         """Insert a message; False (and nothing written) if its id is already stored.
 
         A branch chosen by hand ends here: the new message is the newest leaf, on it.
         """
-        changed = await self._execute(
-            "INSERT INTO messages (session_id, id, parent_id, role, content, operation_id, created_at, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, id) DO NOTHING",
-            (session_id, message_id, parent_id, role, content, operation_id, now, now),
-        )
-        if changed:
-            await self._execute(
-                "UPDATE sessions SET active_leaf = NULL WHERE id = ? AND active_leaf IS NOT NULL", (session_id,)
-            )
-        return changed > 0
+        ...
 
-    async def set_active_leaf(self, session_id: str, leaf_id: str | None, now: int) -> None:
-        await self._execute(
-            "UPDATE sessions SET active_leaf = ?, updated_at = ? WHERE id = ?", (leaf_id, now, session_id)
-        )
+    async def set_active_leaf(self, session_id: str, leaf_id: str | None, now: int) -> None: ...
 
-    async def update_message(self, session_id: str, message_id: str, content: str, now: int) -> bool:
-        changed = await self._execute(
-            "UPDATE messages SET content = ?, updated_at = ? WHERE session_id = ? AND id = ?",
-            (content, now, session_id, message_id),
-        )
-        return changed > 0
+    async def update_message(self, session_id: str, message_id: str, content: str, now: int) -> bool: ...
 
-    async def delete_session_messages(self, session_id: str) -> None:
-        await self._execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+    async def delete_session_messages(self, session_id: str) -> None: ...

@@ -1,21 +1,11 @@
-"""Statements on operations: the durable, per-session queue of turns."""
+"""Operations: the durable, per-session queue of turns. Their row, and the statements every backend has."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from ._base import Access
+from typing import Protocol
 
 __all__ = ["OperationReads", "OperationRow", "OperationWrites"]
-
-_COLUMNS = (
-    "seq, id, session_id, kind, source, status, outcome, reason, input_json, options_json, "
-    "target_message_id, result_text, attempts, created_at, started_at, completed_at, next_attempt_at, "
-    "crash_strikes, runs"
-)
-
-OPEN_STATUSES = ("pending", "running")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,129 +31,55 @@ class OperationRow:
     runs: int
 
 
-def _row(r: Any) -> OperationRow:
-    return OperationRow(*r)
-
-
-class OperationReads(Access):
-    async def operation(self, operation_id: str) -> OperationRow | None:
-        r = await self._fetchone(f"SELECT {_COLUMNS} FROM operations WHERE id = ?", (operation_id,))
-        return None if r is None else _row(r)
+class OperationReads(Protocol):
+    async def operation(self, operation_id: str) -> OperationRow | None: ...
 
     async def open_operations(self, session_id: str | None = None) -> list[OperationRow]:
-        """Operations not settled yet, oldest first."""
-        if session_id is None:
-            rows = await self._fetchall(
-                f"SELECT {_COLUMNS} FROM operations WHERE status IN ('pending', 'running') ORDER BY seq"
-            )
-        else:
-            rows = await self._fetchall(
-                f"SELECT {_COLUMNS} FROM operations WHERE session_id = ? AND status IN ('pending', 'running') "
-                "ORDER BY seq",
-                (session_id,),
-            )
-        return [_row(r) for r in rows]
-
+        """Operations not settled yet (pending, running), oldest first; of one session, or of all."""
+        ...
 
     async def operation_message_ids(self, session_id: str, operation_id: str) -> list[str]:
         """The messages an operation stored (its input, then its answers), oldest first."""
-        rows = await self._fetchall(
-            "SELECT id FROM messages WHERE session_id = ? AND operation_id = ? ORDER BY seq", (session_id, operation_id)
-        )
-        return [r[0] for r in rows]
+        ...
 
     async def has_deferred_continuation(self, session_id: str, message_id: str) -> bool:
         """Did an answer to a call of this message ask to continue while a sibling call was still open?"""
-        r = await self._fetchone(
-            "SELECT 1 FROM operations WHERE session_id = ? AND target_message_id = ? AND reason = 'continue_deferred' "
-            "LIMIT 1",
-            (session_id, message_id),
-        )
-        return r is not None
-
+        ...
 
     async def approval_asked_at(self, session_id: str, message_id: str) -> int | None:
         """When (ms) the last turn that ended waiting for an approval on this message ended."""
-        r = await self._fetchone(
-            "SELECT MAX(completed_at) FROM operations WHERE session_id = ? AND target_message_id = ? "
-            "AND reason = 'awaiting_approval'",
-            (session_id, message_id),
-        )
-        return int(r[0]) if r is not None and r[0] is not None else None
+        ...
 
 
-class OperationWrites(Access):
+class OperationWrites(Protocol):
     async def consume_deferred_continuations(self, session_id: str, message_id: str) -> None:
         """The turn continues now: the intents recorded for this message are fulfilled."""
-        await self._execute(
-            "UPDATE operations SET reason = 'continued' WHERE session_id = ? AND target_message_id = ? "
-            "AND reason = 'continue_deferred'",
-            (session_id, message_id),
-        )
+        ...
 
-    async def insert_operation(
-        self,
-        operation_id: str,
-        session_id: str,
-        kind: str,
-        source: str,
-        input_json: str,
-        options_json: str | None,
-        now: int,
-    ) -> bool:
+    async def insert_operation(self, operation_id: str, session_id: str, kind: str, source: str, input_json: str,
+                               options_json: str | None, now: int) -> bool:
         """Record an accepted operation as pending; False if the id is taken."""
-        changed = await self._execute(
-            "INSERT INTO operations (id, session_id, kind, source, status, input_json, options_json, created_at) "
-            "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-            (operation_id, session_id, kind, source, input_json, options_json, now),
-        )
-        return changed > 0
+        ...
 
     async def start_operation(self, operation_id: str, target_message_id: str | None, now: int) -> bool:
-        changed = await self._execute(
-            # (SET sees the row as it was: a pending operation's first start is one run.)
-            "UPDATE operations SET status = 'running', started_at = COALESCE(started_at, ?), "
-            "runs = runs + (status = 'pending'), "
-            "target_message_id = COALESCE(?, target_message_id) WHERE id = ? AND status IN ('pending', 'running')",
-            (now, target_message_id, operation_id),
-        )
-        return changed > 0
+        """Mark an open operation running (a pending one's first start counts one run); False if it is settled."""
+        ...
 
     async def record_interruption(self, operation_id: str, next_attempt_at: int | None, crashed: bool,
                                   retried: bool = True) -> None:
         """One more interruption without progress (a crash also counts as a strike); ``retried``:
         the turn will be started again (one more run)."""
-        await self._execute(
-            "UPDATE operations SET attempts = attempts + 1, crash_strikes = crash_strikes + ?, next_attempt_at = ?, "
-            "runs = runs + ? WHERE id = ?",
-            (int(crashed), next_attempt_at, int(retried), operation_id),
-        )
+        ...
 
     async def record_progress(self, operation_id: str, now: int) -> None:
         """A model call or a tool call finished: the interruption budget starts again."""
-        await self._execute(
-            "UPDATE operations SET attempts = 0, crash_strikes = 0, next_attempt_at = NULL, last_progress_at = ? "
-            "WHERE id = ?",
-            (now, operation_id),
-        )
+        ...
 
-    async def settle_operation(
-        self,
-        operation_id: str,
-        status: str,
-        outcome: str,
-        reason: str | None,
-        result_text: str | None,
-        now: int,
-    ) -> bool:
+    async def settle_operation(self, operation_id: str, status: str, outcome: str, reason: str | None,
+                               result_text: str | None, now: int) -> bool:
         """Move an open operation to a terminal state; a settled one is never changed again.
 
         Its input stays (about 150 bytes a turn): the record of what was accepted, which the
         crash tests check against the messages stored.
         """
-        changed = await self._execute(
-            "UPDATE operations SET status = ?, outcome = ?, reason = ?, result_text = ?, completed_at = ? "
-            "WHERE id = ? AND status IN ('pending', 'running')",
-            (status, outcome, reason, result_text, now, operation_id),
-        )
-        return changed > 0
+        ...

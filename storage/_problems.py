@@ -1,21 +1,21 @@
-"""What went wrong with a file or the disk under it, in words a user can act on.
+"""What went wrong with an instance's storage, in words a user can act on.
 
-SQLite reports a full disk, a read-only file system, a damaged file and a
-process out of file descriptors as different result codes; Python's sqlite3
-keeps the code on the exception (``sqlite_errorcode``). :func:`problem_of`
-turns an exception into a :class:`Problem`, and :func:`describe_problem` into the
-sentence a client is shown. Transient problems (the disk, the process) go
-away by themselves and a retry may work; the others belong to one file and
-stay until someone repairs or replaces it.
+A backend's driver reports a full disk, a read-only file system, damaged data and a process
+out of file descriptors in its own way (SQLite as result codes on ``sqlite3.Error``); each
+backend registers how to read its driver's errors (:func:`register_driver`). :func:`problem_of`
+then turns any exception into a :class:`Problem`, and :func:`describe_problem` into the
+sentence a client is shown. Transient problems (the disk, the process) go away by themselves
+and a retry may work; the others belong to one instance's storage and stay until someone
+repairs or replaces it.
 """
 
 from __future__ import annotations
 
 import enum
 import errno
-import sqlite3
+from collections.abc import Callable
 
-__all__ = ["Problem", "describe_problem", "problem_of"]
+__all__ = ["Problem", "StorageError", "describe_problem", "driver_errors", "problem_of", "register_driver"]
 
 
 class Problem(enum.Enum):
@@ -36,17 +36,15 @@ class Problem(enum.Enum):
 
 _TRANSIENT = frozenset({Problem.DISK_FULL, Problem.READ_ONLY, Problem.IO_ERROR, Problem.CANNOT_OPEN, Problem.BUSY})
 
-# Primary result codes (the low byte of an extended code), from sqlite3.h.
-_BY_CODE = {
-    sqlite3.SQLITE_FULL: Problem.DISK_FULL,
-    sqlite3.SQLITE_READONLY: Problem.READ_ONLY,
-    sqlite3.SQLITE_IOERR: Problem.IO_ERROR,
-    sqlite3.SQLITE_CANTOPEN: Problem.CANNOT_OPEN,
-    sqlite3.SQLITE_BUSY: Problem.BUSY,
-    sqlite3.SQLITE_LOCKED: Problem.BUSY,
-    sqlite3.SQLITE_CORRUPT: Problem.DAMAGED,
-    sqlite3.SQLITE_NOTADB: Problem.DAMAGED,
-}
+
+class StorageError(Exception):
+    """The instance's storage cannot be used: newer schema, unreadable, not a database, another application's."""
+
+    def __init__(self, message: str, problem: Problem = Problem.DAMAGED) -> None:
+        super().__init__(message)
+        #: What is wrong, for the words a client is shown and whether a retry may help.
+        self.problem = problem
+
 
 _BY_ERRNO = {
     errno.ENOSPC: Problem.DISK_FULL,
@@ -68,6 +66,30 @@ _WORDS = {
     Problem.NEWER_SCHEMA: "this conversation's file was written by a newer server",
 }
 
+Classify = Callable[[BaseException], "Problem | None"]
+
+_errors: tuple[type[Exception], ...] = ()
+_classifiers: tuple[Classify, ...] = ()
+
+
+def register_driver(errors: type[Exception], classify: Classify) -> None:
+    """A backend's database driver: the base class of the errors its statements raise, and what
+    each means (None: no problem a user can act on). Called once, when the backend is imported."""
+    global _errors, _classifiers
+    if errors not in _errors:
+        _errors = (*_errors, errors)
+        _classifiers = (*_classifiers, classify)
+
+
+def driver_errors(*also: type[Exception]) -> tuple[type[Exception], ...]:
+    """The errors a backend's statements may raise besides :class:`StorageError` (``sqlite3.Error``),
+    and ``also``: for an ``except`` that must catch what storage raises without naming a backend
+    (``except driver_errors(OSError) as exc:``).
+
+    Statements raise their driver's errors as they are (the hot path pays for no wrapping);
+    opening an instance raises :class:`StorageError` when it can tell what is wrong."""
+    return (*also, *_errors) if also else _errors
+
 
 def problem_of(exc: BaseException) -> Problem | None:
     """The storage problem behind ``exc`` (or an exception it was raised from); None for anything else."""
@@ -78,12 +100,14 @@ def problem_of(exc: BaseException) -> Problem | None:
         problem = getattr(current, "problem", None)
         if isinstance(problem, Problem):
             return problem
-        if isinstance(current, sqlite3.Error):
-            code = getattr(current, "sqlite_errorcode", None)
-            if isinstance(code, int) and (code & 0xFF) in _BY_CODE:
-                return _BY_CODE[code & 0xFF]
-        elif isinstance(current, OSError) and current.errno in _BY_ERRNO:
-            return _BY_ERRNO[current.errno]
+        if isinstance(current, OSError):
+            if current.errno in _BY_ERRNO:
+                return _BY_ERRNO[current.errno]
+        elif isinstance(current, _errors):
+            for classify in _classifiers:
+                problem = classify(current)
+                if problem is not None:
+                    return problem
         current = current.__cause__ or current.__context__
     return None
 

@@ -1,19 +1,12 @@
-"""Statements on streams: the chunks of each model call, stored as they stream."""
+"""Streams: the chunks of each model call, stored as they stream (a reconnecting client replays
+them, a restart rebuilds the message from them). Their row, and the statements every backend has."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
-
-from ._base import Access
+from typing import Protocol
 
 __all__ = ["StreamReads", "StreamRow", "StreamWrites"]
-
-_COLUMNS = (
-    "id, session_id, operation_id, request_id, message_id, is_continuation, first_seq, status, "
-    "chunk_count, created_at, completed_at"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,83 +24,36 @@ class StreamRow:
     completed_at: int | None
 
 
-def _row(r: Any) -> StreamRow:
-    values = list(r)
-    values[5] = bool(values[5])
-    return StreamRow(*values)
-
-
-class StreamReads(Access):
-    async def stream(self, stream_id: str) -> StreamRow | None:
-        r = await self._fetchone(f"SELECT {_COLUMNS} FROM streams WHERE id = ?", (stream_id,))
-        return None if r is None else _row(r)
+class StreamReads(Protocol):
+    async def stream(self, stream_id: str) -> StreamRow | None: ...
 
     async def streams_of_request(self, request_id: str) -> list[StreamRow]:
-        rows = await self._fetchall(
-            f"SELECT {_COLUMNS} FROM streams WHERE request_id = ? ORDER BY created_at, rowid", (request_id,)
-        )
-        return [_row(r) for r in rows]
+        """The streams of a request, in the order they were made."""
+        ...
 
     async def streaming_streams(self) -> list[StreamRow]:
-        """Streams whose model call never finished: left by a crash."""
-        rows = await self._fetchall(f"SELECT {_COLUMNS} FROM streams WHERE status = 'streaming' ORDER BY rowid")
-        return [_row(r) for r in rows]
+        """Streams whose model call never finished: left by a crash (in the order they were made)."""
+        ...
 
     async def chunk_bodies(self, stream_id: str) -> list[str]:
         """Every stored chunk of a stream, in order, each as its JSON text."""
-        rows = await self._fetchall(
-            "SELECT body FROM stream_chunks WHERE stream_id = ? ORDER BY segment", (stream_id,)
-        )
-        out: list[str] = []
-        for (body,) in rows:
-            out.extend(json.dumps(c, separators=(",", ":"), ensure_ascii=False) for c in json.loads(body))
-        return out
+        ...
 
 
-class StreamWrites(Access):
-    async def insert_stream(
-        self,
-        stream_id: str,
-        session_id: str,
-        operation_id: str,
-        request_id: str,
-        message_id: str,
-        is_continuation: bool,
-        first_seq: int,
-        now: int,
-    ) -> None:
-        await self._execute(
-            "INSERT INTO streams (id, session_id, operation_id, request_id, message_id, is_continuation, "
-            "first_seq, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'streaming', ?)",
-            (stream_id, session_id, operation_id, request_id, message_id, int(is_continuation), first_seq, now),
-        )
+class StreamWrites(Protocol):
+    async def insert_stream(self, stream_id: str, session_id: str, operation_id: str, request_id: str,
+                            message_id: str, is_continuation: bool, first_seq: int, now: int) -> None: ...
 
     async def append_chunks(self, stream_id: str, bodies: list[str], now: int) -> None:
-        """Store a batch of chunk JSON texts as one segment row."""
-        if not bodies:
-            return
-        await self._execute(
-            "INSERT INTO stream_chunks (stream_id, segment, first_chunk, body, created_at) "
-            "SELECT id, next_segment, chunk_count, ?, ? FROM streams WHERE id = ?",
-            ("[" + ",".join(bodies) + "]", now, stream_id),
-        )
-        await self._execute(
-            "UPDATE streams SET next_segment = next_segment + 1, chunk_count = chunk_count + ?, "
-            "last_chunk_at = ? WHERE id = ?",
-            (len(bodies), now, stream_id),
-        )
+        """Store a batch of chunk JSON texts (one committed batch: the hot path of a turn)."""
+        ...
 
     async def finish_stream(self, stream_id: str, status: str, now: int) -> None:
-        await self._execute(
-            "UPDATE streams SET status = ?, completed_at = ? WHERE id = ? AND status = 'streaming'",
-            (status, now, stream_id),
-        )
+        """Mark a streaming stream ``completed`` or ``error``; a finished one is left as it is."""
+        ...
 
     async def delete_finished_streams(self, completed_before: int) -> int:
-        """Sweep finished streams past their replay grace; their chunks go with them."""
-        return await self._execute(
-            "DELETE FROM streams WHERE status != 'streaming' AND completed_at < ?", (completed_before,)
-        )
+        """Sweep finished streams past their replay grace, their chunks with them; how many."""
+        ...
 
-    async def delete_session_streams(self, session_id: str) -> None:
-        await self._execute("DELETE FROM streams WHERE session_id = ?", (session_id,))
+    async def delete_session_streams(self, session_id: str) -> None: ...

@@ -1,11 +1,13 @@
-"""Statements on the workspace's file tree (``workspace_files``)."""
+"""The workspace's file tree: a file's row, and the statements every backend has for it.
+
+A file's content is in its row, or (larger than the harness keeps in a row) a blob the
+instance's :class:`~think_server.storage.Database` holds, named by ``external``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from ._base import Access
+from typing import Protocol
 
 __all__ = ["WorkspaceFileRow", "WorkspaceReads", "WorkspaceWrites"]
 
@@ -14,51 +16,35 @@ __all__ = ["WorkspaceFileRow", "WorkspaceReads", "WorkspaceWrites"]
 class WorkspaceFileRow:
     path: str
     is_text: bool
-    #: The content, when it is in the row (None: in the external file ``external``).
+    #: The content, when it is in the row (None: in the blob ``external``, or not read).
     content: bytes | None
     external: str | None
     size: int
     modified_at: int
 
 
-def _row(r: Any) -> WorkspaceFileRow:
-    content = r[2]
-    if isinstance(content, str):
-        content = content.encode()
-    return WorkspaceFileRow(str(r[0]), bool(r[1]), content, r[3], int(r[4]), int(r[5]))
-
-
-class WorkspaceReads(Access):
+class WorkspaceReads(Protocol):
     async def workspace_file(self, path: str, *, content: bool = True) -> WorkspaceFileRow | None:
         """One file's row; without ``content`` its content is not read (None)."""
-        r = await self._fetchone(
-            f"SELECT path, is_text, {'content' if content else 'NULL'}, external, size, modified_at "
-            "FROM workspace_files WHERE path = ?", (path,))
-        return None if r is None else _row(r)
+        ...
 
     async def workspace_listing(self) -> list[WorkspaceFileRow]:
         """Every file, by path, without its content."""
-        return [_row(r) for r in await self._fetchall(
-            "SELECT path, is_text, NULL, external, size, modified_at FROM workspace_files ORDER BY path")]
+        ...
 
     async def workspace_usage(self) -> tuple[int, int]:
         """(files, bytes) of the whole workspace."""
-        r = await self._fetchone("SELECT count(*), coalesce(sum(size), 0) FROM workspace_files")
-        return (0, 0) if r is None else (int(r[0]), int(r[1]))
+        ...
 
     async def workspace_external_used(self, name: str) -> bool:
-        return await self._fetchone("SELECT 1 FROM workspace_files WHERE external = ? LIMIT 1", (name,)) is not None
+        """Whether a file's row names the blob ``name``."""
+        ...
 
 
-class WorkspaceWrites(Access):
+class WorkspaceWrites(Protocol):
     async def put_workspace_file(self, path: str, is_text: bool, content: bytes | None, external: str | None,
                                  size: int, now: int) -> None:
-        await self._execute(
-            "INSERT INTO workspace_files (path, is_text, content, external, size, modified_at) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET is_text = excluded.is_text, "
-            "content = excluded.content, external = excluded.external, size = excluded.size, "
-            "modified_at = excluded.modified_at",
-            (path, int(is_text), content, external, size, now))
+        """Create or replace a file: its content in the row, or ``external`` (exactly one of them)."""
+        ...
 
-    async def delete_workspace_file(self, path: str) -> bool:
-        return await self._execute("DELETE FROM workspace_files WHERE path = ?", (path,)) > 0
+    async def delete_workspace_file(self, path: str) -> bool: ...

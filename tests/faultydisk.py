@@ -2,7 +2,7 @@
 
 Where ``mount`` is allowed (root, as in CI), a small tmpfs is mounted and
 filled with a filler file: SQLite meets a real ENOSPC. Where it is refused,
-the storage layer's write-fault seam (``think_server.storage._writefaults``) makes writes
+the storage layer's write-fault seam (``think_server.storage.sqlite._writefaults``) makes writes
 fail with the same SQLite error, so the test still runs and asserts the same.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from think_server.storage._writefaults import WriteFault, arm, set_fault
+from think_server.storage.sqlite._writefaults import WriteFault, arm, set_fault
 
 KINDS = ("tmpfs", "seam")
 

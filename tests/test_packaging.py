@@ -6,7 +6,9 @@ check like this one sees it.
 
 The four import downward, in the order ``think_server/__init__``'s docstring gives (protocol,
 storage, harness, app), each another only through its ``__init__``; none imports the top
-``think_server``, which is the users' surface and imports them. pyproject lists every package
+``think_server``, which is the users' surface and imports them. Inside storage, a backend's folder
+imports the top of storage (its modules) and nothing of another backend, and the top names a
+backend in one module only, the one that makes the default store. pyproject lists every package
 folder, and think_server/'s symlinks point at the folders. (The wheel itself: tests/test_wheel.py.)
 """
 
@@ -15,8 +17,11 @@ from __future__ import annotations
 import ast
 import os
 import re
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 import think_server
 from think_server import app, harness
@@ -86,6 +91,39 @@ def layer_violations(rel: Path, source: str) -> list[str]:
     return found
 
 
+#: The one module of storage's top that may import a backend: where the default store is made.
+DEFAULT_STORE = Path("storage/_default.py")
+
+
+def storage_backends() -> list[str]:
+    """The backend folders of storage (each a package below its top)."""
+    return sorted(init.parent.name for init in (ROOT / "storage").glob("*/__init__.py"))
+
+
+def storage_violations(rel: Path, source: str) -> list[str]:
+    """What a module of storage imports across its rooms: a backend's module another backend, or the
+    top's ``__init__`` (which imports the backends: a circle); a module of the top, but
+    :data:`DEFAULT_STORE`, any backend."""
+    backends = storage_backends()
+    own = rel.parts[1] if len(rel.parts) > 2 else None  # storage/<backend>/x.py
+    found: list[str] = []
+    for line, module, written in _imports(rel, source):
+        parts = module.split(".")
+        if parts[:2] != [TOP, "storage"]:
+            continue
+        where = f"{rel}:{line}: {written}"
+        named = parts[2] if len(parts) > 2 and parts[2] in backends else None
+        if own is not None:
+            if named is not None and named != own:
+                found.append(f"{where}: {own} imports another backend, {named}")
+            elif len(parts) == 2:
+                found.append(f"{where}: {own} imports the top's __init__, which imports the backends "
+                             "(import the top's own modules)")
+        elif named is not None and rel != DEFAULT_STORE:
+            found.append(f"{where}: the top of storage names the backend {named} outside {DEFAULT_STORE}")
+    return found
+
+
 def test_nothing_imports_the_four_packages_by_their_bare_names() -> None:
     files = _sources(*ORDER, TOP, "tests")
     assert ROOT / "harness/turn/_turn.py" in files and ROOT / "tests/conftest.py" in files
@@ -108,6 +146,32 @@ def test_the_four_packages_import_downward_never_the_top() -> None:
     files = _sources(*ORDER)
     assert len(files) > 100
     assert [line for path in files for line in layer_violations(path.relative_to(ROOT), path.read_text())] == []
+
+
+def test_storage_backends_import_the_top_and_the_top_one_backend_in_one_place() -> None:
+    assert "sqlite" in storage_backends()
+    files = _sources("storage")
+    assert ROOT / "storage/sqlite/_db.py" in files and ROOT / DEFAULT_STORE in files
+    assert [line for path in files for line in storage_violations(path.relative_to(ROOT), path.read_text())] == []
+
+
+def test_the_storage_check_sees_each_kind_of_wrong_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "storage_backends", lambda: ["postgres", "sqlite"])
+    backend, top = Path("storage/sqlite/_probe.py"), Path("storage/_probe.py")
+    fine = ("from think_server.protocol import X\nfrom .._problems import Problem\nfrom ._db import SqliteDatabase\n"
+            "from think_server.storage._store import Store\n")
+    assert storage_violations(backend, fine) == []
+    assert storage_violations(backend, "from ..postgres import PgStore\n") == [
+        f"{backend}:1: from ..postgres import PgStore: sqlite imports another backend, postgres"]
+    assert storage_violations(backend, "from think_server.storage.postgres._db import X\n") != []
+    assert storage_violations(backend, "from .. import Store\n") != [], "the top's __init__: a circle"
+    assert storage_violations(backend, "from think_server.storage import Store\n") != []
+    assert storage_violations(top, "from ._store import Store\nfrom think_server.protocol import X\n") == []
+    assert storage_violations(top, "from .sqlite import SqliteStore\n") == [
+        f"{top}:1: from .sqlite import SqliteStore: the top of storage names the backend sqlite outside "
+        f"{DEFAULT_STORE}"]
+    assert storage_violations(top, "def f():\n    from think_server.storage.postgres import PgStore\n") != []
+    assert storage_violations(DEFAULT_STORE, "from .sqlite import SqliteStore\n") == []
 
 
 def test_the_checks_see_each_kind_of_wrong_import() -> None:

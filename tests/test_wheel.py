@@ -123,7 +123,7 @@ def test_the_wheel_holds_one_top_level_name(installed: Installed) -> None:
     names = zipfile.ZipFile(installed.wheel).namelist()
     tops = {name.split("/", 1)[0] for name in names}
     assert tops == {"think_server", installed.wheel.name.split("-py3")[0] + ".dist-info"}, tops
-    for package in ("think_server/harness/turn/_turn.py", "think_server/storage/_db.py",
+    for package in ("think_server/harness/turn/_turn.py", "think_server/storage/sqlite/_db.py",
                     "think_server/protocol/_frames.py", "think_server/app/cli.py", "think_server/__main__.py",
                     "think_server/app/demo_assistant.json"):
         assert package in names, package

@@ -13,14 +13,20 @@ in the same process reaches the same instances the chat sockets use.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
 
 from think_server.protocol import agent_name_to_kebab
-from think_server.storage import InvalidNameError, validate_agent_name, validate_instance_name
+from think_server.storage import (
+    InvalidNameError,
+    Store,
+    StoreInUse,
+    default_store,
+    validate_agent_name,
+    validate_instance_name,
+)
 
 from .._clock import Clock
 from .._input import InputPolicy
@@ -39,7 +45,8 @@ __all__ = ["DataDirInUse", "Harness", "check_data_dir_free"]
 
 
 class Harness:
-    """Agents by name, each with any number of instances (one SQLite file each) under ``data_dir``.
+    """Agents by name, each with any number of instances (one SQLite file each) under ``data_dir``
+    (``store``: the :class:`~think_server.storage.Store` made of it, which the harness alone holds).
 
     ``model`` (a :class:`Model` or a spec such as ``"openai:gpt-4.1-mini"``) serves every agent
     that names none. Instances open on first use and close after ``idle_timeout_s`` without
@@ -68,9 +75,10 @@ class Harness:
             self.agents[key] = agent
         self.models = _resolve_models(self.agents, model)
         self.data_dir = Path(data_dir)
+        self.store: Store = default_store(self.data_dir)
         self.clock = clock or Clock()
         self.registry = InstanceRegistry(
-            self.data_dir, self.agents, self.models, max_instances=max_instances, idle_timeout_s=idle_timeout_s,
+            self.store, self.agents, self.models, max_instances=max_instances, idle_timeout_s=idle_timeout_s,
             hibernate_after_s=hibernate_after_s,
             stream_grace_ms=int(stream_grace_s * 1000), policy=input_policy or InputPolicy(),
             budget=HistoryBudget(int(transcript_memory_mb * 1024 * 1024)), clock=self.clock)
@@ -81,7 +89,6 @@ class Harness:
         #: Runs the schedules of every instance (see :meth:`schedules`).
         self.scheduler = Scheduler(self.registry, self.clock, recovery_concurrency)
         self._started = False
-        self._lock: int | None = None
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -89,8 +96,10 @@ class Harness:
         """Open the work index, resume in the background what a crash or a stop left open, run schedules."""
         if self._started:
             return
-        os.makedirs(self.data_dir, exist_ok=True)
-        self._lock = _lock_data_dir(self.data_dir)  # before any file of it is read or written
+        try:
+            await self.store.start()  # before anything of it is read or written
+        except StoreInUse as exc:
+            raise DataDirInUse(str(exc)) from None
         self._started = True
         self.recovery.start(await self.registry.open_index())
         await self.scheduler.start()
@@ -104,9 +113,7 @@ class Harness:
         await self.mcp.close()
         for model in {id(m): m for m in self.models.values()}.values():
             await model.aclose()
-        if self._lock is not None:
-            lock, self._lock = self._lock, None
-            os.close(lock)  # releases the data dir
+        await self.store.close()  # releases the data dir
 
     async def __aenter__(self) -> Harness:
         await self.start()
@@ -130,10 +137,10 @@ class Harness:
         validate_instance_name(name)
         return key, name
 
-    def exists(self, agent: str, name: str) -> bool:
-        """Whether the instance has a file (or is open): reads of one that does not never create it."""
+    async def exists(self, agent: str, name: str) -> bool:
+        """Whether the instance has storage (or is open): reads of one that does not never create it."""
         key, name = self._address(agent, name)
-        return self.registry.active(key, name) is not None or self.registry.path_of(key, name).exists()
+        return await self.registry.exists(key, name)
 
     async def instance(self, agent: str, name: str) -> Instance:
         """The open instance (opened if needed). It may close when idle: hold it while you use it."""
@@ -174,41 +181,20 @@ class Harness:
         return Schedules(self, key, name)
 
 
-class DataDirInUse(RuntimeError):
-    """Another harness (another server, most likely) is using the data dir."""
-
-
-LOCK_FILE = ".lock"
-
-
-def _lock_data_dir(data_dir: Path) -> int:
-    """Hold an OS lock on ``data_dir`` for as long as the returned descriptor is open.
+class DataDirInUse(StoreInUse):
+    """Another harness (another server, most likely) is using the data dir.
 
     Two servers on one data dir would each run recovery on the other's live turns; the second
-    one stops here instead. The lock dies with the process, so a crash never leaves it behind.
-    """
-    path = data_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise DataDirInUse(f"the data dir {str(data_dir)!r} is in use by another think-server (pid {holder}); "
-                           "stop it first, or give this one its own data dir") from None
-    except BaseException:
-        os.close(fd)
-        raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
+    one stops at :meth:`Harness.start` instead (the store's lock dies with the process, so a
+    crash never leaves it behind)."""
 
 
 def check_data_dir_free(data_dir: str | os.PathLike[str]) -> None:
     """Raise :class:`DataDirInUse` if a harness holds ``data_dir``; for a CLI to say so before it starts."""
-    path = Path(data_dir)
-    os.makedirs(path, exist_ok=True)
-    os.close(_lock_data_dir(path))
+    try:
+        default_store(data_dir).check_free()
+    except StoreInUse as exc:
+        raise DataDirInUse(str(exc)) from None
 
 
 def _resolve_models(agents: Mapping[str, Agent], default: Model | str | None) -> dict[str, Model]:

@@ -1,5 +1,5 @@
-"""Agent instances: one SQLite file each, with its sessions and workspace, and the registry
-that opens and closes them.
+"""Agent instances: each with its storage (one SQLite file, by default), its sessions and workspace,
+and the registry that opens and closes them.
 
 ``_instance``: one instance; ``_registry``: opening on first use under a cap, closing idle ones;
 ``_sessions``: the sessions of an instance (list, create, fork, rename, delete); ``_startup``:

@@ -1,16 +1,14 @@
-"""One agent instance: its SQLite file and its sessions."""
+"""One agent instance: its storage (a :class:`~think_server.storage.Database`) and its sessions."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Literal
 
-from think_server.storage import Database
+from think_server.storage import Database, driver_errors
 
 from .._clock import Clock
 from .._input import InputPolicy
@@ -29,7 +27,11 @@ DEFAULT_STREAM_GRACE_MS = 10 * 60 * 1000
 
 
 class Instance:
-    def __init__(self, db: Database, agent: Agent, model: Model, clock: Clock,
+    """The instance ``key`` (agent, name) of ``agent``, on its open storage ``db`` (the registry opens
+    it: ``Instance(await store.open(*key), agent, model, key=key)``); ``on_work(opened)`` hears when
+    it gets open work and when it has none."""
+
+    def __init__(self, db: Database, agent: Agent, model: Model, clock: Clock | None = None,
                  stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None,
                  on_work: OnWork | None = None, budget: HistoryBudget | None = None,
                  key: tuple[str, str] = ("", "")) -> None:
@@ -46,7 +48,7 @@ class Instance:
         self.policy = policy or InputPolicy()
         self.agent = agent
         self.model = model
-        self.clock = clock
+        self.clock = clock or Clock()
         self._sessions: dict[str, Session] = {}
         self._opening: dict[str, asyncio.Future[Session]] = {}
         #: Called with each session when it is loaded, before its queue runs: a host (the chat
@@ -59,19 +61,9 @@ class Instance:
         self.last_used = time.monotonic()
         #: The instance's file tree (README "Workspace"), with the agent's limits: one for the
         #: instance, so its sessions' tools and code change it one write at a time.
-        self.workspace = Workspace(db, clock, agent.workspace.limits if agent.workspace else None)
+        self.workspace = Workspace(db, self.clock, agent.workspace.limits if agent.workspace else None)
         #: The harness that opened it (set by its registry): its sessions' tools may drive other instances.
         self.host: Any = None
-
-
-    @classmethod
-    async def open(cls, path: Path, agent: Agent, model: Model, clock: Clock | None = None,
-                   stream_grace_ms: int = DEFAULT_STREAM_GRACE_MS, policy: InputPolicy | None = None,
-                   on_work: OnWork | None = None, budget: HistoryBudget | None = None,
-                   key: tuple[str, str] = ("", "")) -> Instance:
-        """Open the instance's file; ``on_work(opened)`` hears when it gets open work and when it has none."""
-        db = await Database.open(path)
-        return cls(db, agent, model, clock or Clock(), stream_grace_ms, policy, on_work, budget, key)
 
     # -- use ------------------------------------------------------------------
 
@@ -110,13 +102,13 @@ class Instance:
 
     async def recover(self) -> None:
         """Load every session with work a dead process left open: it runs again."""
-        if self.db.fresh:  # a file made just now: no work in it
+        if self.db.fresh:  # storage made just now: no work in it
             return
         for session_id in await self.db.read.sessions_with_open_work():
             await self.session(session_id)
 
     async def session(self, session_id: str = ROOT_SESSION, *, start: bool = True) -> Session:
-        """The session, loaded from the file the first time it is used.
+        """The session, loaded from storage the first time it is used.
 
         With ``start=False`` its queue (recovered work included) waits for
         :meth:`Session.start`, so a caller can subscribe before anything runs.
@@ -151,7 +143,7 @@ class Instance:
             except Exception:  # a host's hook must not keep the session from running
                 log.exception("on_session hook failed for session %r", session_id)
         if session.has_open_work:
-            # Listed already, unless the index was lost: then it is again. The file holds the work
+            # Listed already, unless the index was lost: then it is again. Storage holds the work
             # either way, so a failure here does not keep the instance from running it.
             try:
                 await self.work.opened()
@@ -202,9 +194,9 @@ class Instance:
         return not self._holds and all(s.idle for s in self._sessions.values())
 
     async def hibernate(self) -> bool:
-        """If idle: let go of the sessions' transcripts and close the file's connection (the next
-        use opens it again); whether it did. What SQLite holds for an open file (its prepared
-        statements, mostly) is most of what an idle instance costs, and three file descriptors."""
+        """If idle: let go of the sessions' transcripts and put its storage to sleep (the next use
+        wakes it); whether it did. What SQLite holds for an open file (its prepared statements,
+        mostly) is most of what an idle instance costs, and three file descriptors."""
         if not self.idle:
             return False
         for s in self._sessions.values():
@@ -212,7 +204,7 @@ class Instance:
                 self.budget.released(s)
         try:
             return await self.db.sleep()
-        except sqlite3.Error as exc:  # closing checkpoints the WAL: a full disk, say
+        except driver_errors() as exc:  # SQLite: closing checkpoints the WAL; a full disk, say
             log.warning("instance %s/%s: closing its file to hibernate failed: %s", self.agent_name, self.name, exc)
             return False
 

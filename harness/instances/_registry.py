@@ -5,13 +5,13 @@ lowers the cap: the server does when the file descriptor limit allows fewer). Th
 is taken in the same synchronous step that decides it is needed (in :meth:`get`,
 before anything awaits), so a burst of sockets to new instances cannot overshoot
 the cap; an instance closed to make room is closed before the new one opens, and an
-instance still closing is opened again only once its file is closed. Room is made from the
+instance still closing is opened again only once its storage is closed. Room is made from the
 least recently used idle instances first, then from those only followers watch
 (:meth:`Instance.watch`: event streams, which end and come back).
 
-An instance whose file cannot be used (damaged, another application's, newer)
-is remembered with the file's size and time: until the file changes, asking
-for it again answers the same error without opening it or logging again.
+An instance whose storage cannot be used (damaged, another application's, newer)
+is remembered with its store's stamp (SQLite: the file's size and time): until it
+changes, asking for it again answers the same error without opening it or logging again.
 """
 
 from __future__ import annotations
@@ -21,13 +21,11 @@ import contextlib
 import functools
 import heapq
 import logging
-import sqlite3
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-from think_server.storage import StorageError, WorkIndex, instance_db_path, problem_of, trim_heap
+from think_server.storage import StorageError, Store, WorkIndex, driver_errors, problem_of
 
 from .._clock import Clock
 from .._input import InputPolicy
@@ -51,7 +49,7 @@ class CapacityError(RuntimeError):
 
 
 class InstanceRegistry:
-    def __init__(self, data_dir: Path, agents: Mapping[str, Agent], models: Mapping[str, Model], *,
+    def __init__(self, store: Store, agents: Mapping[str, Agent], models: Mapping[str, Model], *,
                  max_instances: int, idle_timeout_s: float, stream_grace_ms: int, policy: InputPolicy,
                  budget: HistoryBudget, clock: Clock, hibernate_after_s: float = 0.0) -> None:
         #: The transcripts all open instances keep in memory, together.
@@ -60,7 +58,8 @@ class InstanceRegistry:
         self._policy = policy
         self._clock = clock
         self._index: WorkIndex | None = None
-        self.data_dir = data_dir
+        #: Where every instance's data lives.
+        self.store = store
         self.agents = agents
         self._models = models
         #: Models turns choose by a spec string at run time (a hook, a model function), closed with the registry.
@@ -87,8 +86,8 @@ class InstanceRegistry:
         #: The cap on open instances, and what sets it (lowered by :meth:`cap`).
         self.max_instances = max_instances
         self.capped_by = "max_instances"
-        # Files that cannot be used, with their (size, mtime, inode) when that was found.
-        self._broken: dict[_Key, tuple[StorageError, tuple[int, int, int] | None]] = {}
+        # Instances whose storage cannot be used, with the store's stamp of it when that was found.
+        self._broken: dict[_Key, tuple[StorageError, object]] = {}
 
     def cap(self, max_instances: int, why: str) -> None:
         """Open at most ``max_instances`` instances (fewer than configured): ``why`` names the limit."""
@@ -97,11 +96,12 @@ class InstanceRegistry:
 
     @property
     def index(self) -> WorkIndex | None:
-        """The data dir's work index, once :meth:`open_index` opened it (None without one)."""
+        """The store's work index, once :meth:`open_index` opened it (None without one)."""
         return self._index
 
-    def path_of(self, agent: str, name: str) -> Path:
-        return instance_db_path(self.data_dir, agent, name)
+    async def exists(self, agent: str, name: str) -> bool:
+        """Whether the instance is open or has storage: asking never creates it."""
+        return self.active(agent, name) is not None or await self.store.exists(agent, name)
 
     def active(self, agent: str, name: str) -> Instance | None:
         key = (agent, name)
@@ -144,7 +144,7 @@ class InstanceRegistry:
                 del self._waiters[key]
 
     async def open_index(self) -> list[tuple[str, str]]:
-        """Open the data dir's work index: the instances it lists (work a crash or a stop left open).
+        """Open the store's work index: the instances it lists (work a crash or a stop left open).
 
         A damaged index is set aside and a new one started; one that cannot be opened at all
         (a full or read-only disk) leaves the server without it. Either way the server starts,
@@ -165,7 +165,7 @@ class InstanceRegistry:
 
     async def _open_index(self) -> WorkIndex | None:
         try:
-            return await WorkIndex.open(self.data_dir)
+            return await self.store.open_index()
         except StorageError as exc:
             if exc.problem.transient:
                 log.error("cannot open the work index, serving without it (instances with unfinished work resume "
@@ -174,11 +174,11 @@ class InstanceRegistry:
             return await self._replace_index(exc)
 
     async def _replace_index(self, exc: StorageError) -> WorkIndex | None:
-        aside = WorkIndex.set_aside(self.data_dir)
+        aside = await self.store.set_index_aside()
         log.error("the work index is damaged (%s); it was moved to %s and a new one started. Instances with "
-                  "unfinished work it listed resume when they are next opened", exc, aside.name)
+                  "unfinished work it listed resume when they are next opened", exc, aside)
         try:
-            return await WorkIndex.open(self.data_dir)
+            return await self.store.open_index()
         except StorageError as again:
             log.error("cannot start a new work index, serving without it: %s", again)
             return None
@@ -194,18 +194,18 @@ class InstanceRegistry:
             await index.unmark(agent, name)
 
     def _check_broken(self, key: _Key) -> None:
-        """Raise the error of a file found unusable, unless the file changed since."""
+        """Raise the error of storage found unusable, unless it changed since."""
         known = self._broken.get(key)
         if known is None:
             return
-        error, signature = known
-        if _signature(self.path_of(*key)) != signature:
+        error, stamp = known
+        if self.store.stamp(*key) != stamp:
             del self._broken[key]  # replaced or repaired: try it again
             return
         raise StorageError(str(error), error.problem)
 
     def _activation_failed(self, key: _Key, exc: BaseException) -> StorageError | None:
-        """Log why an instance could not be opened, once per unusable file; the error for its clients."""
+        """Log why an instance could not be opened, once per unusable storage; the error for its clients."""
         problem = problem_of(exc)
         if problem is None:
             log.exception("cannot open %s/%s", *key)
@@ -215,7 +215,7 @@ class InstanceRegistry:
         if problem.transient:
             log.warning("cannot open %s/%s: %s", key[0], key[1], error)
         else:
-            self._broken[key] = (error, _signature(self.path_of(*key)))
+            self._broken[key] = (error, self.store.stamp(*key))
             log.error("cannot open %s/%s, and will not try again until its file changes: %s", key[0], key[1], error)
         return error
 
@@ -266,20 +266,21 @@ class InstanceRegistry:
             current_agent.set(agent)
             current_instance.set(name)
             if evicted:
-                # Their places are ours: at no point are more files open than the cap.
+                # Their places are ours: at no point are more instances open than the cap.
                 await asyncio.gather(*(asyncio.shield(t) for t in evicted))
             try:
-                instance = await Instance.open(self.path_of(agent, name), self.agents[agent], self._models[agent],
-                                            self._clock, stream_grace_ms=self._stream_grace_ms,
-                                            policy=self._policy, on_work=functools.partial(self._on_work, agent, name),
-                                            budget=self.history_budget, key=key)
-                instance.models = self.model_cache
-                instance.host = self.host
-            except (StorageError, sqlite3.Error, OSError) as exc:
+                db = await self.store.open(agent, name)
+            except driver_errors(StorageError, OSError) as exc:
                 error = self._activation_failed(key, exc)
                 if error is None or error is exc:
                     raise
                 raise error from exc
+            instance = Instance(db, self.agents[agent], self._models[agent], self._clock,
+                                stream_grace_ms=self._stream_grace_ms, policy=self._policy,
+                                on_work=functools.partial(self._on_work, agent, name), budget=self.history_budget,
+                                key=key)
+            instance.models = self.model_cache
+            instance.host = self.host
             try:
                 for hook in list(self.on_open):
                     hook(instance)
@@ -326,15 +327,15 @@ class InstanceRegistry:
                     log.exception("hibernating idle instances failed")
 
     async def hibernate_idle(self, unused_since: float) -> int:
-        """Let instances idle and unused since ``unused_since`` (monotonic seconds) close their
-        files and drop their transcripts; they stay open. How many did."""
+        """Let instances idle and unused since ``unused_since`` (monotonic seconds) put their storage
+        to sleep and drop their transcripts; they stay open. How many did."""
         slept = 0
         for key, instance in list(self._open.items()):
             if (self._evictable(key, instance) and instance.last_used <= unused_since
                     and not instance.db.asleep and await instance.hibernate()):
                 slept += 1
         if slept:
-            trim_heap()
+            self.store.trim_memory()
         return slept
 
     async def close_idle(self, unused_since: float) -> int:
@@ -349,7 +350,7 @@ class InstanceRegistry:
         return len(self._open)
 
     def hibernating(self) -> int:
-        """Open instances whose file is closed until their next use."""
+        """Open instances whose storage sleeps until their next use."""
         return sum(1 for instance in self._open.values() if instance.db.asleep)
 
     async def close(self) -> None:
@@ -374,12 +375,3 @@ class InstanceRegistry:
             index, self._index = self._index, None
             await index.close()
         await self.model_cache.aclose()
-
-
-def _signature(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns, st.st_ino
-

@@ -152,8 +152,8 @@ class Scheduler:
         await asyncio.gather(*(one(key) for key in due))
 
     async def _fire(self, key: _Key) -> None:
-        if self._registry.active(*key) is None and not self._registry.path_of(*key).exists():
-            # Its file was deleted: opening it would create an empty one.
+        if not await self._registry.exists(*key):
+            # Its storage was deleted: opening it would create an empty one.
             log.warning("%s/%s had schedules, but its file is gone; forgetting them", *key)
             async with self._lock:
                 self.wakes.pop(key, None)

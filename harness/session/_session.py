@@ -12,13 +12,12 @@ import asyncio
 import contextlib
 import json
 import logging
-import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from think_server.protocol import UIMessage
-from think_server.storage import CompactionRow, Database, OperationRow
+from think_server.storage import CompactionRow, Database, OperationRow, driver_errors
 
 from .._answers import Answer, AnswerRefused, check_answer
 from .._clock import Clock
@@ -453,7 +452,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         the few pages it needs again, from the OS's cache."""
         try:
             await self.db.shrink_memory()
-        except sqlite3.Error as exc:
+        except driver_errors() as exc:
             log.debug("session %r: shrinking the page cache failed: %s", self.id, exc)
 
     async def _drain(self) -> None:
@@ -514,7 +513,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         if swept:
             try:
                 await self.db.reclaim_free_pages()
-            except sqlite3.Error as exc:  # housekeeping: another process's lock, a full disk
+            except driver_errors() as exc:  # housekeeping: another process's lock, a full disk
                 log.warning("session %r: giving swept pages back failed: %s", self.id, exc)
         return swept
 

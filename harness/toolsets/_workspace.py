@@ -1,9 +1,10 @@
 """The workspace: an instance's durable file tree, shared by its sessions.
 
-Each file is a row of the instance's SQLite file (path, text or bytes, size, modified time);
-one write is one transaction. Content larger than :attr:`WorkspaceLimits.row_bytes` is kept
-beside the instance's file (``<file>.files/<sha256>``, written and synced before the row that
-names it is committed; a crash between leaves an unnamed file, never a row without its content).
+Each file is a row of the instance's storage (path, text or bytes, size, modified time); one
+write is one transaction. Content larger than :attr:`WorkspaceLimits.row_bytes` is a blob the
+storage keeps for the row (:meth:`~think_server.storage.Database.put_blob`; SQLite: a file beside
+the instance's, ``<file>.files/<sha256>``), durable before the row that names it is committed: a
+crash between leaves an unnamed blob, never a row without its content.
 
 Paths are relative, ``/``-separated, made of NFKC-stable characters: no ``..`` or ``.`` part, no
 empty part, no leading ``/``, no backslash, control or format characters, no look-alike of a
@@ -15,9 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
-import hashlib
-import os
 import time
 import unicodedata
 from dataclasses import dataclass
@@ -52,7 +50,7 @@ class WorkspaceLimits:
     max_file_bytes: int = 1_000_000
     max_total_bytes: int = 50_000_000
     max_files: int = 10_000
-    #: Content up to this size is kept in the row; larger, in a file beside the instance's.
+    #: Content up to this size is kept in the row; larger, in a blob beside it (SQLite: a file beside the instance's).
     row_bytes: int = 256 * 1024
     #: The most bytes of text one grep reads: a file that would take it past them is not searched,
     #: and the answer says how much was.
@@ -130,7 +128,6 @@ class Workspace:
         self._db = db
         self._clock = clock
         self.limits = limits or WorkspaceLimits()
-        self._dir = db.path.with_name(db.path.name + ".files")
         self._lock = asyncio.Lock()  # one change at a time: the limits are checked against a settled tree
 
     async def read_bytes(self, path: str) -> bytes:
@@ -163,7 +160,7 @@ class Workspace:
                 raise WorkspaceFull(f"{path}: the workspace holds {files} files, its limit")
             external = None
             if len(data) > self.limits.row_bytes:
-                external = await asyncio.to_thread(self._store_external, data)
+                external = await self._db.put_blob(data)
             now = self._clock.now_ms()
             async with self._db.transaction() as tx:
                 await tx.put_workspace_file(path, is_text, None if external else data, external, len(data), now)
@@ -260,32 +257,18 @@ class Workspace:
                 "or a simpler pattern]")
 
     async def _read(self, path: str) -> tuple[bool, bytes]:
-        """(whether it is text, its bytes): one read of its row, and of the file beside if it is there."""
+        """(whether it is text, its bytes): one read of its row, and of its blob if it has one."""
         row = await self._db.read.workspace_file(check_path(path))
         if row is None:
             raise WorkspaceNotFound(f"no file {path!r} in the workspace")
         if row.content is not None:
             return row.is_text, row.content
         assert row.external is not None
-        return row.is_text, await asyncio.to_thread((self._dir / row.external).read_bytes)
-
-    def _store_external(self, data: bytes) -> str:
-        name = hashlib.sha256(data).hexdigest()
-        self._dir.mkdir(exist_ok=True)
-        target = self._dir / name
-        if not target.exists():
-            tmp = self._dir / f".{name}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        return name
+        return row.is_text, await self._db.read_blob(row.external)
 
     async def _forget_external(self, name: str) -> None:
         if not await self._db.read.workspace_external_used(name):
-            with contextlib.suppress(FileNotFoundError):
-                await asyncio.to_thread((self._dir / name).unlink)
+            await self._db.forget_blob(name)
 
 
 def _info(row: WorkspaceFileRow) -> FileInfo:

@@ -34,7 +34,7 @@ from tests.app.test_thinkchat import (
 from tests.conformance_app import get_location
 from tests.conftest import Client, chat_request, is_done
 from think_server.harness import MOVED_ON_ERROR
-from think_server.storage import instance_db_path
+from think_server.storage.sqlite import instance_db_path
 
 
 async def test_a_retried_request_id_after_a_restart_gets_no_terminal_frame(serve, tmp_path: Path) -> None:

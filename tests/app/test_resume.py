@@ -38,6 +38,7 @@ from tests.app.test_thinkchat import (
 from tests.conformance_app import get_location
 from tests.conftest import Client, RunningServer, chat_request, chunks_of, is_done
 from think_server.harness import OperationSettled
+from think_server.storage.sqlite import instance_db_path
 
 WORDS = [f"d{i} " for i in range(50)]
 FULL = "".join(WORDS)
@@ -350,7 +351,7 @@ def c_index(c: Client, frame: dict[str, Any]) -> int:
 
 
 def stream_rows(srv: RunningServer, name: str, rid: str) -> int:
-    path = srv.app.state.harness.registry.path_of(AGENT, name)
+    path = instance_db_path(srv.data_dir, AGENT, name)
     conn = sqlite3.connect(path)
     try:
         (count,) = conn.execute("SELECT count(*) FROM streams WHERE request_id = ?", (rid,)).fetchone()

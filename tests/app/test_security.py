@@ -29,6 +29,7 @@ from tests.conftest import Client, RunningServer, chat_request, free_port, is_do
 from think_server.app import Settings, create_app
 from think_server.app.settings import SettingsError
 from think_server.harness import Agent
+from think_server.storage.sqlite import instance_db_path
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cret-token-value-0123456789"
@@ -257,7 +258,7 @@ async def test_new_instances_per_address_are_capped(serve) -> None:
     assert third.ws.close_code == 1013 and "new agent instances" in third.frames[0]["error"]
     assert refusals(srv, "address_new_instances") == 1
     assert srv.app.state.harness.registry.active("my-agent", "n3") is None
-    assert not srv.app.state.harness.registry.path_of("my-agent", "n3").exists()
+    assert not instance_db_path(srv.data_dir, "my-agent", "n3").exists()
     old = await identified(url(srv, "n1"))  # an instance that exists is no new one
     rid, frame, _ = chat_request("hi")
     await old.send(frame)

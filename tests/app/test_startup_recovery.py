@@ -19,7 +19,7 @@ import httpx
 
 from tests.conftest import Client, RunningServer, chat_request, is_done
 from think_server.harness import Agent, ScriptedModel, Tool
-from think_server.storage import instance_db_path
+from think_server.storage.sqlite import instance_db_path
 
 AGENT = "my-agent"
 

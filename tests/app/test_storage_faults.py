@@ -24,8 +24,8 @@ import pytest
 from tests.conftest import Client, RunningServer, chat_request, is_done
 from tests.faultydisk import KINDS, FaultyDisk, faulty_disk, integrity
 from think_server.harness import Agent, ScriptedModel
-from think_server.storage import SCHEMA_VERSION, WorkIndex, instance_db_path
-from think_server.storage._writefaults import WriteFault, arm, set_fault
+from think_server.storage.sqlite import SCHEMA_VERSION, SqliteWorkIndex, instance_db_path
+from think_server.storage.sqlite._writefaults import WriteFault, arm, set_fault
 
 AGENT = "my-agent"
 SCRIPT = {"rules": [
@@ -156,7 +156,7 @@ def _foreign(path: Path, user_version: int) -> None:
 
 
 async def _mark(data_dir: Path, names: list[str]) -> None:
-    index = await WorkIndex.open(data_dir)
+    index = await SqliteWorkIndex.open(data_dir)
     try:
         for i, name in enumerate(names):
             await index.mark(AGENT, name, i)
@@ -253,7 +253,7 @@ async def test_a_damaged_work_index_is_set_aside_and_the_server_starts(serve: An
     c = await Client.open(url(srv, "after"))
     assert (await turn(c, srv, "after", "hello"))["outcome"] == "completed"
     await c.close()
-    index = await WorkIndex.open(data)  # the new one works
+    index = await SqliteWorkIndex.open(data)  # the new one works
     try:
         assert await index.marked() == []
     finally:

@@ -227,7 +227,7 @@ async def idle_instances(work: Path, *, count: int, hibernated: bool, concurrenc
 
 
 def instance_files(data_dir: Path, name: str) -> dict[str, int]:
-    from think_server.storage import instance_db_path
+    from think_server.storage.sqlite import instance_db_path
 
     db = instance_db_path(data_dir, AGENT, name)
     return {suffix or "db": (db.parent / (db.name + suffix)).stat().st_size
@@ -237,7 +237,7 @@ def instance_files(data_dir: Path, name: str) -> dict[str, int]:
 def stream_rows(data_dir: Path, name: str) -> tuple[int, int, int, int, dict[str, int]]:
     """Streams, their chunks, the file's pages, its free bytes and the bytes of each table and index
     (read with the instance closed)."""
-    from think_server.storage import instance_db_path
+    from think_server.storage.sqlite import instance_db_path
 
     conn = sqlite3.connect(f"file:{instance_db_path(data_dir, AGENT, name)}?mode=ro", uri=True)
     try:

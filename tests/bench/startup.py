@@ -39,7 +39,7 @@ from think_server.harness import (
     TextStart,
 )
 from think_server.protocol import UIMessage
-from think_server.storage import WorkIndex, instance_db_path
+from think_server.storage.sqlite import SqliteDatabase, SqliteWorkIndex, instance_db_path
 
 AGENT = "crash-agent"
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +60,7 @@ def _user(text_: str) -> UIMessage:
 
 
 async def _idle(path: Path) -> None:
-    inst = await Instance.open(path, Agent(), FakeModel(text("t", "You said: hello")))
+    inst = Instance(await SqliteDatabase.open(path), Agent(), FakeModel(text("t", "You said: hello")))
     try:
         session = await inst.session()
         await session.wait((await session.submit([_user("hello")])).operation_id)
@@ -69,7 +69,7 @@ async def _idle(path: Path) -> None:
 
 
 async def _busy(path: Path) -> None:
-    inst = await Instance.open(path, Agent(), _CutShort())
+    inst = Instance(await SqliteDatabase.open(path), Agent(), _CutShort())
     try:
         session = await inst.session()
         committed = asyncio.Event()
@@ -89,7 +89,7 @@ async def build(data: Path, idle: int, busy: int, index: str) -> None:
     names = [(f"idle-{i}", False) for i in range(idle)] + [(f"busy-{i}", True) for i in range(busy)]
     for name, is_busy in names:
         await (_busy if is_busy else _idle)(instance_db_path(data, AGENT, name))
-    work = await WorkIndex.open(data)
+    work = await SqliteWorkIndex.open(data)
     try:
         for i, (name, is_busy) in enumerate(names):
             if is_busy or index == "all":

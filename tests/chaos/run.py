@@ -36,7 +36,7 @@ from tests.chaos.driver import Driver
 from tests.chaos.invariants import INVARIANTS, Checker, Violation, read_tool_runs
 from tests.chaos.server import ChaosServer
 from tests.chaos.store import open_operations, read_store
-from think_server.storage import instance_db_path
+from think_server.storage.sqlite import instance_db_path
 
 IDLE_TIMEOUT_S = 30.0
 #: Transactions the switch may be told to die in: by table, or by verb and table.

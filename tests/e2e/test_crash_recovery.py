@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import Client, chat_request, is_done
 from tests.serverproc import ServerProcess
-from think_server.storage import instance_db_path
+from think_server.storage.sqlite import instance_db_path
 
 AGENT = "crash-agent"
 SLOW_TEXT = "".join(f"w{i} " for i in range(40))

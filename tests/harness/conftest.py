@@ -12,6 +12,8 @@ import pytest
 
 from think_server.harness import Agent, Instance, Model
 
+from ._instances import instance_at
+
 OpenInstance = Callable[..., Awaitable[Instance]]
 
 
@@ -26,7 +28,7 @@ async def open_instance(db_path: Path) -> AsyncIterator[OpenInstance]:
     opened: list[Instance] = []
 
     async def open_(model: Model, agent: Agent | None = None) -> Instance:
-        inst = await Instance.open(db_path, agent or Agent(), model)
+        inst = await instance_at(db_path, agent or Agent(), model)
         opened.append(inst)
         return inst
 

@@ -18,7 +18,9 @@ import pytest
 
 from tests.faultydisk import KINDS, FaultyDisk, faulty_disk
 from tests.harness._doubles import GUARD, FakeModel, Pause, Recorder, settle, text, user
-from think_server.harness import Agent, ChunksCommitted, Instance, Model, ModelEvent, ModelRequest, TextDelta, TextStart
+from think_server.harness import Agent, ChunksCommitted, Model, ModelEvent, ModelRequest, TextDelta, TextStart
+
+from ._instances import instance_at
 
 
 @pytest.fixture(params=KINDS)
@@ -76,7 +78,7 @@ async def test_a_turn_on_a_full_disk_ends_with_the_disk_and_its_end_is_written_o
         disk: FaultyDisk) -> None:
     path = disk.path / "i.sqlite3"
     model = Endless()
-    inst = await Instance.open(path, Agent(), model)
+    inst = await instance_at(path, Agent(), model)
     try:
         session = await inst.session()
         events = Recorder()
@@ -107,13 +109,13 @@ async def test_a_full_disk_does_not_keep_a_conversation_from_loading(disk: Fault
     """Loading writes only housekeeping (sweeping finished streams); on a full disk that is skipped.
     (The file stays open meanwhile: a closed WAL file needs space for its -shm to be opened at all.)"""
     path = disk.path / "o.sqlite3"
-    inst = await Instance.open(path, Agent(), FakeModel(text("t", "hello")))
+    inst = await instance_at(path, Agent(), FakeModel(text("t", "hello")))
     try:
         session = await inst.session()
         await settle(session, (await session.submit([user("u1", "hi")])).operation_id)
         disk.fill()
         # No replay grace: loading sweeps the turn's finished stream, a write the full disk refuses.
-        second = await Instance.open(path, Agent(), FakeModel(text("t", "hello")), stream_grace_ms=0)
+        second = await instance_at(path, Agent(), FakeModel(text("t", "hello")), stream_grace_ms=0)
         try:
             loaded = await second.session()
             assert [m.role for m in (await loaded.transcript())] == ["user", "assistant"]
@@ -154,7 +156,7 @@ class Index:
 async def test_the_index_hears_of_work_before_it_is_written_and_once_it_is_done(tmp_path: Path) -> None:
     path = tmp_path / "w.sqlite3"
     index = Index(path)
-    inst = await Instance.open(path, Agent(), FakeModel(text("t", "hello")), on_work=index)
+    inst = await instance_at(path, Agent(), FakeModel(text("t", "hello")), on_work=index)
     try:
         session = await inst.session()
         assert index.heard == [], "opening an instance is not work"
@@ -164,7 +166,7 @@ async def test_the_index_hears_of_work_before_it_is_written_and_once_it_is_done(
         assert index.heard == [(True, 0), (False, 1)], "marked before the operation was written"
     finally:
         await inst.close()
-    reopened = await Instance.open(path, Agent(), FakeModel(text("t", "hello")), on_work=index)
+    reopened = await instance_at(path, Agent(), FakeModel(text("t", "hello")), on_work=index)
     try:
         await reopened.session()
         assert len(index.heard) == 2, "reopening an instance whose work is done says nothing"
@@ -176,7 +178,7 @@ async def test_work_submitted_while_the_last_work_is_unmarked_stays_marked(tmp_p
     path = tmp_path / "r.sqlite3"
     index = Index(path)
     index.hold_unmark = asyncio.Event()
-    inst = await Instance.open(path, Agent(), FakeModel(text("t", "hello")), on_work=index)
+    inst = await instance_at(path, Agent(), FakeModel(text("t", "hello")), on_work=index)
     try:
         session = await inst.session()
         first = await session.submit([user("u1", "hi")])
@@ -197,13 +199,13 @@ async def test_work_submitted_while_the_last_work_is_unmarked_stays_marked(tmp_p
 async def test_an_instance_reopened_with_open_work_is_listed_again(tmp_path: Path) -> None:
     path = tmp_path / "p.sqlite3"
     pause = Pause()
-    inst = await Instance.open(path, Agent(), FakeModel([*text("t", "a"), pause]))
+    inst = await instance_at(path, Agent(), FakeModel([*text("t", "a"), pause]))
     session = await inst.session()
     await session.submit([user("u1", "hi")])
     await asyncio.wait_for(pause.reached.wait(), GUARD)
     await inst.close()  # the running operation stays open in the file
     index = Index(path)
-    again = await Instance.open(path, Agent(), FakeModel(text("t", "b")), on_work=index)
+    again = await instance_at(path, Agent(), FakeModel(text("t", "b")), on_work=index)
     try:
         await again.session(start=False)
         assert index.heard == [(True, 1)], "an index that lost it (rebuilt, say) lists it again"

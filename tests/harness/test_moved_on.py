@@ -34,6 +34,7 @@ from think_server.harness import (
 from think_server.protocol import ToolPart, UIMessage
 
 from ._doubles import GUARD, FakeModel, Pause, Recorder, call, settle, text, user
+from ._instances import instance_at
 from .turn.test_recovery import crash
 
 
@@ -167,7 +168,7 @@ async def test_the_end_is_durable_across_a_crash(db_path: Path) -> None:
     transfer, runs = bank()
     agent = Agent(tools=[transfer], recovery=RecoveryPolicy(backoff_ms=1))
     pause = Pause()
-    inst = await Instance.open(db_path, agent, FakeModel(asks(("c1", "transfer")), [pause]))
+    inst = await instance_at(db_path, agent, FakeModel(asks(("c1", "transfer")), [pause]))
     s = await inst.session()
     first = await s.submit([user("u1", "send 100 to bob")])
     await settle(s, first.operation_id)
@@ -175,7 +176,7 @@ async def test_the_end_is_durable_across_a_crash(db_path: Path) -> None:
     await asyncio.wait_for(pause.reached.wait(), GUARD)
     await crash(inst)
 
-    restarted = await Instance.open(db_path, agent, FakeModel(text("t", "Hello")))
+    restarted = await instance_at(db_path, agent, FakeModel(text("t", "Hello")))
     try:
         s2 = await restarted.session()
         assert (await settle(s2, second.operation_id)).text == "Hello"

@@ -33,6 +33,7 @@ from think_server.harness import (
 )
 from think_server.harness.turn._chunklog import ChunkLog
 from think_server.storage import Database, Tx
+from think_server.storage.sqlite import SqliteDatabase
 
 from ._doubles import GUARD, FakeModel, Pause, Recorder, call, settle, text, user
 
@@ -66,7 +67,7 @@ async def test_chunklog_commit_puts_buffered_chunks_and_extra_writes_in_one_tran
     chunks are committed (and announced) in a transaction of their own before
     extra's writes: a crash in between keeps the chunks without the writes.
     """
-    db = await Database.open(db_path)
+    db = await SqliteDatabase.open(db_path)
     try:
         txs = CountingDb(db)
         published: list[Any] = []
@@ -406,7 +407,7 @@ async def test_a_commit_that_rolls_back_keeps_its_chunks_for_the_next(db_path: P
     is gone while marked inserted, and every later batch of the stream is
     announced to listeners but appended to no row: nothing is stored.
     """
-    db = await Database.open(db_path)
+    db = await SqliteDatabase.open(db_path)
     try:
         published: list[ChunksCommitted] = []
         log = ChunkLog(db, Clock(), session_id="s", operation_id="op",

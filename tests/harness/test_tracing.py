@@ -13,10 +13,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from think_server.harness import Agent, Harness, Instance, ScriptedModel, configure_tracing, tool
+from think_server.harness import Agent, Harness, ScriptedModel, configure_tracing, tool
 from think_server.protocol import ToolPart
 
 from ._doubles import GUARD, settle, user
+from ._instances import instance_at
 from .turn.test_recovery import crash
 
 _EXPORTER = InMemorySpanExporter()
@@ -171,13 +172,13 @@ async def test_a_recovery_is_a_span(tmp_path: Path, spans: InMemorySpanExporter)
     agent = Agent(tools=[Tool("hang", execute=hang, recovery="rerun")], recovery=RecoveryPolicy(backoff_ms=1))
     model = ScriptedModel({"rules": [{"match": "*", "steps": [[{"tool_call": {"name": "hang", "input": {}}}],
                                                               [{"text": ["ok"]}]]}]})
-    inst = await Instance.open(tmp_path / "r.sqlite3", agent, model)
+    inst = await instance_at(tmp_path / "r.sqlite3", agent, model)
     s = await inst.session()
     op = (await s.submit([user("u1", "go")])).operation_id
     await asyncio.wait_for(started.wait(), GUARD)
     await crash(inst)
     spans.clear()
-    again = await Instance.open(tmp_path / "r.sqlite3", agent, model)
+    again = await instance_at(tmp_path / "r.sqlite3", agent, model)
     try:
         s2 = await again.session()
         await asyncio.sleep(0.05)

@@ -1,4 +1,5 @@
-"""Fixtures for the storage tests: a real SQLite file under ``tmp_path``."""
+"""Fixtures for the storage tests: a store of each backend (``backend``: see ``backends.py``), and
+an instance's database in it, opened and closed per test."""
 
 from __future__ import annotations
 
@@ -7,17 +8,33 @@ from pathlib import Path
 
 import pytest
 
-from think_server.storage import Database
+from think_server.storage import Database, Store
+
+from .backends import BACKENDS, Backend
+
+AGENT, NAME = "agent", "instance"
+
+
+@pytest.fixture(params=BACKENDS, ids=lambda backend: backend.name)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    chosen: Backend = request.param
+    return chosen
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "instance.sqlite3"
+async def store(backend: Backend, tmp_path: Path) -> AsyncIterator[Store]:
+    made = backend.make(tmp_path)
+    await made.start()
+    try:
+        yield made
+    finally:
+        await made.close()
 
 
 @pytest.fixture
-async def db(db_path: Path) -> AsyncIterator[Database]:
-    database = await Database.open(db_path)
+async def db(store: Store) -> AsyncIterator[Database]:
+    """The instance ``agent``/``instance`` of the test's store, new."""
+    database = await store.open(AGENT, NAME)
     try:
         yield database
     finally:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import sqlite3
 
 import pytest
 
 from think_server.storage import Database, MessageRow
+
+from .backends import Backend
 
 S = "session-1"
 
@@ -94,15 +95,15 @@ async def test_same_id_in_two_sessions_are_two_messages(db: Database) -> None:
     assert row_b is not None and row_b.content == "in b"
 
 
-async def test_invalid_role_is_refused(db: Database) -> None:
+async def test_invalid_role_is_refused(db: Database, backend: Backend) -> None:
     await _session(db)
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(backend.constraint_error):
         await _insert(db, "m", None, role="tool")
     assert await db.read.message(S, "m") is None
 
 
-async def test_message_needs_its_session(db: Database) -> None:
-    with pytest.raises(sqlite3.IntegrityError):
+async def test_message_needs_its_session(db: Database, backend: Backend) -> None:
+    with pytest.raises(backend.constraint_error):
         await _insert(db, "m", None, session_id="never-created")
 
 

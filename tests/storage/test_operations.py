@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 
 from think_server.storage import Database, OperationRow
+
+from .backends import Backend
 
 S = "s"
 
@@ -91,8 +91,8 @@ async def test_every_kind_is_accepted(db: Database, kind: str) -> None:
 
 
 @pytest.mark.parametrize(("kind", "source"), [("bogus", "client"), ("input", "bogus")])
-async def test_unknown_kind_or_source_is_refused(db: Database, kind: str, source: str) -> None:
-    with pytest.raises(sqlite3.IntegrityError):
+async def test_unknown_kind_or_source_is_refused(db: Database, backend: Backend, kind: str, source: str) -> None:
+    with pytest.raises(backend.constraint_error):
         await _insert(db, "op", kind=kind, source=source)
     assert await db.read.operation("op") is None
 
@@ -186,9 +186,9 @@ async def test_settle_unknown_operation_returns_false(db: Database) -> None:
     assert await _settle(db, "missing") is False
 
 
-async def test_settle_with_unknown_outcome_is_refused_and_leaves_it_open(db: Database) -> None:
+async def test_settle_with_unknown_outcome_is_refused_and_leaves_it_open(db: Database, backend: Backend) -> None:
     await _insert(db, "op")
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(backend.constraint_error):
         await _settle(db, "op", "completed", "maybe")
     assert (await _get(db, "op")).status == "pending"
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-from pathlib import Path
 
 import pytest
 
 from think_server.storage import Database, StreamRow
+
+from .backends import Backend
 
 
 async def _insert(
@@ -45,27 +45,6 @@ async def _get(db: Database, stream_id: str) -> StreamRow:
     return row
 
 
-def _segments(path: Path, stream_id: str) -> list[tuple[int, int, int]]:
-    """(segment, first_chunk, chunks in it) of each stored segment, through another connection."""
-    conn = sqlite3.connect(path)
-    try:
-        rows = conn.execute(
-            "SELECT segment, first_chunk, body FROM stream_chunks WHERE stream_id = ? ORDER BY segment",
-            (stream_id,),
-        ).fetchall()
-    finally:
-        conn.close()
-    return [(segment, first, len(json.loads(body))) for segment, first, body in rows]
-
-
-def _chunk_rows(path: Path) -> int:
-    conn = sqlite3.connect(path)
-    try:
-        return int(conn.execute("SELECT count(*) FROM stream_chunks").fetchone()[0])
-    finally:
-        conn.close()
-
-
 def _chunk(i: int) -> str:
     return json.dumps({"type": "text-delta", "id": "t", "delta": f"part {i}"}, separators=(",", ":"))
 
@@ -99,25 +78,14 @@ async def test_new_stream_has_no_chunks(db: Database) -> None:
     assert await db.read.chunk_bodies("st") == []
 
 
-async def test_duplicate_stream_id_is_refused(db: Database) -> None:
+async def test_duplicate_stream_id_is_refused(db: Database, backend: Backend) -> None:
     await _insert(db, "st", message_id="first")
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(backend.constraint_error):
         await _insert(db, "st", message_id="second")
     assert (await _get(db, "st")).message_id == "first"
 
 
 # -- chunks --------------------------------------------------------------------------------------
-
-
-async def test_chunks_in_several_segments_come_back_in_order(db: Database, db_path: Path) -> None:
-    await _insert(db, "st")
-    batches = [[_chunk(0)], [_chunk(1), _chunk(2), _chunk(3)], [_chunk(4), _chunk(5)], [_chunk(6)]]
-    for n, batch in enumerate(batches):
-        await _append(db, "st", batch, now=200 + n)
-    expected = [c for batch in batches for c in batch]
-    assert await db.read.chunk_bodies("st") == expected
-    assert (await _get(db, "st")).chunk_count == 7
-    assert _segments(db_path, "st") == [(0, 0, 1), (1, 1, 3), (2, 4, 2), (3, 6, 1)]
 
 
 async def test_many_segments_keep_numeric_order(db: Database) -> None:
@@ -129,21 +97,28 @@ async def test_many_segments_keep_numeric_order(db: Database) -> None:
     assert (await _get(db, "st")).chunk_count == 50
 
 
-async def test_several_batches_in_one_transaction(db: Database, db_path: Path) -> None:
+async def test_chunks_of_several_batches_come_back_in_order_and_count(db: Database) -> None:
     await _insert(db, "st")
-    async with db.transaction() as tx:
+    async with db.transaction() as tx:  # two batches in one transaction
         await tx.append_chunks("st", [_chunk(0), _chunk(1)], 200)
         await tx.append_chunks("st", [_chunk(2)], 201)
-    assert await db.read.chunk_bodies("st") == [_chunk(0), _chunk(1), _chunk(2)]
-    assert _segments(db_path, "st") == [(0, 0, 2), (1, 2, 1)]
+    await _append(db, "st", [])  # an empty one: nothing
+    await _append(db, "st", [_chunk(3), _chunk(4), _chunk(5)])
+    assert await db.read.chunk_bodies("st") == [_chunk(i) for i in range(6)]
+    assert (await _get(db, "st")).chunk_count == 6
 
 
-async def test_empty_batch_writes_nothing(db: Database, db_path: Path) -> None:
+async def test_appended_chunks_roll_back_with_their_transaction(db: Database) -> None:
     await _insert(db, "st")
     await _append(db, "st", [_chunk(0)])
-    await _append(db, "st", [])
-    await _append(db, "st", [_chunk(1)])
-    assert _segments(db_path, "st") == [(0, 0, 1), (1, 1, 1)]
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as tx:
+            await tx.append_chunks("st", [_chunk(1)], 300)
+            raise RuntimeError
+    assert await db.read.chunk_bodies("st") == [_chunk(0)]
+    assert (await _get(db, "st")).chunk_count == 1
+    await _append(db, "st", [_chunk(2)])
+    assert await db.read.chunk_bodies("st") == [_chunk(0), _chunk(2)]
     assert (await _get(db, "st")).chunk_count == 2
 
 
@@ -159,23 +134,10 @@ async def test_chunks_of_streams_do_not_mix(db: Database) -> None:
     assert (await _get(db, "b")).chunk_count == 1
 
 
-async def test_append_to_an_unknown_stream_stores_nothing(db: Database, db_path: Path) -> None:
+async def test_append_to_an_unknown_stream_stores_nothing(db: Database, backend: Backend) -> None:
     await _append(db, "ghost", [_chunk(0)])
     assert await db.read.chunk_bodies("ghost") == []
-    assert _chunk_rows(db_path) == 0
-
-
-async def test_appended_chunks_roll_back_with_their_transaction(db: Database, db_path: Path) -> None:
-    await _insert(db, "st")
-    await _append(db, "st", [_chunk(0)])
-    with pytest.raises(RuntimeError):
-        async with db.transaction() as tx:
-            await tx.append_chunks("st", [_chunk(1)], 300)
-            raise RuntimeError
-    assert await db.read.chunk_bodies("st") == [_chunk(0)]
-    assert (await _get(db, "st")).chunk_count == 1
-    await _append(db, "st", [_chunk(1)])
-    assert _segments(db_path, "st") == [(0, 0, 1), (1, 1, 1)]
+    assert await backend.count(db, "stream_chunks") == 0
 
 
 CONTENT_CASES = [
@@ -227,6 +189,18 @@ async def test_large_batch(db: Database) -> None:
     assert (await _get(db, "st")).chunk_count == 5000
 
 
+async def test_a_stream_id_used_again_after_its_sweep_starts_empty(db: Database) -> None:
+    await _insert(db, "st")
+    await _append(db, "st", [_chunk(0), _chunk(1)])
+    await _finish(db, "st", now=10)
+    async with db.transaction() as tx:
+        assert await tx.delete_finished_streams(completed_before=11) == 1
+    await _insert(db, "st")
+    await _append(db, "st", [_chunk(9)])
+    assert await db.read.chunk_bodies("st") == [_chunk(9)]
+    assert (await _get(db, "st")).chunk_count == 1
+
+
 # -- finishing -----------------------------------------------------------------------------------
 
 
@@ -254,9 +228,9 @@ async def test_finish_unknown_stream_is_harmless(db: Database) -> None:
     assert await db.read.stream("ghost") is None
 
 
-async def test_finish_with_unknown_status_is_refused(db: Database) -> None:
+async def test_finish_with_unknown_status_is_refused(db: Database, backend: Backend) -> None:
     await _insert(db, "st")
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(backend.constraint_error):
         await _finish(db, "st", "done")
     assert (await _get(db, "st")).status == "streaming"
 
@@ -305,7 +279,7 @@ async def test_streams_of_request_include_finished_ones(db: Database) -> None:
 # -- deleting ------------------------------------------------------------------------------------
 
 
-async def test_delete_finished_streams_cascades_chunks(db: Database, db_path: Path) -> None:
+async def test_delete_finished_streams_cascades_chunks(db: Database, backend: Backend) -> None:
     await _insert(db, "old")
     await _append(db, "old", [_chunk(0), _chunk(1)])
     await _append(db, "old", [_chunk(2)])
@@ -314,10 +288,10 @@ async def test_delete_finished_streams_cascades_chunks(db: Database, db_path: Pa
         assert await tx.delete_finished_streams(completed_before=1001) == 1
     assert await db.read.stream("old") is None
     assert await db.read.chunk_bodies("old") == []
-    assert _chunk_rows(db_path) == 0
+    assert await backend.count(db, "stream_chunks") == 0
 
 
-async def test_delete_finished_streams_sweeps_only_finished_and_old(db: Database, db_path: Path) -> None:
+async def test_delete_finished_streams_sweeps_only_finished_and_old(db: Database, backend: Backend) -> None:
     specs = [("done-old", "completed", 900), ("err-old", "error", 999), ("at-cutoff", "completed", 1000),
              ("done-new", "completed", 1500), ("live", None, None)]
     for stream_id, status, finished_at in specs:
@@ -334,13 +308,13 @@ async def test_delete_finished_streams_sweeps_only_finished_and_old(db: Database
     for kept in ["at-cutoff", "done-new", "live"]:
         assert await db.read.stream(kept) is not None
         assert await db.read.chunk_bodies(kept) == [_chunk(0)]
-    assert _chunk_rows(db_path) == 3
+    assert await backend.count(db, "stream_chunks") == 3
     async with db.transaction() as tx:
         assert await tx.delete_finished_streams(completed_before=10**15) == 2  # "live" is never swept
     assert [s.id for s in await db.read.streaming_streams()] == ["live"]
 
 
-async def test_delete_session_streams(db: Database, db_path: Path) -> None:
+async def test_delete_session_streams(db: Database, backend: Backend) -> None:
     await _insert(db, "a1", session_id="a")
     await _insert(db, "a2", session_id="a")
     await _insert(db, "b1", session_id="b")
@@ -354,55 +328,6 @@ async def test_delete_session_streams(db: Database, db_path: Path) -> None:
     assert await db.read.chunk_bodies("a2") == []
     assert await db.read.chunk_bodies("b1") == [_chunk(0)]
     assert [s.id for s in await db.read.streaming_streams()] == ["b1"]
-    assert _chunk_rows(db_path) == 1
+    assert await backend.count(db, "stream_chunks") == 1
 
 
-async def test_reused_stream_id_after_delete_starts_fresh(db: Database, db_path: Path) -> None:
-    await _insert(db, "st")
-    await _append(db, "st", [_chunk(0), _chunk(1)])
-    await _finish(db, "st", now=10)
-    async with db.transaction() as tx:
-        await tx.delete_finished_streams(completed_before=11)
-    await _insert(db, "st")
-    await _append(db, "st", [_chunk(9)])
-    assert await db.read.chunk_bodies("st") == [_chunk(9)]
-    assert (await _get(db, "st")).chunk_count == 1
-    assert _segments(db_path, "st") == [(0, 0, 1)]
-
-
-async def test_swept_streams_give_their_pages_back_to_the_file_system(db: Database, db_path: Path) -> None:
-    def pages() -> tuple[int, int, int]:
-        conn = sqlite3.connect(db_path)
-        try:
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            return tuple(int(conn.execute(f"PRAGMA {p}").fetchone()[0])  # type: ignore[return-value]
-                         for p in ("auto_vacuum", "page_count", "freelist_count"))
-        finally:
-            conn.close()
-
-    assert pages()[0] == 2, "a new file is made with auto_vacuum=INCREMENTAL"
-    before = pages()[1]
-    await _insert(db, "big")
-    for n in range(20):
-        await _append(db, "big", [_chunk(n * 100 + i) + " " * 200 for i in range(100)])
-    await _finish(db, "big", now=1000)
-    grown = pages()[1]
-    assert grown > before + 100
-    async with db.transaction() as tx:
-        assert await tx.delete_finished_streams(completed_before=1001) == 1
-    await db.reclaim_free_pages()
-    _, after, free = pages()
-    assert free == 0 and after < before + 10, (before, grown, after)
-
-
-async def test_shrinking_memory_gives_the_page_cache_back(db: Database) -> None:
-    from think_server.storage import sqlite_memory_used
-
-    await _insert(db, "big")
-    for n in range(10):
-        await _append(db, "big", [_chunk(n * 100 + i) + " " * 200 for i in range(100)])
-    assert len(await db.read.chunk_bodies("big")) == 1000  # read: its pages are in the cache
-    full = sqlite_memory_used()
-    await db.shrink_memory()
-    assert full is not None and (sqlite_memory_used() or 0) < full - 32 * 1024
-    assert len(await db.read.chunk_bodies("big")) == 1000, "read again from the file"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
-
 import pytest
 
 from think_server.storage import Database, ToolCallRow
+
+from .backends import Backend
 
 S = "s"
 OP = "op"
@@ -47,18 +46,11 @@ async def _running(db: Database, session_id: str = S, operation_id: str = OP) ->
     return [c.tool_call_id for c in await db.read.running_tool_calls(session_id, operation_id)]
 
 
-def _stored(path: Path, session_id: str, call_id: str) -> tuple[object, ...] | None:
-    """(state, output_json, error_text, finished_at) through another connection."""
-    conn = sqlite3.connect(path)
-    try:
-        row = conn.execute(
-            "SELECT state, output_json, error_text, finished_at FROM tool_calls WHERE session_id = ? AND "
-            "tool_call_id = ?",
-            (session_id, call_id),
-        ).fetchone()
-    finally:
-        conn.close()
-    return None if row is None else tuple(row)
+async def _stored(backend: Backend, db: Database, session_id: str, call_id: str) -> tuple[object, ...] | None:
+    """(state, output_json, error_text, finished_at), as committed (no statement reads a finished call back)."""
+    rows = await backend.rows(db, "tool_calls", ("state", "output_json", "error_text", "finished_at"),
+                              {"session_id": session_id, "tool_call_id": call_id})
+    return rows[0] if rows else None
 
 
 async def test_start_records_a_running_call(db: Database) -> None:
@@ -91,27 +83,27 @@ async def test_running_calls_ordered_by_start_time_then_insertion(db: Database) 
     [("succeeded", '{"ok":1}', None), ("failed", None, "boom"), ("interrupted", None, "process died")],
 )
 async def test_finish_records_the_result_once(
-    db: Database, db_path: Path, state: str, output: str | None, error: str | None
+    db: Database, backend: Backend, state: str, output: str | None, error: str | None
 ) -> None:
     await _start(db, "c1")
     await _finish(db, "c1", state, output, error, now=200)
     assert await _running(db) == []
-    assert _stored(db_path, S, "c1") == (state, output, error, 200)
+    assert await _stored(backend, db, S, "c1") == (state, output, error, 200)
     # A second result does not overwrite the first.
     await _finish(db, "c1", "succeeded", '{"late":true}', None, now=300)
-    assert _stored(db_path, S, "c1") == (state, output, error, 200)
+    assert await _stored(backend, db, S, "c1") == (state, output, error, 200)
 
 
-async def test_finish_unknown_call_creates_nothing(db: Database, db_path: Path) -> None:
+async def test_finish_unknown_call_creates_nothing(db: Database, backend: Backend) -> None:
     await _finish(db, "ghost")
-    assert _stored(db_path, S, "ghost") is None
+    assert await _stored(backend, db, S, "ghost") is None
 
 
-async def test_finish_only_touches_its_session(db: Database, db_path: Path) -> None:
+async def test_finish_only_touches_its_session(db: Database, backend: Backend) -> None:
     await _start(db, "c", session_id="s1")
     await _start(db, "c", session_id="s2")
     await _finish(db, "c", session_id="s1")
-    stored = _stored(db_path, "s1", "c")
+    stored = await _stored(backend, db, "s1", "c")
     assert stored is not None and stored[0] == "succeeded"
     assert await _running(db, "s2") == ["c"]
 
@@ -125,8 +117,8 @@ async def test_restarting_a_call_counts_the_attempt(db: Database) -> None:
     assert await _running(db) == ["c2", "c1"]  # the restart's time orders it
 
 
-async def test_unknown_recovery_is_refused(db: Database) -> None:
-    with pytest.raises(sqlite3.IntegrityError):
+async def test_unknown_recovery_is_refused(db: Database, backend: Backend) -> None:
+    with pytest.raises(backend.constraint_error):
         await _start(db, "c1", recovery="retry-forever")
     assert await _running(db) == []
 

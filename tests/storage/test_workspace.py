@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 
 from think_server.storage import Database
+
+from .backends import Backend
 
 
 async def test_put_list_usage_delete(db: Database) -> None:
@@ -25,7 +25,7 @@ async def test_put_list_usage_delete(db: Database) -> None:
     assert await db.read.workspace_usage() == (1, 11)
 
 
-async def test_a_row_holds_its_content_or_names_it_never_both(db: Database) -> None:
-    with pytest.raises(sqlite3.IntegrityError):
+async def test_a_row_holds_its_content_or_names_it_never_both(db: Database, backend: Backend) -> None:
+    with pytest.raises(backend.constraint_error):
         async with db.transaction() as tx:
             await tx.put_workspace_file("x", True, b"in", "and-out", 2, 1)

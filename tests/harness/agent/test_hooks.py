@@ -38,6 +38,7 @@ from think_server.harness import (
 from think_server.protocol import ToolPart, message_text
 
 from .._doubles import GUARD, FakeModel, Pause, script, settle, text, user
+from .._instances import instance_at
 
 RULES: list[dict[str, Any]] = [
     {"match": "show system", "steps": [[{"text": ["System: {system}"]}]]},
@@ -292,7 +293,7 @@ async def test_a_context_overflow_ends_the_turn_with_a_clear_reason(tmp_path: Pa
 async def test_recovery_can_be_abandoned(db_path: Path) -> None:
     pause = Pause()
     first = FakeModel([TextStart("t"), TextDelta("t", "Hal"), pause])
-    inst = await Instance.open(db_path, Agent(), first)
+    inst = await instance_at(db_path, Agent(), first)
     s = await inst.session()
     receipt = await s.submit([user("u1", "hi")])
     await asyncio.wait_for(pause.reached.wait(), GUARD)
@@ -306,7 +307,7 @@ async def test_recovery_can_be_abandoned(db_path: Path) -> None:
         return "abandon"
 
     second = FakeModel([*text("u", "never"), Finish("stop")])
-    again = await Instance.open(db_path, Agent(on_recovery=on_recovery, recovery=RecoveryPolicy(backoff_ms=1)),
+    again = await instance_at(db_path, Agent(on_recovery=on_recovery, recovery=RecoveryPolicy(backoff_ms=1)),
                                 second)
     try:
         s2 = await again.session()

@@ -324,7 +324,7 @@ async def test_unknown_agent_and_bad_names(tmp_path: Path) -> None:
             await h.session("assistant", "../etc")
         with pytest.raises(SessionError):
             await h.session("assistant", "x", "a/b")
-        assert not h.exists("assistant", "never-used")
+        assert not await h.exists("assistant", "never-used")
         assert not list(tmp_path.glob("agents/*/*")), "nothing was created"
 
 

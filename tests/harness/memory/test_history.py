@@ -25,6 +25,8 @@ from think_server.harness import (
 from think_server.harness.memory._history import ParsedOnRead
 from think_server.protocol import TextPart, UIMessage, message_text, parse_message
 
+from .._instances import instance_at
+
 SCRIPT = {"rules": [{"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]}
 
 
@@ -66,8 +68,8 @@ def test_the_least_recently_used_idle_transcripts_are_dropped_past_the_limit() -
 async def test_a_dropped_transcript_is_read_back_as_it_was(tmp_path: Path) -> None:
     budget = HistoryBudget(1)  # every idle transcript is dropped as soon as another one is used
     agent = Agent(model=ScriptedModel(SCRIPT))
-    one = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model, budget=budget)  # type: ignore[arg-type]
-    two = await Instance.open(tmp_path / "two.sqlite3", agent, agent.model, budget=budget)  # type: ignore[arg-type]
+    one = await instance_at(tmp_path / "one.sqlite3", agent, agent.model, budget=budget)  # type: ignore[arg-type]
+    two = await instance_at(tmp_path / "two.sqlite3", agent, agent.model, budget=budget)  # type: ignore[arg-type]
     s1, s2 = await one.session(), await two.session()
     receipt = await s1.submit([user(1, "first")])  # type: ignore[list-item]
     await s1.wait(receipt.operation_id)
@@ -87,7 +89,7 @@ async def test_a_dropped_transcript_is_read_back_as_it_was(tmp_path: Path) -> No
 async def test_at_rest_a_transcript_holds_its_texts_from_the_last_user_message_on(tmp_path: Path) -> None:
     budget = HistoryBudget(0)
     agent = Agent(model=ScriptedModel(SCRIPT))
-    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model, budget=budget)  # type: ignore[arg-type]
+    inst = await instance_at(tmp_path / "one.sqlite3", agent, agent.model, budget=budget)  # type: ignore[arg-type]
     s = await inst.session()
     for i in range(3):
         receipt = await s.submit([user(i, f"turn {i}" + "." * 1000)])  # type: ignore[list-item]
@@ -125,7 +127,7 @@ async def test_a_model_that_reads_everything_gets_the_older_messages_from_storag
             yield Finish()
 
     agent = Agent(model=Whole())
-    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
+    inst = await instance_at(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
     s = await inst.session()
     for i in range(3):
         receipt = await s.submit([user(i, f"turn {i}")])  # type: ignore[list-item]
@@ -168,7 +170,7 @@ async def test_parsed_on_read_reads_a_text_in_storage_only_once_loaded() -> None
 
 async def test_older_messages_whose_ids_hold_a_nul_are_read_back(tmp_path: Path) -> None:
     agent = Agent(model=ScriptedModel(SCRIPT))
-    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
+    inst = await instance_at(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
     s = await inst.session()
     odd = parse_message({"id": "odd\x00id", "role": "user", "parts": [{"type": "text", "text": "first"}]})
     for msg in (odd, user(2, "second")):
@@ -183,7 +185,7 @@ async def test_older_messages_whose_ids_hold_a_nul_are_read_back(tmp_path: Path)
 async def _three_turns(tmp_path: Path) -> tuple[Instance, Session]:
     """An instance whose root session had three turns: "turn i", answered "You said: turn i"."""
     agent = Agent(model=ScriptedModel(SCRIPT))
-    inst = await Instance.open(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
+    inst = await instance_at(tmp_path / "one.sqlite3", agent, agent.model)  # type: ignore[arg-type]
     s = await inst.session()
     for i in range(3):
         receipt = await s.submit([user(i, f"turn {i}")])  # type: ignore[list-item]

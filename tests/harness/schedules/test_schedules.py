@@ -22,8 +22,8 @@ from think_server.harness import (
 from think_server.harness.host._schedules import cron_gap_below
 from think_server.harness.schedules._firing import cron_next
 from think_server.protocol import message_text
-from think_server.storage import instance_db_path
-from think_server.storage._index import INDEX_FILE
+from think_server.storage.sqlite import instance_db_path
+from think_server.storage.sqlite._index import INDEX_FILE
 
 SCRIPT = Path(__file__).parents[2] / "fixtures" / "reference-script.json"
 

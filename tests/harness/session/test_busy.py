@@ -30,6 +30,7 @@ from think_server.harness import (
 from think_server.protocol import ToolPart, message_text
 
 from .._doubles import GUARD, settle, user
+from .._instances import instance_at
 from ..turn.test_recovery import crash
 
 
@@ -70,7 +71,7 @@ class Gated(Model):
 
 
 async def open_with(tmp_path: Path, model: Model, **agent: Any) -> tuple[Instance, Session]:
-    inst = await Instance.open(tmp_path / "i.sqlite3", Agent(**agent), model)
+    inst = await instance_at(tmp_path / "i.sqlite3", Agent(**agent), model)
     return inst, await inst.session()
 
 
@@ -249,7 +250,7 @@ async def test_a_steer_cut_short_by_a_crash_is_applied_once(tmp_path: Path) -> N
     await crash(inst)
     assert len(model.seen) == 1
 
-    again = await Instance.open(tmp_path / "i.sqlite3", Agent(**agent), model)
+    again = await instance_at(tmp_path / "i.sqlite3", Agent(**agent), model)
     try:
         s2 = await again.session()
         assert (await settle(s2, steer.operation_id)).text == "re: change course"
@@ -281,7 +282,7 @@ async def test_queued_inputs_keep_their_strategy_across_a_restart(tmp_path: Path
     await crash(inst)
 
     model.gates["one"].set()
-    again = await Instance.open(tmp_path / "i.sqlite3", Agent(), model)
+    again = await instance_at(tmp_path / "i.sqlite3", Agent(), model)
     try:
         s2 = await again.session()
         assert (await settle(s2, two.operation_id)).reason == "merged"

@@ -22,6 +22,7 @@ from think_server.harness import (
 from think_server.harness.toolsets._workspace import check_path
 from think_server.protocol import ToolPart
 from think_server.storage import Database
+from think_server.storage.sqlite import SqliteDatabase
 
 from .._doubles import settle, user
 
@@ -43,7 +44,7 @@ def test_ordinary_paths_are_kept() -> None:
 
 
 async def _workspace(db_path: Path, **limits: float) -> tuple[Database, Workspace]:
-    db = await Database.open(db_path)
+    db = await SqliteDatabase.open(db_path)
     return db, Workspace(db, Clock(), WorkspaceLimits(**limits))
 
 

@@ -19,6 +19,7 @@ import pytest
 from think_server.harness import ChunksCommitted, Clock, HarnessEvent, StreamStarted
 from think_server.harness.turn._chunklog import MAX_BUFFERED, ChunkLog
 from think_server.storage import Database, Tx
+from think_server.storage.sqlite import SqliteDatabase
 
 GUARD = 10  # seconds: only a guard against a hang, never a timing assertion
 
@@ -66,7 +67,7 @@ class TxCounter:
 
 @pytest.fixture
 async def db(db_path: Path) -> AsyncIterator[Database]:
-    database = await Database.open(db_path)
+    database = await SqliteDatabase.open(db_path)
     yield database
     await database.close()
 

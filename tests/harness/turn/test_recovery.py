@@ -28,6 +28,7 @@ from think_server.harness._answers import INTERRUPTED_TOOL_ERROR, Answer
 from think_server.protocol import ToolPart
 
 from .._doubles import FakeModel, Pause, call, script, settle, text, user
+from .._instances import instance_at
 
 
 def stalled(part: str, *deltas: str) -> list[Any]:
@@ -113,7 +114,7 @@ async def test_a_restart_continues_a_running_operation_without_any_client(db_pat
     """The process dies mid-call (simulated: the instance is dropped without closing, its file kept)."""
     pause = Pause()
     first = FakeModel([TextStart("t"), TextDelta("t", "Hel"), pause])
-    inst = await Instance.open(db_path, Agent(recovery=RecoveryPolicy(backoff_ms=1)), first)
+    inst = await instance_at(db_path, Agent(recovery=RecoveryPolicy(backoff_ms=1)), first)
     s = await inst.session()
     r = await s.submit([user("u1", "hi")])
     await asyncio.wait_for(pause.reached.wait(), 5)
@@ -126,7 +127,7 @@ async def test_a_restart_continues_a_running_operation_without_any_client(db_pat
     await inst.db.close()
 
     second = FakeModel([*text("u", "lo!"), Finish("stop")])
-    again = await Instance.open(db_path, Agent(recovery=RecoveryPolicy(backoff_ms=1)), second)
+    again = await instance_at(db_path, Agent(recovery=RecoveryPolicy(backoff_ms=1)), second)
     try:
         s2 = await again.session()
         result = await settle(s2, r.operation_id)
@@ -166,7 +167,7 @@ async def test_a_regenerated_answer_that_reuses_a_call_id_recovers_its_own_call(
     model = script({"match": "*", "steps": [[{"tool_call": {"name": "once", "input": {}}}],
                                             [{"text": ["saw {result}"]}]]})
     agent = Agent(tools=[Tool("once", execute=once)], recovery=RecoveryPolicy(backoff_ms=1))
-    inst = await Instance.open(db_path, agent, model)
+    inst = await instance_at(db_path, agent, model)
     s = await inst.session()
     first = await s.submit([user("u1", "go")])
     assert (await settle(s, first.operation_id)).text == 'saw {"n":1}'
@@ -174,7 +175,7 @@ async def test_a_regenerated_answer_that_reuses_a_call_id_recovers_its_own_call(
     await asyncio.wait_for(second_started.wait(), 5)
     await crash(inst)
 
-    restarted = await Instance.open(db_path, agent, model)
+    restarted = await instance_at(db_path, agent, model)
     try:
         s2 = await restarted.session()
         result = await settle(s2, again.operation_id)
@@ -201,7 +202,7 @@ async def test_an_approved_call_a_crash_cut_short_is_reported_outside_the_contin
     model = script({"match": "*", "steps": [[{"tool_call": {"name": "send", "input": {}}}],
                                             [{"text": ["saw {result}"]}]]})
     agent = Agent(tools=[Tool("send", execute=send, needs_approval=True)], recovery=RecoveryPolicy(backoff_ms=1))
-    inst = await Instance.open(db_path, agent, model)
+    inst = await instance_at(db_path, agent, model)
     s = await inst.session()
     first = await s.submit([user("u1", "go")])
     assert (await settle(s, first.operation_id)).reason == "awaiting_approval"
@@ -209,7 +210,7 @@ async def test_an_approved_call_a_crash_cut_short_is_reported_outside_the_contin
     await asyncio.wait_for(started.wait(), 5)
     await crash(inst)
 
-    restarted = await Instance.open(db_path, agent, model)
+    restarted = await instance_at(db_path, agent, model)
     try:
         s2 = await restarted.session()
         told: list[Any] = []
@@ -236,7 +237,7 @@ async def test_a_call_a_crash_stopped_before_it_started_runs_after_the_restart(d
     model = script({"match": "*", "steps": [[{"tool_call": {"name": "ping", "input": {}}}],
                                             [{"text": ["got {result}"]}]]})
     agent = Agent(tools=[Tool("ping", execute=ping)], recovery=RecoveryPolicy(backoff_ms=1))
-    inst = await Instance.open(db_path, agent, model)
+    inst = await instance_at(db_path, agent, model)
     s = await inst.session()
 
     def die_once_the_call_is_stored(event: Any) -> None:
@@ -252,7 +253,7 @@ async def test_a_call_a_crash_stopped_before_it_started_runs_after_the_restart(d
     await crash(inst)
     assert runs == [] and peek.count("tool_calls") == 0 and peek.operation_status(r.operation_id) == "running"
 
-    restarted = await Instance.open(db_path, agent, model)
+    restarted = await instance_at(db_path, agent, model)
     try:
         s2 = await restarted.session()
         result = await settle(s2, r.operation_id)
@@ -276,18 +277,18 @@ async def test_an_operation_sealed_after_repeated_crashes_leaves_no_call_running
     model = script({"match": "*", "steps": [[{"tool_call": {"name": "hang", "input": {}}}], [{"text": ["never"]}]]})
     agent = Agent(tools=[Tool("hang", execute=hang, recovery="rerun")],
                   recovery=RecoveryPolicy(backoff_ms=1, crash_limit=2))
-    inst = await Instance.open(db_path, agent, model)
+    inst = await instance_at(db_path, agent, model)
     s = await inst.session()
     r = await s.submit([user("u1", "go")])
     await asyncio.wait_for(started.wait(), 5)
     await crash(inst)
     started.clear()
-    inst = await Instance.open(db_path, agent, model)  # the first restart runs the call again; it dies again
+    inst = await instance_at(db_path, agent, model)  # the first restart runs the call again; it dies again
     await inst.session()
     await asyncio.wait_for(started.wait(), 5)
     await crash(inst)
 
-    sealed = await Instance.open(db_path, agent, model)  # the second restart gives up
+    sealed = await instance_at(db_path, agent, model)  # the second restart gives up
     try:
         s3 = await sealed.session()
         result = await settle(s3, r.operation_id)
@@ -354,7 +355,7 @@ async def test_an_approved_rerun_call_cut_short_by_a_crash_runs_again_once(db_pa
                                             [{"text": ["got {result}"]}]]})
     agent = Agent(tools=[Tool("fetch", execute=fetch, needs_approval=True, recovery="rerun")],
                   recovery=RecoveryPolicy(backoff_ms=1))
-    inst = await Instance.open(db_path, agent, model)
+    inst = await instance_at(db_path, agent, model)
     s = await inst.session()
     asked = await s.submit([user("u1", "go")])
     assert (await settle(s, asked.operation_id)).reason == "awaiting_approval"
@@ -362,7 +363,7 @@ async def test_an_approved_rerun_call_cut_short_by_a_crash_runs_again_once(db_pa
     await asyncio.wait_for(first_run.wait(), 5)
     await crash(inst)
 
-    again = await Instance.open(db_path, agent, model)
+    again = await instance_at(db_path, agent, model)
     try:
         s2 = await again.session()
         assert (await settle(s2, approved.operation_id)).text == "got run 2"

@@ -19,7 +19,6 @@ from think_server.harness import (
     Agent,
     ChunksCommitted,
     Finish,
-    Instance,
     MessagePersisted,
     ModelError,
     OperationSettled,
@@ -37,6 +36,7 @@ from think_server.harness.turn._chunklog import MAX_BUFFERED
 from think_server.protocol import TextPart, ToolPart, UIMessage, assemble, parse_chunk
 
 from .._doubles import GUARD, FakeModel, Pause, Recorder, Recording, call, script, settle, text, user
+from .._instances import instance_at
 from ..conftest import Peek
 
 # ---------------------------------------------------------------- helpers
@@ -365,7 +365,7 @@ async def test_a_stop_as_tool_results_commit_never_parts_a_result_from_its_recor
     model = FakeModel([*call("ca", "a"), *call("cb", "b"), Finish("tool-calls")], text("t", "both"))
     agent = Agent(tools=[Tool("a", execute=lambda: finish_together("a")),
                          Tool("b", execute=lambda: finish_together("b"))])
-    inst = await Instance.open(tmp_path / "x.sqlite3", agent, model)
+    inst = await instance_at(tmp_path / "x.sqlite3", agent, model)
     peek = Peek(tmp_path / "x.sqlite3")
     try:
         s = await inst.session()

@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from think_server.storage._faults import KillPlan, parse
+from think_server.storage.sqlite._faults import KillPlan, parse
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # Two state changes: an operation row (its own transaction), then a message and a settlement together.
 SCRIPT = """
 import asyncio, sys
 from pathlib import Path
-from think_server.storage import Database
+from think_server.storage.sqlite import SqliteDatabase
 
 async def main():
-    db = await Database.open(Path(sys.argv[1]))
+    db = await SqliteDatabase.open(Path(sys.argv[1]))
     async with db.transaction() as tx:
         await tx.ensure_session("", 1)
         await tx.insert_operation("op1", "", "input", "client", "{}", None, 1)

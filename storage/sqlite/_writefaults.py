@@ -77,7 +77,7 @@ def set_fault(fault: WriteFault | None) -> None:
 
 def connect(path: Path) -> aiosqlite.Connection:
     """An aiosqlite connection to ``path`` in autocommit mode (we issue BEGIN/COMMIT ourselves), run by
-    the process's shared SQLite threads (:mod:`think_server.storage._lanes`)."""
+    the process's shared SQLite threads (:mod:`think_server.storage.sqlite._lanes`)."""
     if _armed:
         return lane_connect(path, isolation_level=None, factory=_FaultyConnection)
     return lane_connect(path, isolation_level=None)

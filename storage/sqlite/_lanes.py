@@ -11,7 +11,7 @@ A write transaction's calls (``BEGIN IMMEDIATE`` to ``COMMIT``, see
 :meth:`LaneConnection.writing`) made while the lane is idle run at once on the event loop's
 thread instead: the statements of a state change are short (SQLite appends pages to the WAL)
 and a hop to a worker thread and back cost more than the statement. Nothing there may wait:
-the file's busy timeout is 0, and ``Database`` waits for another process's lock itself, off
+the file's busy timeout is 0, and ``SqliteDatabase`` waits for another process's lock itself, off
 the loop. 50 streams at 50 deltas/s (bench kit, same machine): 490 -> 230 us of server CPU
 per chunk. Reads, opening and closing still go to the pool: they may take long.
 

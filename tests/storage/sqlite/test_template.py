@@ -5,9 +5,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from think_server.storage import SCHEMA_VERSION, Database
-from think_server.storage._schema import MIGRATIONS
-from think_server.storage._template import create_from_template
+from think_server.storage.sqlite import SCHEMA_VERSION, SqliteDatabase
+from think_server.storage.sqlite._schema import MIGRATIONS
+from think_server.storage.sqlite._template import create_from_template
 
 
 def _pragmas(path: Path) -> tuple[object, ...]:
@@ -35,7 +35,7 @@ def test_a_file_that_is_there_is_never_replaced(tmp_path: Path) -> None:
 
 async def test_opening_a_new_file_makes_it_from_the_template_and_it_works(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "c.sqlite3"
-    db = await Database.open(path)
+    db = await SqliteDatabase.open(path)
     try:
         async with db.transaction() as tx:
             await tx.ensure_session("", 1)

@@ -15,16 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.faultydisk import KINDS, FaultyDisk, faulty_disk, integrity
-from think_server.storage import (
-    SCHEMA_VERSION,
-    Database,
-    Problem,
-    StorageError,
-    WorkIndex,
-    describe_problem,
-    problem_of,
-)
-from think_server.storage._writefaults import WriteFault, arm, set_fault
+from think_server.storage import Problem, StorageError, describe_problem, problem_of
+from think_server.storage.sqlite import SCHEMA_VERSION, SqliteDatabase, SqliteWorkIndex
+from think_server.storage.sqlite._writefaults import WriteFault, arm, set_fault
 
 
 @pytest.fixture(params=KINDS)
@@ -34,15 +27,15 @@ def disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FaultyDisk]
 
 
 @contextlib.asynccontextmanager
-async def opened(path: Path) -> AsyncIterator[Database]:
-    db = await Database.open(path)
+async def opened(path: Path) -> AsyncIterator[SqliteDatabase]:
+    db = await SqliteDatabase.open(path)
     try:
         yield db
     finally:
         await db.close()
 
 
-async def add_operation(db: Database, op_id: str) -> None:
+async def add_operation(db: SqliteDatabase, op_id: str) -> None:
     async with db.transaction() as tx:
         await tx.ensure_session("s", 1)
         await tx.insert_operation(op_id, "s", "input", "server", "{}", None, 1)
@@ -134,7 +127,7 @@ async def test_another_applications_database_is_refused_and_left_untouched(tmp_p
     _foreign(path, user_version)
     before = path.read_bytes()
     with pytest.raises(StorageError) as err:
-        await Database.open(path)
+        await SqliteDatabase.open(path)
     assert err.value.problem is Problem.FOREIGN
     assert "another application" in str(err.value) and "contacts" in str(err.value)
     assert path.read_bytes() == before, "no table of ours was written into it"
@@ -155,7 +148,7 @@ async def test_a_truncated_file_is_reported_damaged(tmp_path: Path, keep: float)
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
     with pytest.raises(StorageError) as err:
-        await Database.open(path)
+        await SqliteDatabase.open(path)
     assert err.value.problem is Problem.DAMAGED and "malformed" in str(err.value)
 
 
@@ -163,12 +156,12 @@ async def test_garbage_and_newer_files_name_their_problem(tmp_path: Path) -> Non
     junk = tmp_path / "junk.sqlite3"
     junk.write_bytes(b"\x13\x37" * 3000)
     with pytest.raises(StorageError) as err:
-        await Database.open(junk)
+        await SqliteDatabase.open(junk)
     assert err.value.problem is Problem.DAMAGED
     newer = tmp_path / "newer.sqlite3"
     _foreign(newer, SCHEMA_VERSION + 1)
     with pytest.raises(StorageError) as err:
-        await Database.open(newer)
+        await SqliteDatabase.open(newer)
     assert err.value.problem is Problem.NEWER_SCHEMA
 
 
@@ -178,5 +171,5 @@ async def test_an_index_of_another_shape_is_refused(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     with pytest.raises(StorageError) as err:
-        await WorkIndex.open(tmp_path)
+        await SqliteWorkIndex.open(tmp_path)
     assert err.value.problem is Problem.DAMAGED and "delete it to rebuild" in str(err.value)

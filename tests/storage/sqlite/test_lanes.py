@@ -6,15 +6,15 @@ import asyncio
 import threading
 from pathlib import Path
 
-from think_server.storage import Database
-from think_server.storage._lanes import WORKERS, lane_connect, worker_threads
+from think_server.storage.sqlite import SqliteDatabase
+from think_server.storage.sqlite._lanes import WORKERS, lane_connect, worker_threads
 
 
 async def test_many_open_files_use_a_bounded_number_of_threads(tmp_path: Path) -> None:
     before = threading.active_count()
-    dbs = [await Database.open(tmp_path / f"db{i}.sqlite3") for i in range(60)]
+    dbs = [await SqliteDatabase.open(tmp_path / f"db{i}.sqlite3") for i in range(60)]
     try:
-        async def one(i: int, db: Database) -> None:
+        async def one(i: int, db: SqliteDatabase) -> None:
             async with db.transaction() as tx:
                 await tx.ensure_session(f"s{i}", i)
 
@@ -62,7 +62,7 @@ async def test_a_closed_connection_refuses_calls_and_errors_reach_the_caller(tmp
 async def test_the_statements_of_a_write_transaction_run_on_the_loop_thread(tmp_path: Path) -> None:
     """Inside a transaction (the write lock held) a statement runs at once, no hop to a worker:
     checked by the thread that runs SQLite's calls, seen from a function SQLite calls back."""
-    db = await Database.open(tmp_path / "inline.sqlite3")
+    db = await SqliteDatabase.open(tmp_path / "inline.sqlite3")
     seen: list[str] = []
     conn = await db.wake()
     await conn.create_function("where_am_i", 0, lambda: seen.append(threading.current_thread().name) or 1)
@@ -82,7 +82,7 @@ async def test_a_write_waits_off_the_loop_for_another_process_holding_the_lock(t
     import sqlite3
 
     path = tmp_path / "held.sqlite3"
-    db = await Database.open(path)
+    db = await SqliteDatabase.open(path)
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     ticks = 0
@@ -108,6 +108,6 @@ async def test_a_write_waits_off_the_loop_for_another_process_holding_the_lock(t
         await db.close()
 
 
-async def _write(db: Database, session: str) -> None:
+async def _write(db: SqliteDatabase, session: str) -> None:
     async with db.transaction() as tx:
         await tx.ensure_session(session, 1)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from think_server.storage import Database, InvalidNameError, StorageError, instance_db_path, validate_instance_name
+from think_server.storage import InvalidNameError, StorageError, validate_instance_name
+from think_server.storage.sqlite import SqliteDatabase, SqliteWorkIndex, instance_db_path
 
 
 async def test_cancel_during_begin_leaves_no_transaction_open(db_path: Path) -> None:
@@ -22,7 +23,7 @@ async def test_cancel_during_begin_leaves_no_transaction_open(db_path: Path) -> 
     ``transaction()`` then fails with "cannot start a transaction within a transaction",
     and the dangling write lock blocks any other connection to the file.
     """
-    db = await Database.open(db_path)
+    db = await SqliteDatabase.open(db_path)
     try:
 
         async def writer() -> None:
@@ -74,7 +75,7 @@ async def test_open_of_an_unopenable_path_raises_storage_error(tmp_path: Path) -
     path.mkdir()
     try:
         with pytest.raises(StorageError):
-            await Database.open(path)
+            await SqliteDatabase.open(path)
     finally:
         await asyncio.sleep(0.05)
         _join_sqlite_worker_threads()
@@ -126,8 +127,8 @@ async def test_work_index_on_a_non_database_file_raises_storage_error_and_closes
     """
     import aiosqlite
 
-    from think_server.storage import WorkIndex, _writefaults
-    from think_server.storage._index import INDEX_FILE
+    from think_server.storage.sqlite import _writefaults
+    from think_server.storage.sqlite._index import INDEX_FILE
 
     opened: list[aiosqlite.Connection] = []
     real_connect = _writefaults.lane_connect
@@ -141,7 +142,7 @@ async def test_work_index_on_a_non_database_file_raises_storage_error_and_closes
     (tmp_path / INDEX_FILE).write_bytes(b"not an index " * 400)
     try:
         try:
-            index = await WorkIndex.open(tmp_path)
+            index = await SqliteWorkIndex.open(tmp_path)
         except Exception as exc:
             error: Exception = exc
         else:

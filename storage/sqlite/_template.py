@@ -2,7 +2,7 @@
 
 Making a file runs every migration (two dozen tables and indexes): about 6 ms of CPU, most
 of what activating a new instance costs. A template is made once per process, in a
-temporary directory, exactly as :meth:`Database.open` would make a file; each new file is
+temporary directory, exactly as :meth:`SqliteDatabase.open` would make a file; each new file is
 then a copy of its bytes (about 2 ms with the open that follows). The copy is written beside
 the file's place and linked into it, so a crash never leaves a half-written file where an
 instance's file belongs, and a file that is there already is never replaced.
@@ -20,7 +20,7 @@ __all__ = ["NEW_FILE_PRAGMA", "create_from_template", "migration_script"]
 
 #: Set on a new file before WAL mode and its first table (neither allows it afterwards without a
 #: VACUUM): streams are written and swept all day, and their pages go back to the file system
-#: when swept (:meth:`Database.reclaim_free_pages`) rather than staying in the file as free pages.
+#: when swept (:meth:`SqliteDatabase.reclaim_free_pages`) rather than staying in the file as free pages.
 NEW_FILE_PRAGMA = "PRAGMA auto_vacuum=INCREMENTAL"
 
 _lock = threading.Lock()

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from think_server.storage import InvalidNameError, instance_db_path, validate_agent_name, validate_instance_name
-from think_server.storage._paths import MAX_INSTANCE_NAME
+from think_server.storage import InvalidNameError, validate_agent_name, validate_instance_name
+from think_server.storage._names import MAX_INSTANCE_NAME
+from think_server.storage.sqlite import instance_db_path
 
 AGENT = "chat"
 FILE_NAME = re.compile(r"[a-z0-9_-]{1,40}\.[0-9a-f]{32}\.sqlite3")

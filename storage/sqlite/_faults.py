@@ -2,7 +2,7 @@
 
 Never set in production. Off unless the environment variable ``THINK_FAULTS``
 is set when this module is first imported; then :data:`ACTIVE` is a
-:class:`KillPlan` and :meth:`Database.transaction` consults it at each point
+:class:`KillPlan` and :meth:`SqliteDatabase.transaction` consults it at each point
 below. Off, the cost is one ``is None`` test per transaction.
 
 ``THINK_FAULTS`` is ``key=value`` pairs separated by ``;``::

@@ -1,10 +1,10 @@
 """One instance's SQLite file: opening, migrating, and its one writer.
 
 The concurrency model fits on a screen. aiosqlite runs the file's statements in
-order, one at a time (on a thread of a pool every file shares: :mod:`think_server.storage._lanes`).
-On top of it, :meth:`Database.transaction` holds an asyncio lock from ``BEGIN
+order, one at a time (on a thread of a pool every file shares: :mod:`think_server.storage.sqlite._lanes`).
+On top of it, :meth:`SqliteDatabase.transaction` holds an asyncio lock from ``BEGIN
 IMMEDIATE`` to ``COMMIT``, so the statements of one state change never interleave
-with another task's. Reads of settled rows go through :attr:`Database.read` without
+with another task's. Reads of settled rows go through :attr:`SqliteDatabase.read` without
 the lock.
 """
 
@@ -19,25 +19,27 @@ from pathlib import Path
 
 import aiosqlite
 
-from . import _faults
+from .._problems import Problem, StorageError, problem_of
+from .._statements import Reader, Tx
+from .._store import Database
+from . import _blobs, _faults
 from ._base import Link, Params
-from ._blocks import BlockReads, BlockWrites
-from ._compactions import CompactionReads, CompactionWrites
+from ._blocks import SqliteBlockReads, SqliteBlockWrites
+from ._compactions import SqliteCompactionReads, SqliteCompactionWrites
 from ._lanes import LaneConnection
-from ._messages import MessageReads, MessageWrites
-from ._operations import OperationReads, OperationWrites
-from ._problems import Problem, problem_of
-from ._schedules import ScheduleReads, ScheduleWrites
+from ._messages import SqliteMessageReads, SqliteMessageWrites
+from ._operations import SqliteOperationReads, SqliteOperationWrites
+from ._schedules import SqliteScheduleReads, SqliteScheduleWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
-from ._search import SearchReads
-from ._sessions import SessionReads, SessionWrites
-from ._streams import StreamReads, StreamWrites
+from ._search import SqliteSearchReads
+from ._sessions import SqliteSessionReads, SqliteSessionWrites
+from ._streams import SqliteStreamReads, SqliteStreamWrites
 from ._template import NEW_FILE_PRAGMA, create_from_template, migration_script
-from ._tool_calls import ToolCallReads, ToolCallWrites
-from ._workspace import WorkspaceReads, WorkspaceWrites
+from ._tool_calls import SqliteToolCallReads, SqliteToolCallWrites
+from ._workspace import SqliteWorkspaceReads, SqliteWorkspaceWrites
 from ._writefaults import connect
 
-__all__ = ["Database", "Reader", "StorageError", "Tx"]
+__all__ = ["SqliteDatabase", "SqliteReader", "SqliteTx"]
 
 
 #: Page cache per open file, in KiB (SQLite's default is 2 MiB). Small on purpose: a server
@@ -58,7 +60,7 @@ BUSY_WAIT_MS = 5000
 # fsync per commit. A server holds hundreds of files open: each keeps a small page cache (the
 # OS caches the file anyway) and a small WAL, checkpointed every 1 MiB and cut back after each
 # checkpoint. Once migrated, a write does not wait inside SQLite (it may run on the event
-# loop): Database._begin waits for another process's lock itself, off the loop.
+# loop): SqliteDatabase._begin waits for another process's lock itself, off the loop.
 _SETTINGS = (
     "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
     f"PRAGMA busy_timeout={{busy}}; PRAGMA cache_size=-{CACHE_KIB}; "
@@ -73,26 +75,19 @@ _LOAD_SCHEMA = " SELECT 1 FROM meta WHERE 0;"
 _START_WAL = " INSERT INTO meta (key, value) VALUES ('created_at', '{now}') ON CONFLICT (key) DO NOTHING;"
 
 
-class StorageError(Exception):
-    """The file cannot be used: newer schema, unreadable, not a database, another application's."""
-
-    def __init__(self, message: str, problem: Problem = Problem.DAMAGED) -> None:
-        super().__init__(message)
-        #: What is wrong, for the words a client is shown and whether a retry may help.
-        self.problem = problem
+class SqliteReader(SqliteBlockReads, SqliteCompactionReads, SqliteMessageReads, SqliteOperationReads,
+                   SqliteScheduleReads, SqliteSearchReads, SqliteSessionReads, SqliteStreamReads, SqliteToolCallReads,
+                   SqliteWorkspaceReads, Reader):
+    """Every read statement, in SQL."""
 
 
-class Reader(BlockReads, CompactionReads, MessageReads, OperationReads, ScheduleReads, SearchReads, SessionReads,
-             StreamReads, ToolCallReads, WorkspaceReads):
-    """Every read statement."""
+class SqliteTx(SqliteReader, SqliteBlockWrites, SqliteCompactionWrites, SqliteMessageWrites, SqliteOperationWrites,
+               SqliteScheduleWrites, SqliteSessionWrites, SqliteStreamWrites, SqliteToolCallWrites,
+               SqliteWorkspaceWrites, Tx):
+    """Every statement, in SQL, inside one open transaction."""
 
 
-class Tx(Reader, BlockWrites, CompactionWrites, MessageWrites, OperationWrites, ScheduleWrites, SessionWrites,
-         StreamWrites, ToolCallWrites, WorkspaceWrites):
-    """Every statement, inside one open transaction."""
-
-
-class _FaultyTx(Tx):
+class _FaultyTx(SqliteTx):
     """A Tx that notes what it wrote, and may die after a write (test-only: ``_faults``)."""
 
     def __init__(self, link: Link, plan: _faults.KillPlan) -> None:
@@ -109,7 +104,7 @@ class _FaultyTx(Tx):
         return changed
 
 
-class Database:
+class SqliteDatabase(Database):
     """One instance's file: its reads (``read``), its state changes (``transaction()``).
 
     An idle file may :meth:`sleep`: its connection closes, giving back what SQLite held for
@@ -122,10 +117,10 @@ class Database:
         self.path = path
         #: Statements under way outside a transaction (the file does not sleep under them).
         self.users = 0
-        self.read = Reader(self)
+        self.read: Reader = SqliteReader(self)
         plan = _faults.ACTIVE
         self._faulty = None if plan is None else _FaultyTx(self, plan)
-        self._tx: Tx = self._faulty or Tx(self)
+        self._tx: Tx = self._faulty or SqliteTx(self)
         self._lock = asyncio.Lock()
         self._waking: asyncio.Future[aiosqlite.Connection] | None = None
         self._closed = False
@@ -177,7 +172,7 @@ class Database:
         return True
 
     @classmethod
-    async def open(cls, path: Path) -> Database:
+    async def open(cls, path: Path) -> SqliteDatabase:
         made = await asyncio.to_thread(_prepare, path)
         # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change.
         try:
@@ -273,6 +268,15 @@ class Database:
         async with self._lock:
             conn = self.conn or await self.wake()
             await conn.executescript("PRAGMA incremental_vacuum;")
+
+    async def put_blob(self, data: bytes) -> str:
+        return await asyncio.to_thread(_blobs.put, self.path, data)
+
+    async def read_blob(self, name: str) -> bytes:
+        return await asyncio.to_thread(_blobs.read, self.path, name)
+
+    async def forget_blob(self, name: str) -> None:
+        await asyncio.to_thread(_blobs.forget, self.path, name)
 
     async def close(self) -> None:
         async with self._lock:

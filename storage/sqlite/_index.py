@@ -29,16 +29,18 @@ from typing import Any
 
 import aiosqlite
 
-from ._db import StorageError
-from ._problems import Problem, problem_of
+from .._problems import Problem, StorageError, problem_of
+from .._store import WorkIndex
 from ._writefaults import connect
 
-__all__ = ["WorkIndex"]
+__all__ = ["INDEX_FILE", "SqliteWorkIndex"]
 
 INDEX_FILE = "index.sqlite3"
 
 
-class WorkIndex:
+class SqliteWorkIndex(WorkIndex):
+    """The work index in its own SQLite file, ``index.sqlite3`` in the data dir."""
+
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self._conn = conn
         self._lock = asyncio.Lock()
@@ -46,7 +48,7 @@ class WorkIndex:
         self._writer: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, data_dir: Path) -> WorkIndex:
+    async def open(cls, data_dir: Path) -> SqliteWorkIndex:
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         path = data_dir / INDEX_FILE
         try:

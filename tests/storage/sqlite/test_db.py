@@ -1,4 +1,4 @@
-"""Database: opening and migrating a file, and the one-writer transaction."""
+"""An instance's SQLite file: opening and migrating it, WAL, another process beside it, a kill, sleeping."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from think_server import storage
-from think_server.storage import SCHEMA_VERSION, Database, StorageError, _db
-from think_server.storage._schema import MIGRATIONS
+from think_server.storage import StorageError
+from think_server.storage.sqlite import SCHEMA_VERSION, SqliteDatabase, _db, trim_heap
+from think_server.storage.sqlite._schema import MIGRATIONS
 
-REPO = Path(__file__).resolve().parents[2]
+from ..test_transactions import Boom, _add_operation
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _pragma(path: Path, name: str) -> object:
@@ -48,9 +50,9 @@ def _make_file(path: Path, user_version: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _opened(path: Path) -> AsyncIterator[Database]:
+async def _opened(path: Path) -> AsyncIterator[SqliteDatabase]:
     """Open and always close: a connection left open keeps its worker thread, and pytest, alive."""
-    db = await Database.open(path)
+    db = await SqliteDatabase.open(path)
     try:
         yield db
     finally:
@@ -60,17 +62,11 @@ async def _opened(path: Path) -> AsyncIterator[Database]:
 async def _open_error(path: Path) -> StorageError:
     """The StorageError opening ``path`` raises; fails (after closing it) if the file opens."""
     try:
-        db = await Database.open(path)
+        db = await SqliteDatabase.open(path)
     except StorageError as exc:
         return exc
     await db.close()
     pytest.fail(f"{path.name} opened; expected StorageError")
-
-
-async def _add_operation(db: Database, op_id: str, session: str = "s", now: int = 1) -> None:
-    async with db.transaction() as tx:
-        await tx.ensure_session(session, now)
-        await tx.insert_operation(op_id, session, "input", "server", "{}", None, now)
 
 
 # -- opening -------------------------------------------------------------------------------------
@@ -83,11 +79,11 @@ async def test_open_creates_missing_parent_dirs(tmp_path: Path) -> None:
         assert db.path == path
 
 
-async def test_open_sets_wal_journal_mode(db: Database, db_path: Path) -> None:
+async def test_open_sets_wal_journal_mode(db: SqliteDatabase, db_path: Path) -> None:
     assert _pragma(db_path, "journal_mode") == "wal"
 
 
-async def test_fresh_file_is_migrated_to_the_current_schema(db: Database, db_path: Path) -> None:
+async def test_fresh_file_is_migrated_to_the_current_schema(db: SqliteDatabase, db_path: Path) -> None:
     assert SCHEMA_VERSION == len(MIGRATIONS) >= 1
     assert _pragma(db_path, "user_version") == SCHEMA_VERSION
     assert {"meta", "sessions", "messages", "operations", "streams", "stream_chunks", "tool_calls"} <= _tables(
@@ -143,13 +139,6 @@ async def test_storage_error_chains_the_sqlite_error(tmp_path: Path) -> None:
     path = tmp_path / "junk.sqlite3"
     path.write_bytes(b"junk" * 1000)
     assert isinstance((await _open_error(path)).__cause__, sqlite3.DatabaseError)
-
-
-async def test_foreign_keys_are_enforced(db: Database) -> None:
-    with pytest.raises(sqlite3.IntegrityError):
-        async with db.transaction() as tx:
-            await tx.insert_message("no-such-session", "m1", None, "user", "{}", None, 1)
-    assert await db.read.message("no-such-session", "m1") is None
 
 
 # -- migrations ----------------------------------------------------------------------------------
@@ -231,7 +220,7 @@ async def test_failed_migration_leaves_the_file_at_its_old_version(
 # -- transactions --------------------------------------------------------------------------------
 
 
-async def test_commit_is_visible_to_another_connection_only_after_commit(db: Database, db_path: Path) -> None:
+async def test_commit_is_visible_to_another_connection_only_after_commit(db: SqliteDatabase, db_path: Path) -> None:
     async with _opened(db_path) as other:
         async with db.transaction() as tx:
             await tx.ensure_session("s", 1)
@@ -241,35 +230,7 @@ async def test_commit_is_visible_to_another_connection_only_after_commit(db: Dat
         assert await db.read.session("s") is not None
 
 
-class Boom(Exception):
-    pass
-
-
-async def test_exception_rolls_back_every_statement(db: Database) -> None:
-    with pytest.raises(Boom):
-        async with db.transaction() as tx:
-            await tx.ensure_session("s", 1)
-            await tx.insert_operation("op", "s", "input", "server", "{}", None, 1)
-            await tx.insert_message("s", "m", None, "user", "{}", "op", 1)
-            raise Boom
-    assert await db.read.session("s") is None
-    assert await db.read.operation("op") is None
-    assert await db.read.message("s", "m") is None
-    # The connection is out of the transaction: the next one works.
-    await _add_operation(db, "after")
-    assert await db.read.operation("after") is not None
-
-
-async def test_failing_statement_rolls_back_earlier_statements(db: Database) -> None:
-    with pytest.raises(sqlite3.IntegrityError):
-        async with db.transaction() as tx:
-            await tx.ensure_session("s", 1)
-            await tx.insert_operation("op", "s", "not-a-kind", "server", "{}", None, 1)
-    assert await db.read.session("s") is None
-    assert await db.read.operation("op") is None
-
-
-async def test_rolled_back_transaction_is_invisible_to_other_connections(db: Database, db_path: Path) -> None:
+async def test_rolled_back_transaction_is_invisible_to_other_connections(db: SqliteDatabase, db_path: Path) -> None:
     with pytest.raises(Boom):
         async with db.transaction() as tx:
             await tx.ensure_session("s", 1)
@@ -278,97 +239,7 @@ async def test_rolled_back_transaction_is_invisible_to_other_connections(db: Dat
         assert await other.read.session("s") is None
 
 
-async def test_cancelled_task_rolls_back_its_transaction(db: Database) -> None:
-    inside = asyncio.Event()
-
-    async def writer() -> None:
-        async with db.transaction() as tx:
-            await tx.ensure_session("s", 1)
-            inside.set()
-            await asyncio.Event().wait()  # never set: cancelled here
-
-    task = asyncio.create_task(writer())
-    await asyncio.wait_for(inside.wait(), 5)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert await db.read.session("s") is None
-    await _add_operation(db, "after")
-    assert await db.read.operation("after") is not None
-
-
-async def test_a_cancel_while_commit_runs_lets_the_caller_learn_of_the_commit(db: Database, db_path: Path) -> None:
-    """COMMIT runs on once issued: the caller must not be told "not committed" (an exception) for a change made."""
-    body_done = asyncio.Event()
-    seen: list[str] = []
-
-    async def writer() -> None:
-        async with db.transaction() as tx:
-            await tx.ensure_session("s", 1)
-            body_done.set()  # COMMIT is issued next; the cancel below arrives while it runs
-        seen.append("committed")
-        await asyncio.sleep(0)  # the cancel is delivered at the next await
-        seen.append("never")
-
-    task = asyncio.create_task(writer())
-    await body_done.wait()  # woken first thing in the next turn of the loop, while COMMIT runs in its thread
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert seen == ["committed"]
-    with sqlite3.connect(db_path) as other:
-        assert other.execute("SELECT id FROM sessions").fetchall() == [("s",)], "the change was made"
-    await _add_operation(db, "after")  # the file is usable
-    assert await db.read.operation("after") is not None
-
-
-async def test_concurrent_transactions_do_not_interleave(db: Database) -> None:
-    async with db.transaction() as tx:
-        await tx.ensure_session("s", 0)
-    log: list[str] = []
-
-    async def writer(tag: str) -> None:
-        async with db.transaction() as tx:
-            for i in range(5):
-                await tx.insert_operation(f"{tag}{i}", "s", "input", "server", "{}", None, i)
-                log.append(tag)
-                await asyncio.sleep(0)
-                await asyncio.sleep(0.001)
-
-    await asyncio.wait_for(asyncio.gather(writer("a"), writer("b"), writer("c")), 10)
-    # Each task's statements ran as one block ...
-    blocks = [log[i : i + 5] for i in range(0, 15, 5)]
-    assert all(len(set(block)) == 1 for block in blocks), log
-    assert sorted(block[0] for block in blocks) == ["a", "b", "c"]
-    # ... and the stored order is grouped the same way.
-    ids = [op.id for op in await db.read.open_operations("s")]
-    assert ids == [f"{block[0]}{i}" for block in blocks for i in range(5)]
-
-
-async def test_failure_in_one_task_does_not_undo_another(db: Database) -> None:
-    async with db.transaction() as tx:
-        await tx.ensure_session("s", 0)
-
-    async def good() -> None:
-        async with db.transaction() as tx:
-            for i in range(3):
-                await tx.insert_operation(f"good{i}", "s", "input", "server", "{}", None, i)
-                await asyncio.sleep(0.001)
-
-    async def bad() -> None:
-        async with db.transaction() as tx:
-            for i in range(3):
-                await tx.insert_operation(f"bad{i}", "s", "input", "server", "{}", None, i)
-                await asyncio.sleep(0.001)
-            raise Boom
-
-    results = await asyncio.gather(bad(), good(), return_exceptions=True)
-    assert isinstance(results[0], Boom)
-    assert results[1] is None
-    assert [op.id for op in await db.read.open_operations("s")] == ["good0", "good1", "good2"]
-
-
-async def test_second_connection_waits_for_the_write_lock(db: Database, db_path: Path) -> None:
+async def test_second_connection_waits_for_the_write_lock(db: SqliteDatabase, db_path: Path) -> None:
     """busy_timeout: a writer on another connection waits for the lock instead of failing at once."""
     holding = asyncio.Event()
     release = asyncio.Event()
@@ -396,43 +267,15 @@ async def test_second_connection_waits_for_the_write_lock(db: Database, db_path:
         assert await db.read.operation("second") is not None
 
 
-async def test_close_waits_for_the_open_transaction(db_path: Path) -> None:
-    inside = asyncio.Event()
-    release = asyncio.Event()
-    async with _opened(db_path) as db:
-
-        async def writer() -> None:
-            async with db.transaction() as tx:
-                await tx.ensure_session("s", 1)
-                inside.set()
-                await release.wait()
-
-        task = asyncio.create_task(writer())
-        try:
-            await asyncio.wait_for(inside.wait(), 5)
-            closing = asyncio.create_task(db.close())
-            await asyncio.sleep(0.05)
-            assert not closing.done(), "close() did not wait for the open transaction"
-        finally:
-            release.set()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 5)
-        await asyncio.wait_for(closing, 5)
-        assert task.exception() is None
-
-    async with _opened(db_path) as again:
-        assert await again.read.session("s") is not None
-
-
 # -- crash consistency ---------------------------------------------------------------------------
 
 _CHILD = r"""
 import asyncio, sys
 from pathlib import Path
-from think_server.storage import Database
+from think_server.storage.sqlite import SqliteDatabase
 
 async def main():
-    db = await Database.open(Path(sys.argv[1]))
+    db = await SqliteDatabase.open(Path(sys.argv[1]))
     async with db.transaction() as tx:
         await tx.ensure_session("committed", 1)
         await tx.insert_operation("op-committed", "committed", "input", "server", '{"x":1}', None, 1)
@@ -482,7 +325,7 @@ async def test_commit_survives_sigkill_and_open_transaction_does_not(db_path: Pa
 
 async def test_an_idle_file_sleeps_and_the_next_statement_wakes_it(tmp_path: Path) -> None:
     path = tmp_path / "sleepy.sqlite3"
-    db = await Database.open(path)
+    db = await SqliteDatabase.open(path)
     async with db.transaction() as tx:
         await tx.ensure_session("s", 1)
         await tx.insert_message("s", "u1", None, "user", '{"id":"u1","role":"user","parts":[]}', None, 1)
@@ -498,7 +341,7 @@ async def test_an_idle_file_sleeps_and_the_next_statement_wakes_it(tmp_path: Pat
 
 
 async def test_a_file_does_not_sleep_under_a_statement_or_a_transaction(tmp_path: Path) -> None:
-    db = await Database.open(tmp_path / "busy.sqlite3")
+    db = await SqliteDatabase.open(tmp_path / "busy.sqlite3")
     async with db.transaction() as tx:
         await tx.ensure_session("s", 1)
         assert not await db.sleep(), "a transaction is open"
@@ -516,11 +359,11 @@ async def test_a_file_does_not_sleep_under_a_statement_or_a_transaction(tmp_path
 
 def test_the_heap_can_be_trimmed_on_this_platform() -> None:
     # glibc (the server's Docker image, CI): what closed files freed goes back to the system.
-    assert storage.trim_heap() is (sys.platform == "linux" and "glibc" in " ".join(platform.libc_ver()))
+    assert trim_heap() is (sys.platform == "linux" and "glibc" in " ".join(platform.libc_ver()))
 
 
 async def test_a_file_closed_while_it_wakes_stays_closed(tmp_path: Path) -> None:
-    db = await Database.open(tmp_path / "closing.sqlite3")
+    db = await SqliteDatabase.open(tmp_path / "closing.sqlite3")
     assert await db.sleep()
     waking = asyncio.ensure_future(db.read.active_path("s"))
     await asyncio.sleep(0)  # the reopen is under way
@@ -532,15 +375,3 @@ async def test_a_file_closed_while_it_wakes_stays_closed(tmp_path: Path) -> None
         await db.read.active_path("s")
 
 
-async def test_a_file_made_by_its_open_is_fresh_until_its_first_write(tmp_path: Path) -> None:
-    path = tmp_path / "new.sqlite3"
-    db = await Database.open(path)
-    assert db.fresh, "made from the template just now: its readers may skip reading"
-    assert await db.read.active_path("s") == [] and db.fresh, "a read does not change it"
-    async with db.transaction() as tx:
-        await tx.ensure_session("s", 1)
-    assert not db.fresh
-    await db.close()
-    again = await Database.open(path)
-    assert not again.fresh, "a file that was there already is read"
-    await again.close()

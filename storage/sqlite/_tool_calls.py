@@ -1,0 +1,63 @@
+"""The SQL of tool calls (rows and promises: ``storage/_tool_calls.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._tool_calls import ToolCallRow
+from ._base import Access
+
+__all__ = ["SqliteToolCallReads", "SqliteToolCallWrites"]
+
+_COLUMNS = "tool_call_id, operation_id, message_id, tool_name, recovery, input_json, state, attempt"
+
+
+def _row(r: Any) -> ToolCallRow:
+    return ToolCallRow(*r)
+
+
+class SqliteToolCallReads(Access):
+    async def running_tool_calls(self, session_id: str, operation_id: str) -> list[ToolCallRow]:
+        rows = await self._fetchall(
+            f"SELECT {_COLUMNS} FROM tool_calls WHERE session_id = ? AND operation_id = ? AND state = 'running' "
+            "ORDER BY started_at, rowid",
+            (session_id, operation_id),
+        )
+        return [_row(r) for r in rows]
+
+
+class SqliteToolCallWrites(Access):
+    async def start_tool_call(
+        self,
+        session_id: str,
+        tool_call_id: str,
+        operation_id: str,
+        message_id: str,
+        tool_name: str,
+        recovery: str,
+        input_json: str,
+        now: int,
+    ) -> None:
+        await self._execute(
+            "INSERT INTO tool_calls (session_id, tool_call_id, operation_id, message_id, tool_name, kind, recovery, "
+            "input_json, state, attempt, started_at) VALUES (?, ?, ?, ?, ?, 'server', ?, ?, 'running', 1, ?) "
+            "ON CONFLICT (session_id, tool_call_id) DO UPDATE SET state = 'running', "
+            "attempt = CASE WHEN message_id = excluded.message_id THEN attempt + 1 ELSE 1 END, "
+            "operation_id = excluded.operation_id, message_id = excluded.message_id, tool_name = excluded.tool_name, "
+            "recovery = excluded.recovery, input_json = excluded.input_json, output_json = NULL, error_text = NULL, "
+            "started_at = excluded.started_at, finished_at = NULL",
+            (session_id, tool_call_id, operation_id, message_id, tool_name, recovery, input_json, now),
+        )
+
+    async def finish_tool_call(
+        self, session_id: str, tool_call_id: str, state: str, output_json: str | None, error_text: str | None,
+        now: int,
+    ) -> None:
+        await self._execute(
+            "UPDATE tool_calls SET state = ?, output_json = ?, error_text = ?, finished_at = ? "
+            "WHERE session_id = ? AND tool_call_id = ? AND state = 'running'",
+            (state, output_json, error_text, now, session_id, tool_call_id),
+        )
+
+    async def delete_session_tool_calls(self, session_id: str) -> None:
+        await self._execute("DELETE FROM tool_calls WHERE session_id = ?", (session_id,))

@@ -1,0 +1,63 @@
+"""Search in an SQLite file: FTS5 (``messages_fts``), kept in step with the messages by triggers on
+every write, and built for the messages of a file written before it."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from think_server.storage import Database
+from think_server.storage.sqlite import SqliteDatabase
+from think_server.storage.sqlite._schema import MIGRATIONS
+from think_server.storage.sqlite._search import fts_query
+
+from .. import test_search as scenarios
+from ..test_search import _ids, _msg
+
+
+def _integrity(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    try:  # raises if the index and the messages it indexes disagree
+        conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('integrity-check')")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("scenario", [
+    scenarios.test_search_finds_words_stemmed_newest_first_with_snippets,
+    scenarios.test_updates_deletes_and_cleared_sessions_keep_the_index_in_step,
+    scenarios.test_messages_that_are_not_json_have_no_words,
+], ids=lambda f: f.__name__.removeprefix("test_"))
+async def test_after_each_write_the_index_agrees_with_the_messages(
+        db: SqliteDatabase, db_path: Path, scenario: Callable[[Database], Awaitable[None]]) -> None:
+    await scenario(db)
+    _integrity(db_path)
+
+
+def test_each_word_is_quoted_so_nothing_typed_is_fts_syntax() -> None:
+    assert fts_query('a "b') == '"a" """b"'
+    assert fts_query("run NEAR(x)") == '"run" "NEAR(x)"'
+    assert fts_query("  ") is None
+
+
+async def test_a_file_from_before_search_has_its_messages_indexed(db_path: Path) -> None:
+    conn = sqlite3.connect(db_path)
+    try:
+        for sql in MIGRATIONS[:6]:
+            conn.executescript(sql)
+        conn.execute("INSERT INTO sessions (id, created_at, updated_at) VALUES ('', 1, 1)")
+        conn.execute("INSERT INTO messages (session_id, id, role, content, created_at, updated_at) "
+                     "VALUES ('', 'old', 'user', ?, 1, 1)", (_msg("written before the index"),))
+        conn.execute("PRAGMA user_version = 6")
+        conn.commit()
+    finally:
+        conn.close()
+    db = await SqliteDatabase.open(db_path)
+    try:
+        assert await _ids(db, "", "index") == ["old"]
+    finally:
+        await db.close()
+    _integrity(db_path)

@@ -1,0 +1,120 @@
+"""Streams in an SQLite file: each committed batch of chunks is one segment row; swept streams
+give their pages back to the file system, and a shrunk cache its memory."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from think_server.storage.sqlite import SqliteDatabase
+
+from ..test_streams import _append, _chunk, _finish, _get, _insert
+
+
+def _segments(path: Path, stream_id: str) -> list[tuple[int, int, int]]:
+    """(segment, first_chunk, chunks in it) of each stored segment, through another connection."""
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute(
+            "SELECT segment, first_chunk, body FROM stream_chunks WHERE stream_id = ? ORDER BY segment",
+            (stream_id,),
+        ).fetchall()
+    finally:
+        conn.close()
+    return [(segment, first, len(json.loads(body))) for segment, first, body in rows]
+
+
+async def test_chunks_in_several_segments_come_back_in_order(db: SqliteDatabase, db_path: Path) -> None:
+    await _insert(db, "st")
+    batches = [[_chunk(0)], [_chunk(1), _chunk(2), _chunk(3)], [_chunk(4), _chunk(5)], [_chunk(6)]]
+    for n, batch in enumerate(batches):
+        await _append(db, "st", batch, now=200 + n)
+    expected = [c for batch in batches for c in batch]
+    assert await db.read.chunk_bodies("st") == expected
+    assert (await _get(db, "st")).chunk_count == 7
+    assert _segments(db_path, "st") == [(0, 0, 1), (1, 1, 3), (2, 4, 2), (3, 6, 1)]
+
+
+async def test_several_batches_in_one_transaction(db: SqliteDatabase, db_path: Path) -> None:
+    await _insert(db, "st")
+    async with db.transaction() as tx:
+        await tx.append_chunks("st", [_chunk(0), _chunk(1)], 200)
+        await tx.append_chunks("st", [_chunk(2)], 201)
+    assert await db.read.chunk_bodies("st") == [_chunk(0), _chunk(1), _chunk(2)]
+    assert _segments(db_path, "st") == [(0, 0, 2), (1, 2, 1)]
+
+
+async def test_empty_batch_writes_nothing(db: SqliteDatabase, db_path: Path) -> None:
+    await _insert(db, "st")
+    await _append(db, "st", [_chunk(0)])
+    await _append(db, "st", [])
+    await _append(db, "st", [_chunk(1)])
+    assert _segments(db_path, "st") == [(0, 0, 1), (1, 1, 1)]
+    assert (await _get(db, "st")).chunk_count == 2
+
+
+async def test_appended_chunks_roll_back_with_their_transaction(db: SqliteDatabase, db_path: Path) -> None:
+    await _insert(db, "st")
+    await _append(db, "st", [_chunk(0)])
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as tx:
+            await tx.append_chunks("st", [_chunk(1)], 300)
+            raise RuntimeError
+    assert await db.read.chunk_bodies("st") == [_chunk(0)]
+    assert (await _get(db, "st")).chunk_count == 1
+    await _append(db, "st", [_chunk(1)])
+    assert _segments(db_path, "st") == [(0, 0, 1), (1, 1, 1)]
+
+
+async def test_reused_stream_id_after_delete_starts_fresh(db: SqliteDatabase, db_path: Path) -> None:
+    await _insert(db, "st")
+    await _append(db, "st", [_chunk(0), _chunk(1)])
+    await _finish(db, "st", now=10)
+    async with db.transaction() as tx:
+        await tx.delete_finished_streams(completed_before=11)
+    await _insert(db, "st")
+    await _append(db, "st", [_chunk(9)])
+    assert await db.read.chunk_bodies("st") == [_chunk(9)]
+    assert (await _get(db, "st")).chunk_count == 1
+    assert _segments(db_path, "st") == [(0, 0, 1)]
+
+
+async def test_swept_streams_give_their_pages_back_to_the_file_system(db: SqliteDatabase, db_path: Path) -> None:
+    def pages() -> tuple[int, int, int]:
+        conn = sqlite3.connect(db_path)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            return tuple(int(conn.execute(f"PRAGMA {p}").fetchone()[0])  # type: ignore[return-value]
+                         for p in ("auto_vacuum", "page_count", "freelist_count"))
+        finally:
+            conn.close()
+
+    assert pages()[0] == 2, "a new file is made with auto_vacuum=INCREMENTAL"
+    before = pages()[1]
+    await _insert(db, "big")
+    for n in range(20):
+        await _append(db, "big", [_chunk(n * 100 + i) + " " * 200 for i in range(100)])
+    await _finish(db, "big", now=1000)
+    grown = pages()[1]
+    assert grown > before + 100
+    async with db.transaction() as tx:
+        assert await tx.delete_finished_streams(completed_before=1001) == 1
+    await db.reclaim_free_pages()
+    _, after, free = pages()
+    assert free == 0 and after < before + 10, (before, grown, after)
+
+
+async def test_shrinking_memory_gives_the_page_cache_back(db: SqliteDatabase) -> None:
+    from think_server.storage.sqlite import sqlite_memory_used
+
+    await _insert(db, "big")
+    for n in range(10):
+        await _append(db, "big", [_chunk(n * 100 + i) + " " * 200 for i in range(100)])
+    assert len(await db.read.chunk_bodies("big")) == 1000  # read: its pages are in the cache
+    full = sqlite_memory_used()
+    await db.shrink_memory()
+    assert full is not None and (sqlite_memory_used() or 0) < full - 32 * 1024
+    assert len(await db.read.chunk_bodies("big")) == 1000, "read again from the file"
