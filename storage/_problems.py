@@ -1,12 +1,13 @@
 """What went wrong with an instance's storage, in words a user can act on.
 
 A backend's driver reports a full disk, a read-only file system, damaged data and a process
-out of file descriptors in its own way (SQLite as result codes on ``sqlite3.Error``); each
+out of file descriptors in its own way (SQLite as result codes on ``sqlite3.Error``, PostgreSQL as
+SQLSTATEs on asyncpg's errors, beside a lost connection to the database server); each
 backend registers how to read its driver's errors (:func:`register_driver`). :func:`problem_of`
 then turns any exception into a :class:`Problem`, and :func:`describe_problem` into the
-sentence a client is shown. Transient problems (the disk, the process) go away by themselves
-and a retry may work; the others belong to one instance's storage and stay until someone
-repairs or replaces it.
+sentence a client is shown. Transient problems (the disk, the process, the database server's
+connection) go away by themselves and a retry may work; the others belong to one instance's
+storage and stay until someone repairs or replaces it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Problem(enum.Enum):
     DAMAGED = "damaged"  # not a database, truncated, corrupt pages
     FOREIGN = "foreign"  # a database of another application
     NEWER_SCHEMA = "newer_schema"  # written by a newer server
+    UNREACHABLE = "unreachable"  # a database server the connection to was lost, or cannot be made
 
     @property
     def transient(self) -> bool:
@@ -34,7 +36,8 @@ class Problem(enum.Enum):
         return self in _TRANSIENT
 
 
-_TRANSIENT = frozenset({Problem.DISK_FULL, Problem.READ_ONLY, Problem.IO_ERROR, Problem.CANNOT_OPEN, Problem.BUSY})
+_TRANSIENT = frozenset({Problem.DISK_FULL, Problem.READ_ONLY, Problem.IO_ERROR, Problem.CANNOT_OPEN, Problem.BUSY,
+                        Problem.UNREACHABLE})
 
 
 class StorageError(Exception):
@@ -53,6 +56,14 @@ _BY_ERRNO = {
     errno.EIO: Problem.IO_ERROR,
     errno.EMFILE: Problem.CANNOT_OPEN,
     errno.ENFILE: Problem.CANNOT_OPEN,
+    # A database server's socket (PostgreSQL): refused, cut, or silent.
+    errno.ECONNREFUSED: Problem.UNREACHABLE,
+    errno.ECONNRESET: Problem.UNREACHABLE,
+    errno.ECONNABORTED: Problem.UNREACHABLE,
+    errno.EPIPE: Problem.UNREACHABLE,
+    errno.ETIMEDOUT: Problem.UNREACHABLE,
+    errno.EHOSTUNREACH: Problem.UNREACHABLE,
+    errno.ENETUNREACH: Problem.UNREACHABLE,
 }
 
 _WORDS = {
@@ -64,6 +75,7 @@ _WORDS = {
     Problem.DAMAGED: "this conversation's file is damaged",
     Problem.FOREIGN: "this conversation's file belongs to another application",
     Problem.NEWER_SCHEMA: "this conversation's file was written by a newer server",
+    Problem.UNREACHABLE: "the server lost its connection to its database",
 }
 
 Classify = Callable[[BaseException], "Problem | None"]

@@ -4,8 +4,6 @@ an instance's database in it, opened and closed per test."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from think_server.storage import Database, Store
@@ -22,8 +20,8 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
 
 @pytest.fixture
-async def store(backend: Backend, tmp_path: Path) -> AsyncIterator[Store]:
-    made = backend.make(tmp_path)
+async def store(backend: Backend, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    made = backend.make(request.getfixturevalue(backend.place))
     await made.start()
     try:
         yield made

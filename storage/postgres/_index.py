@@ -1,0 +1,114 @@
+"""The work index in the shared database: which instances may hold unfinished work
+(``active_instances``), and when each next wakes for a schedule (``wakes``), both keyed by the
+instance's id (what the index promises: :class:`~think_server.storage.WorkIndex`).
+
+An instance the index names gets its row in ``instances`` if it has none yet (the index is
+told of an instance that is open, so it has one; the statement makes sure). Writes made while
+another is in flight wait for it and then go together, in order, in one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from itertools import groupby
+from typing import Any
+
+import asyncpg
+
+from .._problems import Problem, StorageError, problem_of
+from .._store import WorkIndex
+from ._pool import Pool
+
+__all__ = ["PostgresWorkIndex"]
+
+_ENSURE = "INSERT INTO instances (agent, name, created_at) VALUES ($1, $2, $3) ON CONFLICT (agent, name) DO NOTHING"
+_ID = "(SELECT id FROM instances WHERE agent = $1 AND name = $2)"
+# Each write: the statement, and whether the instance's row must be made first (a write that adds a row).
+_MARK = (f"INSERT INTO active_instances (instance, marked_at) VALUES ({_ID}, $3) ON CONFLICT (instance) DO NOTHING",
+         True)
+_UNMARK = (f"DELETE FROM active_instances WHERE instance = {_ID}", False)
+_SET_WAKE = (f"INSERT INTO wakes (instance, wake_at) VALUES ({_ID}, $3) "
+             "ON CONFLICT (instance) DO UPDATE SET wake_at = excluded.wake_at", True)
+_CLEAR_WAKE = (f"DELETE FROM wakes WHERE instance = {_ID}", False)
+
+_Write = tuple[tuple[str, bool], tuple[Any, ...], "asyncio.Future[None]"]
+
+
+class PostgresWorkIndex(WorkIndex):
+    """The work index of every instance in the database (every server on it sees the same one)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._queued: list[_Write] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def mark(self, agent: str, name: str, now: int) -> None:
+        await self._write(_MARK, (agent, name, now))
+
+    async def unmark(self, agent: str, name: str) -> None:
+        await self._write(_UNMARK, (agent, name))
+
+    async def marked(self) -> list[tuple[str, str]]:
+        rows = await self._read("SELECT i.agent, i.name FROM active_instances a JOIN instances i ON i.id = a.instance "
+                                "ORDER BY a.marked_at, a.instance")
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    async def set_wake(self, agent: str, name: str, wake_at: int | None) -> None:
+        if wake_at is None:
+            await self._write(_CLEAR_WAKE, (agent, name))
+        else:
+            await self._write(_SET_WAKE, (agent, name, wake_at))
+
+    async def wakes(self) -> list[tuple[str, str, int]]:
+        rows = await self._read("SELECT i.agent, i.name, w.wake_at FROM wakes w JOIN instances i ON i.id = w.instance "
+                                "ORDER BY w.wake_at, w.instance")
+        return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
+
+    async def close(self) -> None:
+        while self._writer is not None and not self._writer.done():
+            await asyncio.wait([self._writer])
+
+    async def _read(self, sql: str) -> list[asyncpg.Record]:
+        try:
+            return await self._pool.fetch(sql)
+        except asyncpg.PostgresError as exc:
+            raise StorageError(f"cannot read the work index: {exc}", problem_of(exc) or Problem.DAMAGED) from exc
+
+    async def _write(self, statement: tuple[str, bool], params: tuple[Any, ...]) -> None:
+        """One statement, committed with whatever else was asked for meanwhile, in order."""
+        done = asyncio.get_running_loop().create_future()
+        self._queued.append((statement, params, done))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_queued())
+        await done
+
+    async def _write_queued(self) -> None:
+        while self._queued:
+            batch, self._queued = self._queued, []
+            try:
+                await self._commit(batch)
+            except Exception as exc:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+            except BaseException:
+                for _, _, done in batch + self._queued:
+                    done.cancel()
+                raise
+            else:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+
+    async def _commit(self, batch: list[_Write]) -> None:
+        async with self._pool.connection() as conn, conn.transaction():
+            for (sql, adds), same in groupby(batch, key=lambda write: write[0]):
+                rows = [params for _, params, _ in same]
+                if adds:
+                    now = int(time.time() * 1000)
+                    await conn.executemany(_ENSURE, [(params[0], params[1], now) for params in rows])
+                await conn.executemany(sql, rows)
+
+    def __repr__(self) -> str:
+        return "PostgresWorkIndex()"

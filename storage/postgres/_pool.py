@@ -1,0 +1,131 @@
+"""The connections to the shared database: a small pool of asyncpg connections, and what a lost one looks like.
+
+Our own pool, not asyncpg's: it hands out the connections themselves, not proxies (a proxy whose
+connection died answers every later call with "released back to the pool", which hides what
+happened), and it runs no reset query when one comes back (a round trip per transaction and per
+read): a connection comes back either idle, or it is closed. One that died while idle in the pool
+is noticed when taken (asyncpg reads the server's goodbye) and replaced by a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg
+
+from .._problems import Problem, StorageError
+from ._schema import SCHEMA
+
+__all__ = ["CONNECT_TIMEOUT_S", "Pool", "is_connection_lost", "safe_url"]
+
+#: How long making a connection may take before the database counts as unreachable.
+CONNECT_TIMEOUT_S = 10.0
+#: Prepared statements each connection keeps (asyncpg's default, 100, is about our count of statements).
+STATEMENT_CACHE = 500
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection to the server is gone (a retry on a new one may work)."""
+    if isinstance(exc, (asyncpg.PostgresConnectionError, asyncpg.exceptions.OperatorInterventionError)):
+        return not isinstance(exc, asyncpg.QueryCanceledError)  # 08xxx, 57P01-57P03 (57014 is a statement's own)
+    if isinstance(exc, asyncpg.InterfaceError):
+        return "closed" in str(exc) or "lost" in str(exc)
+    return isinstance(exc, (ConnectionError, TimeoutError))
+
+
+class Pool:
+    """At most ``size`` connections to ``url``, made when first needed and kept while they live."""
+
+    def __init__(self, url: str, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"a pool needs at least one connection; got size {size}")
+        self.url = url
+        self.size = size
+        self._idle: list[asyncpg.Connection] = []
+        self._slots = asyncio.Semaphore(size)
+        self._closed = False
+
+    async def connect(self) -> asyncpg.Connection:
+        """A new connection, ours on the search path; StorageError(UNREACHABLE) if it cannot be made."""
+        try:
+            conn: asyncpg.Connection = await asyncpg.connect(
+                self.url, timeout=CONNECT_TIMEOUT_S, statement_cache_size=STATEMENT_CACHE,
+                server_settings={"search_path": f"{SCHEMA}, public", "application_name": "think-server"})
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StorageError(f"cannot connect to the database {safe_url(self.url)}: {exc}",
+                               Problem.UNREACHABLE) from exc
+        return conn
+
+    async def acquire(self) -> asyncpg.Connection:
+        if self._closed:
+            raise StorageError("the database's connections are closed", Problem.UNREACHABLE)
+        await self._slots.acquire()
+        try:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.is_closed():
+                    return conn
+            return await self.connect()
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def release(self, conn: asyncpg.Connection) -> None:
+        """Take a connection back: kept if it is idle and open, else closed (never another's transaction)."""
+        try:
+            if self._closed or conn.is_closed() or conn.is_in_transaction():
+                conn.terminate()
+            else:
+                self._idle.append(conn)
+        finally:
+            self._slots.release()
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A connection for one statement outside a transaction; one cut short by a cancel is closed."""
+        conn = await self.acquire()
+        try:
+            yield conn
+        except asyncio.CancelledError:
+            conn.terminate()  # a statement asyncpg is cancelling: not for the next user
+            raise
+        finally:
+            self.release(conn)
+
+    async def fetch(self, sql: str, *args: Any, retries: int = 2) -> list[asyncpg.Record]:
+        """Rows of a read outside any transaction, tried again on a new connection if the one it ran on
+        was lost (a read changes nothing: running it twice is safe)."""
+        for attempt in range(retries + 1):
+            try:
+                async with self.connection() as conn:
+                    rows: list[asyncpg.Record] = await conn.fetch(sql, *args)
+                    return rows
+            except Exception as exc:
+                lost = is_connection_lost(exc) or (isinstance(exc, StorageError)
+                                                   and exc.problem is Problem.UNREACHABLE and not self._closed)
+                if not lost or attempt == retries:
+                    raise
+                await asyncio.sleep(0.05 * attempt)
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        """Close every connection now idle; those in use close when they come back."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 5)
+            conn.terminate()
