@@ -46,7 +46,9 @@ __all__ = ["DataDirInUse", "Harness", "check_data_dir_free"]
 
 class Harness:
     """Agents by name, each with any number of instances (one SQLite file each) under ``data_dir``
-    (``store``: the :class:`~think_server.storage.Store` made of it, which the harness alone holds).
+    (``store``: the :class:`~think_server.storage.Store` made of it, which the harness alone holds),
+    or in the ``store`` given (a :class:`~think_server.storage.postgres.PostgresStore`, say; then
+    ``data_dir`` is not used). The harness starts and closes the store with itself.
 
     ``model`` (a :class:`Model` or a spec such as ``"openai:gpt-4.1-mini"``) serves every agent
     that names none. Instances open on first use and close after ``idle_timeout_s`` without
@@ -62,7 +64,7 @@ class Harness:
                  hibernate_after_s: float = 30.0,
                  stream_grace_s: float = 600.0, transcript_memory_mb: float = 128,
                  input_policy: InputPolicy | None = None, recovery_concurrency: int = 8,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, store: Store | None = None) -> None:
         self.agents: dict[str, Agent] = {}
         for name, agent in agents.items():
             key = agent_name_to_kebab(name)
@@ -75,7 +77,7 @@ class Harness:
             self.agents[key] = agent
         self.models = _resolve_models(self.agents, model)
         self.data_dir = Path(data_dir)
-        self.store: Store = default_store(self.data_dir)
+        self.store: Store = store if store is not None else default_store(self.data_dir)
         self.clock = clock or Clock()
         self.registry = InstanceRegistry(
             self.store, self.agents, self.models, max_instances=max_instances, idle_timeout_s=idle_timeout_s,

@@ -11,7 +11,7 @@ import asyncpg
 from .._problems import Problem, StorageError
 from ._pool import is_connection_lost
 
-__all__ = ["Access", "Link", "lost_in_transaction"]
+__all__ = ["Access", "Link", "free_text", "lost_in_transaction"]
 
 
 class Link(Protocol):
@@ -26,9 +26,19 @@ class Link(Protocol):
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
 
 
-def lost_in_transaction(exc: BaseException) -> StorageError:
+def lost_in_transaction(exc: BaseException | None = None) -> StorageError:
+    """The error of a transaction whose connection was lost before its COMMIT was sent."""
+    cause = "" if exc is None else f" ({type(exc).__name__}: {exc})"
     return StorageError(f"the connection to the database was lost during a transaction, so nothing of it was "
-                        f"saved ({type(exc).__name__}: {exc})", Problem.UNREACHABLE)
+                        f"saved{cause}", Problem.UNREACHABLE)
+
+
+def free_text(value: str | None) -> str | None:
+    """Text a model or a tool wrote (an answer, a summary, a memory block, an error), as PostgreSQL can
+    hold it: its text type holds every character but U+0000, so one is kept as U+FFFD (a turn whose
+    answer held one would otherwise fail to settle). Keys and ids never get here with one: the
+    harness refuses control characters in them."""
+    return value.replace("\x00", "\ufffd") if value is not None and "\x00" in value else value
 
 
 class Access:

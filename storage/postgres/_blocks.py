@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._blocks import BlockRow
-from ._base import Access
+from ._base import Access, free_text
 
 __all__ = ["PostgresBlockReads", "PostgresBlockWrites"]
 
@@ -27,7 +27,7 @@ class PostgresBlockWrites(Access):
         await self._execute(
             "INSERT INTO context_blocks (instance, scope, label, content, updated_at) VALUES ($1, $2, $3, $4, $5) "
             "ON CONFLICT (instance, scope, label) DO UPDATE SET content = excluded.content, "
-            "updated_at = excluded.updated_at", scope, label, content, now)
+            "updated_at = excluded.updated_at", scope, label, free_text(content), now)
 
     async def delete_context_blocks(self, scope: str) -> None:
         await self._execute("DELETE FROM context_blocks WHERE instance = $1 AND scope = $2", scope)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._compactions import CompactionRow
-from ._base import Access
+from ._base import Access, free_text
 
 __all__ = ["PostgresCompactionReads", "PostgresCompactionWrites"]
 
@@ -27,7 +27,7 @@ class PostgresCompactionWrites(Access):
     async def insert_compaction(self, row: CompactionRow) -> None:
         await self._execute(
             f"INSERT INTO compactions (instance, {_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            row.id, row.session_id, row.from_message_id, row.to_message_id, row.summary, row.tokens_before,
+            row.id, row.session_id, row.from_message_id, row.to_message_id, free_text(row.summary), row.tokens_before,
             row.created_at)
 
     async def delete_session_compactions(self, session_id: str) -> None:

@@ -19,7 +19,7 @@ import asyncpg
 from .._problems import Problem, StorageError
 from .._statements import Reader, Tx
 from .._store import Database
-from ._base import ReadLink, TxLink
+from ._base import ReadLink, TxLink, lost_in_transaction
 from ._blocks import PostgresBlockReads, PostgresBlockWrites
 from ._compactions import PostgresCompactionReads, PostgresCompactionWrites
 from ._messages import PostgresMessageReads, PostgresMessageWrites
@@ -120,6 +120,7 @@ class PostgresDatabase(Database):
                 await conn.execute("BEGIN")
                 return conn
             except BaseException as exc:
+                conn.terminate()  # in a state nobody knows: never back to the pool
                 self.pool.release(conn)
                 if attempt == BEGIN_RETRIES or not isinstance(exc, Exception) or not is_connection_lost(exc):
                     raise
@@ -171,6 +172,8 @@ async def _commit(conn: asyncpg.Connection) -> None:
     cancel that arrives now waits for the COMMIT's answer, and lands at the caller's next await.
     A connection lost before the answer came leaves it unknown: the error says so.
     """
+    if conn.is_closed():  # lost before the COMMIT was sent: then it surely was not saved
+        raise lost_in_transaction()
     commit = asyncio.ensure_future(conn.execute("COMMIT"))
     cancelled = False
     while True:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._operations import OperationRow
-from ._base import Access
+from ._base import Access, free_text
 
 __all__ = ["PostgresOperationReads", "PostgresOperationWrites"]
 
@@ -96,5 +96,5 @@ class PostgresOperationWrites(Access):
         changed = await self._execute(
             "UPDATE operations SET status = $2, outcome = $3, reason = $4, result_text = $5, completed_at = $6 "
             "WHERE instance = $1 AND id = $7 AND status IN ('pending', 'running')",
-            status, outcome, reason, result_text, now, operation_id)
+            status, outcome, free_text(reason), free_text(result_text), now, operation_id)
         return changed > 0

@@ -43,7 +43,9 @@ def is_connection_lost(exc: BaseException) -> bool:
         return not isinstance(exc, asyncpg.QueryCanceledError)  # 08xxx, 57P01-57P03 (57014 is a statement's own)
     if isinstance(exc, asyncpg.InterfaceError):
         return "closed" in str(exc) or "lost" in str(exc)
-    return isinstance(exc, (ConnectionError, TimeoutError))
+    # The protocol stuck in a state it cannot leave: after the server's goodbye (an unsolicited FATAL)
+    # and before the socket's end is read, the connection is neither usable nor closed yet.
+    return isinstance(exc, (ConnectionError, asyncpg.exceptions.InternalClientError))
 
 
 class Pool:
@@ -99,8 +101,10 @@ class Pool:
         conn = await self.acquire()
         try:
             yield conn
-        except asyncio.CancelledError:
-            conn.terminate()  # a statement asyncpg is cancelling: not for the next user
+        except BaseException as exc:
+            # A statement asyncpg is cancelling, or a connection that is gone: not for the next user.
+            if isinstance(exc, asyncio.CancelledError) or is_connection_lost(exc):
+                conn.terminate()
             raise
         finally:
             self.release(conn)

@@ -76,7 +76,7 @@ def searchable(content: str) -> tuple[str | None, str | None]:
     texts = _texts(content)
     if not texts:
         return None, None
-    words = " ".join(texts).replace("\x00", "")  # PostgreSQL's text holds no U+0000
+    words = " ".join(texts).replace("\x00", " ")  # PostgreSQL's text holds no U+0000 (FTS5 splits there)
     kept: list[str] = []
     size = 0
     for term in dict.fromkeys(_terms(words)):
@@ -92,7 +92,7 @@ def searchable(content: str) -> tuple[str | None, str | None]:
 def query_terms(text: str) -> str | None:
     """What a search looks for, as words ``plainto_tsquery`` joins with AND (nothing typed is query
     syntax: punctuation splits); None if ``text`` has no word."""
-    terms = _terms(text.replace("\x00", ""))
+    terms = _terms(text)
     return " ".join(terms) if terms else None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._tool_calls import ToolCallRow
-from ._base import Access
+from ._base import Access, free_text
 
 __all__ = ["PostgresToolCallReads", "PostgresToolCallWrites"]
 
@@ -43,7 +43,7 @@ class PostgresToolCallWrites(Access):
         await self._execute(
             "UPDATE tool_calls SET state = $2, output_json = $3, error_text = $4, finished_at = $5 "
             "WHERE instance = $1 AND session_id = $6 AND tool_call_id = $7 AND state = 'running'",
-            state, output_json, error_text, now, session_id, tool_call_id)
+            state, output_json, free_text(error_text), now, session_id, tool_call_id)
 
     async def delete_session_tool_calls(self, session_id: str) -> None:
         await self._execute("DELETE FROM tool_calls WHERE instance = $1 AND session_id = $2", session_id)

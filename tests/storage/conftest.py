@@ -4,6 +4,7 @@ an instance's database in it, opened and closed per test."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+
 import pytest
 
 from think_server.storage import Database, Store

@@ -26,6 +26,7 @@ from think_server.harness import (
     tool,
 )
 from think_server.protocol import TextPart, ToolPart, UIMessage, message_text
+from think_server.storage.postgres import PostgresStore
 
 SCRIPT = Path(__file__).parents[2] / "fixtures" / "reference-script.json"
 
@@ -443,3 +444,27 @@ async def test_sessions_have_titles_people_give_them(tmp_path: Path) -> None:
     async with make(tmp_path) as h:
         assert {s.id: s.title for s in await h.sessions("assistant", "titled").list()} == {
             "": "The main one", "a": "Groceries"}
+
+
+async def test_a_harness_on_a_postgres_store_answers_and_a_new_one_finds_everything(tmp_path: Path,
+                                                                                   postgres_url: str) -> None:
+    """The engine sees one storage interface: a turn, the transcript, search, a workspace file in the
+    row and one too large for it (a blob), on the PostgreSQL store given to the harness."""
+    store = PostgresStore(postgres_url)
+    async with make(tmp_path, store=store) as h:
+        assert h.store is store
+        s = await h.session("assistant", "order-1234")
+        assert (await s.prompt("hi")).text == "Hello!"
+        assert [h.message_id for h in await s.search("hello")] == [(await s.messages())[1].id]
+        files = h.workspace("assistant", "order-1234")
+        await files.write("notes.txt", "small")
+        await files.write("big.bin", bytes(range(256)) * 2000)  # over the row limit: a blob
+    assert list(tmp_path.iterdir()) == [], "the data dir is not used"
+    async with make(tmp_path, store=PostgresStore(postgres_url)) as h:  # another process on the same database
+        assert await h.exists("assistant", "order-1234") and not await h.exists("assistant", "other")
+        s = await h.session("assistant", "order-1234")
+        assert [message_text(m) for m in await s.messages()] == ["hi", "Hello!"]
+        files = h.workspace("assistant", "order-1234")
+        assert await files.read("notes.txt") == "small"
+        assert await files.read("big.bin") == bytes(range(256)) * 2000
+        assert (await s.prompt("echo me")).text == "You said: echo me"
