@@ -3,13 +3,11 @@ transaction's connection for a Tx) and the instance every statement names first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 import asyncpg
 
 from .._problems import Problem, StorageError
-from ._pool import is_connection_lost
 
 __all__ = ["Access", "Link", "free_text", "lost_in_transaction"]
 
@@ -23,7 +21,9 @@ class Link(Protocol):
 
     async def execute(self, sql: str, *args: Any) -> str: ...
 
-    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+    def defer(self, sql: str, args: tuple[Any, ...]) -> None:
+        """Run a write whose result nobody reads by the time the transaction needs it sent (``_tx``)."""
+        ...
 
 
 def lost_in_transaction(exc: BaseException | None = None) -> StorageError:
@@ -64,9 +64,10 @@ class Access:
         status = await self._link.execute(sql, self._link.instance, *args)
         return changed_rows(status)
 
-    async def _executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        instance = self._link.instance
-        await self._link.executemany(sql, [(instance, *row) for row in rows])
+    def _defer(self, sql: str, *args: Any) -> None:
+        """A write whose answer nobody needs (``$1``: the instance): sent when the transaction next
+        talks to the database, at the latest with its commit (``_tx``); its error is raised then."""
+        self._link.defer(sql, (self._link.instance, *args))
 
 
 def changed_rows(status: str) -> int:
@@ -90,44 +91,5 @@ class ReadLink:
     async def execute(self, sql: str, *args: Any) -> str:
         raise RuntimeError("a write outside a transaction: use `async with db.transaction() as tx`")
 
-    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+    def defer(self, sql: str, args: tuple[Any, ...]) -> None:
         raise RuntimeError("a write outside a transaction: use `async with db.transaction() as tx`")
-
-
-class TxLink:
-    """The open transaction's connection (``conn``: set from BEGIN to its end)."""
-
-    def __init__(self, instance: int) -> None:
-        self.instance = instance
-        self.conn: asyncpg.Connection | None = None
-
-    def _open(self) -> asyncpg.Connection:
-        if self.conn is None:
-            raise RuntimeError("a statement of a transaction that has ended")
-        return self.conn
-
-    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        try:
-            rows: list[asyncpg.Record] = await self._open().fetch(sql, *args)
-        except Exception as exc:
-            if is_connection_lost(exc):
-                raise lost_in_transaction(exc) from exc
-            raise
-        return rows
-
-    async def execute(self, sql: str, *args: Any) -> str:
-        try:
-            status: str = await self._open().execute(sql, *args)
-        except Exception as exc:
-            if is_connection_lost(exc):
-                raise lost_in_transaction(exc) from exc
-            raise
-        return status
-
-    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        try:
-            await self._open().executemany(sql, rows)
-        except Exception as exc:
-            if is_connection_lost(exc):
-                raise lost_in_transaction(exc) from exc
-            raise

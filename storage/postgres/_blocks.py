@@ -24,10 +24,10 @@ class PostgresBlockReads(Access):
 
 class PostgresBlockWrites(Access):
     async def set_context_block(self, scope: str, label: str, content: str, now: int) -> None:
-        await self._execute(
+        self._defer(
             "INSERT INTO context_blocks (instance, scope, label, content, updated_at) VALUES ($1, $2, $3, $4, $5) "
             "ON CONFLICT (instance, scope, label) DO UPDATE SET content = excluded.content, "
             "updated_at = excluded.updated_at", scope, label, free_text(content), now)
 
     async def delete_context_blocks(self, scope: str) -> None:
-        await self._execute("DELETE FROM context_blocks WHERE instance = $1 AND scope = $2", scope)
+        self._defer("DELETE FROM context_blocks WHERE instance = $1 AND scope = $2", scope)

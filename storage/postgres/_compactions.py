@@ -25,10 +25,10 @@ class PostgresCompactionReads(Access):
 
 class PostgresCompactionWrites(Access):
     async def insert_compaction(self, row: CompactionRow) -> None:
-        await self._execute(
+        self._defer(
             f"INSERT INTO compactions (instance, {_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             row.id, row.session_id, row.from_message_id, row.to_message_id, free_text(row.summary), row.tokens_before,
             row.created_at)
 
     async def delete_session_compactions(self, session_id: str) -> None:
-        await self._execute("DELETE FROM compactions WHERE instance = $1 AND session_id = $2", session_id)
+        self._defer("DELETE FROM compactions WHERE instance = $1 AND session_id = $2", session_id)

@@ -2,9 +2,10 @@
 
 The concurrency model: reads of settled rows take a pooled connection each (and are tried again
 on a new one if theirs was lost). :meth:`PostgresDatabase.transaction` holds an asyncio lock per
-instance from ``BEGIN`` to ``COMMIT`` on one pooled connection, so the transactions of one
-instance never interleave (its actor is its one writer, as with SQLite); other instances'
-transactions run beside it on the pool's other connections.
+instance from its start to its commit, on one pooled connection (taken when it first talks to the
+database: see ``_tx``), so the transactions of one instance never interleave (its actor is its
+one writer, as with SQLite); other instances' transactions run beside it on the pool's other
+connections.
 """
 
 from __future__ import annotations
@@ -14,30 +15,24 @@ import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 
-import asyncpg
-
 from .._problems import Problem, StorageError
 from .._statements import Reader, Tx
 from .._store import Database
-from ._base import ReadLink, TxLink, lost_in_transaction
+from ._base import ReadLink
 from ._blocks import PostgresBlockReads, PostgresBlockWrites
 from ._compactions import PostgresCompactionReads, PostgresCompactionWrites
 from ._messages import PostgresMessageReads, PostgresMessageWrites
 from ._operations import PostgresOperationReads, PostgresOperationWrites
-from ._pool import Pool, is_connection_lost
+from ._pool import Pool
 from ._schedules import PostgresScheduleReads, PostgresScheduleWrites
 from ._search import PostgresSearchReads
 from ._sessions import PostgresSessionReads, PostgresSessionWrites
 from ._streams import PostgresStreamReads, PostgresStreamWrites
 from ._tool_calls import PostgresToolCallReads, PostgresToolCallWrites
+from ._tx import TxLink
 from ._workspace import PostgresWorkspaceReads, PostgresWorkspaceWrites
 
 __all__ = ["PostgresDatabase", "PostgresReader", "PostgresTx"]
-
-#: Times BEGIN is tried on a new connection when the one it was sent on turned out to be lost
-#: (nothing of the transaction has run yet: trying again is safe).
-BEGIN_RETRIES = 2
-
 
 class PostgresReader(PostgresBlockReads, PostgresCompactionReads, PostgresMessageReads, PostgresOperationReads,
                      PostgresScheduleReads, PostgresSearchReads, PostgresSessionReads, PostgresStreamReads,
@@ -61,7 +56,7 @@ class PostgresDatabase(Database):
         self.agent = agent
         self.name = name
         self.read: Reader = PostgresReader(ReadLink(self))
-        self._link = TxLink(instance)
+        self._link = TxLink(pool, instance)
         self._tx: Tx = PostgresTx(self._link)
         self._lock = asyncio.Lock()
         self._closed = False
@@ -88,43 +83,22 @@ class PostgresDatabase(Database):
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
-        """One state change on one connection: everything inside commits together or not at all."""
+        """One state change, on one connection taken when it first talks to the database (``_tx``):
+        everything inside commits together or not at all."""
         async with self._lock:
             self.check_open()
             self.fresh = False
-            begin = asyncio.ensure_future(self._begin())
-            try:
-                # Shielded: a cancelled caller must not leave a connection behind in a transaction nobody owns.
-                conn = await asyncio.shield(begin)
-            except BaseException:
-                with contextlib.suppress(BaseException):
-                    self.pool.release(await begin)  # in a transaction: closed, not kept
-                raise
-            self._link.conn = conn
+            link = self._link
+            link.open = True
             try:
                 try:
                     yield self._tx
                 except BaseException:
-                    await _rollback(conn)
+                    await link.rollback()
                     raise
-                await _commit(conn)
+                await link.commit()
             finally:
-                self._link.conn = None
-                self.pool.release(conn)
-
-    async def _begin(self) -> asyncpg.Connection:
-        """A pooled connection with a transaction begun on it; a new one if the one taken was lost."""
-        for attempt in range(BEGIN_RETRIES + 1):
-            conn = await self.pool.acquire()
-            try:
-                await conn.execute("BEGIN")
-                return conn
-            except BaseException as exc:
-                conn.terminate()  # in a state nobody knows: never back to the pool
-                self.pool.release(conn)
-                if attempt == BEGIN_RETRIES or not isinstance(exc, Exception) or not is_connection_lost(exc):
-                    raise
-        raise AssertionError("unreachable")
+                link.end()
 
     async def put_blob(self, data: bytes) -> str:
         """Committed before it returns (its own statement, outside any transaction), named by its SHA-256."""
@@ -154,49 +128,3 @@ class PostgresDatabase(Database):
     def __repr__(self) -> str:
         return f"PostgresDatabase({self.agent!r}, {self.name!r}, instance={self.instance})"
 
-
-async def _rollback(conn: asyncpg.Connection) -> None:
-    """Undo the open transaction, never hiding the error that led here (the pool closes a connection
-    still in a transaction, rather than keep it)."""
-    if conn.is_closed():
-        return
-    with contextlib.suppress(Exception):
-        await conn.execute("ROLLBACK")
-
-
-async def _commit(conn: asyncpg.Connection) -> None:
-    """COMMIT, and tell the caller how it went, even if the caller is cancelled meanwhile.
-
-    Once sent, the COMMIT runs to its end on the server whatever happens to the task. Raising
-    CancelledError here would tell the caller "not committed" for a change that was made, so a
-    cancel that arrives now waits for the COMMIT's answer, and lands at the caller's next await.
-    A connection lost before the answer came leaves it unknown: the error says so.
-    """
-    if conn.is_closed():  # lost before the COMMIT was sent: then it surely was not saved
-        raise lost_in_transaction()
-    commit = asyncio.ensure_future(conn.execute("COMMIT"))
-    cancelled = False
-    while True:
-        try:
-            await asyncio.shield(commit)
-            break
-        except asyncio.CancelledError:
-            if commit.done() and commit.cancelled():
-                raise
-            cancelled = True
-            if commit.done():
-                break
-        except Exception:
-            break
-    if cancelled:
-        task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()  # one pending cancel, as before, not two
-            task.cancel()
-    try:
-        commit.result()  # a failed COMMIT raises its error
-    except Exception as exc:
-        if is_connection_lost(exc):
-            raise StorageError("the connection to the database was lost while a transaction committed, so whether "
-                               f"it was saved is not known ({type(exc).__name__}: {exc})", Problem.UNREACHABLE) from exc
-        raise

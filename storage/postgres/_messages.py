@@ -125,8 +125,8 @@ class PostgresMessageWrites(Access):
         return bool(rows[0][0])
 
     async def set_active_leaf(self, session_id: str, leaf_id: str | None, now: int) -> None:
-        await self._execute("UPDATE sessions SET active_leaf = $2, updated_at = $3 WHERE instance = $1 AND id = $4",
-                            leaf_id, now, session_id)
+        self._defer("UPDATE sessions SET active_leaf = $2, updated_at = $3 WHERE instance = $1 AND id = $4",
+                    leaf_id, now, session_id)
 
     async def update_message(self, session_id: str, message_id: str, content: str, now: int) -> bool:
         words, terms = searchable(content)
@@ -137,4 +137,4 @@ class PostgresMessageWrites(Access):
         return changed > 0
 
     async def delete_session_messages(self, session_id: str) -> None:
-        await self._execute("DELETE FROM messages WHERE instance = $1 AND session_id = $2", session_id)
+        self._defer("DELETE FROM messages WHERE instance = $1 AND session_id = $2", session_id)

@@ -58,7 +58,7 @@ class PostgresOperationReads(Access):
 
 class PostgresOperationWrites(Access):
     async def consume_deferred_continuations(self, session_id: str, message_id: str) -> None:
-        await self._execute(
+        self._defer(
             "UPDATE operations SET reason = 'continued' WHERE instance = $1 AND session_id = $2 "
             "AND target_message_id = $3 AND reason = 'continue_deferred'", session_id, message_id)
 
@@ -81,13 +81,13 @@ class PostgresOperationWrites(Access):
 
     async def record_interruption(self, operation_id: str, next_attempt_at: int | None, crashed: bool,
                                   retried: bool = True) -> None:
-        await self._execute(
+        self._defer(
             "UPDATE operations SET attempts = attempts + 1, crash_strikes = crash_strikes + $2, next_attempt_at = $3, "
             "runs = runs + $4 WHERE instance = $1 AND id = $5",
             int(crashed), next_attempt_at, int(retried), operation_id)
 
     async def record_progress(self, operation_id: str, now: int) -> None:
-        await self._execute(
+        self._defer(
             "UPDATE operations SET attempts = 0, crash_strikes = 0, next_attempt_at = NULL, last_progress_at = $2 "
             "WHERE instance = $1 AND id = $3", now, operation_id)
 

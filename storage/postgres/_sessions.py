@@ -43,7 +43,8 @@ class PostgresSessionReads(Access):
 
 class PostgresSessionWrites(Access):
     async def ensure_session(self, session_id: str, now: int) -> None:
-        await self.create_session(session_id, now)
+        self._defer("INSERT INTO sessions (instance, id, created_at, updated_at) VALUES ($1, $2, $3, $3) "
+                    "ON CONFLICT (instance, id) DO NOTHING", session_id, now)
 
     async def create_session(self, session_id: str, now: int) -> bool:
         changed = await self._execute(
@@ -60,20 +61,20 @@ class PostgresSessionWrites(Access):
         return changed > 0
 
     async def set_client_tools(self, session_id: str, client_tools_json: str | None, now: int) -> None:
-        await self._execute(
+        self._defer(
             "UPDATE sessions SET client_tools_json = $2, updated_at = $3 WHERE instance = $1 AND id = $4",
             client_tools_json, now, session_id)
 
     async def set_last_body(self, session_id: str, last_body_json: str | None, now: int) -> None:
-        await self._execute("UPDATE sessions SET last_body_json = $2, updated_at = $3 WHERE instance = $1 AND id = $4",
-                            last_body_json, now, session_id)
+        self._defer("UPDATE sessions SET last_body_json = $2, updated_at = $3 WHERE instance = $1 AND id = $4",
+                    last_body_json, now, session_id)
 
     async def set_last_terminal(self, session_id: str, last_terminal_json: str | None, now: int) -> None:
-        await self._execute(
+        self._defer(
             "UPDATE sessions SET last_terminal_json = $2, updated_at = $3 WHERE instance = $1 AND id = $4",
             last_terminal_json, now, session_id)
 
     async def reset_session(self, session_id: str, now: int) -> None:
-        await self._execute(
+        self._defer(
             "UPDATE sessions SET client_tools_json = NULL, last_body_json = NULL, last_terminal_json = NULL, "
             "updated_at = $2 WHERE instance = $1 AND id = $3", now, session_id)

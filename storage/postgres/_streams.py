@@ -16,8 +16,7 @@ _COLUMNS = ("id, session_id, operation_id, request_id, message_id, is_continuati
 
 # The hot path of a turn: one statement, one round trip, whatever the batch's size. The segment
 # number and the count come from the stream's row, which the same statement moves on.
-_APPEND = """
-WITH moved AS (
+_APPEND = """WITH moved AS (
   UPDATE streams SET next_segment = next_segment + 1, chunk_count = chunk_count + $3, last_chunk_at = $4
   WHERE instance = $1 AND id = $2
   RETURNING next_segment - 1 AS segment, chunk_count - $3 AS first_chunk
@@ -59,7 +58,7 @@ class PostgresStreamReads(Access):
 class PostgresStreamWrites(Access):
     async def insert_stream(self, stream_id: str, session_id: str, operation_id: str, request_id: str,
                             message_id: str, is_continuation: bool, first_seq: int, now: int) -> None:
-        await self._execute(
+        self._defer(
             "INSERT INTO streams (instance, id, session_id, operation_id, request_id, message_id, is_continuation, "
             "first_seq, status, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'streaming', $9)",
             stream_id, session_id, operation_id, request_id, message_id, is_continuation, first_seq, now)
@@ -68,10 +67,10 @@ class PostgresStreamWrites(Access):
         """Store a batch of chunk JSON texts as one segment row, in one round trip."""
         if not bodies:
             return
-        await self._execute(_APPEND, stream_id, len(bodies), now, "[" + ",".join(bodies) + "]")
+        self._defer(_APPEND, stream_id, len(bodies), now, "[" + ",".join(bodies) + "]")
 
     async def finish_stream(self, stream_id: str, status: str, now: int) -> None:
-        await self._execute(
+        self._defer(
             "UPDATE streams SET status = $2, completed_at = $3 "
             "WHERE instance = $1 AND id = $4 AND status = 'streaming'", status, now, stream_id)
 
@@ -80,4 +79,4 @@ class PostgresStreamWrites(Access):
             "DELETE FROM streams WHERE instance = $1 AND status <> 'streaming' AND completed_at < $2", completed_before)
 
     async def delete_session_streams(self, session_id: str) -> None:
-        await self._execute("DELETE FROM streams WHERE instance = $1 AND session_id = $2", session_id)
+        self._defer("DELETE FROM streams WHERE instance = $1 AND session_id = $2", session_id)

@@ -27,7 +27,7 @@ class PostgresToolCallReads(Access):
 class PostgresToolCallWrites(Access):
     async def start_tool_call(self, session_id: str, tool_call_id: str, operation_id: str, message_id: str,
                               tool_name: str, recovery: str, input_json: str, now: int) -> None:
-        await self._execute(
+        self._defer(
             "INSERT INTO tool_calls AS t (instance, session_id, tool_call_id, operation_id, message_id, tool_name, "
             "kind, recovery, input_json, state, attempt, started_at) "
             "VALUES ($1, $2, $3, $4, $5, $6, 'server', $7, $8, 'running', 1, $9) "
@@ -40,10 +40,10 @@ class PostgresToolCallWrites(Access):
 
     async def finish_tool_call(self, session_id: str, tool_call_id: str, state: str, output_json: str | None,
                                error_text: str | None, now: int) -> None:
-        await self._execute(
+        self._defer(
             "UPDATE tool_calls SET state = $2, output_json = $3, error_text = $4, finished_at = $5 "
             "WHERE instance = $1 AND session_id = $6 AND tool_call_id = $7 AND state = 'running'",
             state, output_json, free_text(error_text), now, session_id, tool_call_id)
 
     async def delete_session_tool_calls(self, session_id: str) -> None:
-        await self._execute("DELETE FROM tool_calls WHERE instance = $1 AND session_id = $2", session_id)
+        self._defer("DELETE FROM tool_calls WHERE instance = $1 AND session_id = $2", session_id)

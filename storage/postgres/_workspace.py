@@ -39,7 +39,7 @@ class PostgresWorkspaceReads(Access):
 class PostgresWorkspaceWrites(Access):
     async def put_workspace_file(self, path: str, is_text: bool, content: bytes | None, external: str | None,
                                  size: int, now: int) -> None:
-        await self._execute(
+        self._defer(
             "INSERT INTO workspace_files (instance, path, is_text, content, external, size, modified_at) "
             "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (instance, path) DO UPDATE SET "
             "is_text = excluded.is_text, content = excluded.content, external = excluded.external, "

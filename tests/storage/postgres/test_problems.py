@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 import pytest
 
@@ -58,6 +60,7 @@ async def test_a_database_that_takes_no_writes_is_read_only_and_says_so(store: P
     name = postgres_url.rsplit("/", 1)[1]
     await admin.execute(f"ALTER DATABASE {name} SET default_transaction_read_only = on")  # for new connections
     await terminate_store_connections(admin)
+    await asyncio.sleep(0.2)  # the store has seen its connections go: the next write takes a new one
     try:
         with pytest.raises(asyncpg.ReadOnlySQLTransactionError) as refused:
             async with db.transaction() as tx:
@@ -68,6 +71,7 @@ async def test_a_database_that_takes_no_writes_is_read_only_and_says_so(store: P
     finally:
         await admin.execute(f"ALTER DATABASE {name} RESET default_transaction_read_only")
     await terminate_store_connections(admin)
+    await asyncio.sleep(0.2)
     assert await store.check_writable() is None
     async with db.transaction() as tx:
         await tx.ensure_session("t", 1)

@@ -1,0 +1,190 @@
+"""One transaction's way to the database, in as few round trips as it can take.
+
+A round trip costs far more than the statement it carries (on loopback: about 50 µs of this
+process's CPU, and a wake-up of the database's backend), and a turn's hot path is a transaction
+of one statement: a group of chunks appended. So a transaction talks to the database lazily:
+
+- a write whose answer nobody reads (``Access._defer``: appending chunks, finishing a stream,
+  setting a field) is kept, not sent;
+- a statement whose answer is read (a read, an insert that says whether it inserted) first takes
+  a pooled connection, sends ``BEGIN`` and every kept write, in order, then itself;
+- at the end, a transaction that sent nothing and kept one write runs that write alone, which
+  PostgreSQL commits by itself (one round trip: atomic as any single statement is); one that
+  kept several, or sent anything, sends what it kept and ``COMMIT``. One that did nothing sends
+  nothing.
+
+What that changes for a caller: a kept write's error (a constraint it breaks) is raised by the
+next statement that is sent, or by the commit, inside the same ``async with``; nothing is
+committed either way. (PostgreSQL refuses every statement of a transaction after an error
+anyway: no caller can go on after one, whenever it is raised.)
+
+The commit, whichever form it takes, runs to its end however the caller is cancelled, and the
+caller learns how it went; a connection lost before it was sent is "nothing saved", one lost
+while it ran "not known", each a :class:`StorageError` with the problem ``UNREACHABLE``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from .._problems import Problem, StorageError
+from ._base import lost_in_transaction
+from ._pool import Pool, is_connection_lost
+
+__all__ = ["TxLink"]
+
+#: Times a transaction's first message is tried again on a new connection when the one taken turned out
+#: to be gone before it was sent (nothing of the transaction has run: trying again is safe).
+RETRIES = 2
+
+
+def never_sent(exc: BaseException) -> bool:
+    """Whether asyncpg refused to send on a connection it knows is gone (then the server never saw it)."""
+    return isinstance(exc, asyncpg.exceptions.InternalClientError) or (
+        isinstance(exc, asyncpg.InterfaceError) and "connection is closed" in str(exc))
+
+
+class TxLink:
+    """The statements of the open transaction (see the module): ``conn`` once it sent ``BEGIN``."""
+
+    def __init__(self, pool: Pool, instance: int) -> None:
+        self.pool = pool
+        self.instance = instance
+        self.conn: asyncpg.Connection | None = None
+        self.open = False
+        self._kept: list[tuple[str, tuple[Any, ...]]] = []
+
+    def defer(self, sql: str, args: tuple[Any, ...]) -> None:
+        if not self.open:
+            raise RuntimeError("a statement of a transaction that has ended")
+        self._kept.append((sql, args))
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        conn = await self._sent()
+        rows: list[asyncpg.Record] = await _in_transaction(conn.fetch(sql, *args))
+        return rows
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        conn = await self._sent()
+        status: str = await _in_transaction(conn.execute(sql, *args))
+        return status
+
+    async def _sent(self) -> asyncpg.Connection:
+        """The transaction's connection, with ``BEGIN`` and every kept write sent."""
+        if not self.open:
+            raise RuntimeError("a statement of a transaction that has ended")
+        if self.conn is None:
+            self.conn = await _first(self.pool, lambda conn: conn.execute("BEGIN"), lost=lost_in_transaction,
+                                     harmless=True)
+        while self._kept:
+            sql, args = self._kept.pop(0)
+            await _in_transaction(self.conn.execute(sql, *args))
+        return self.conn
+
+    async def commit(self) -> None:
+        if self.conn is None and len(self._kept) <= 1:
+            if self._kept:
+                sql, args = self._kept.pop()
+                await _to_its_end(_first(self.pool, lambda conn: conn.execute(sql, *args), lost=_not_known))
+            return
+        conn = await self._sent()
+        if conn.is_closed():  # lost before the COMMIT was sent: then it surely was not saved
+            raise lost_in_transaction()
+        await _to_its_end(conn.execute("COMMIT"))
+
+    async def rollback(self) -> None:
+        """Undo what was sent, never hiding the error that led here (the pool closes a connection
+        still in a transaction, rather than keep it)."""
+        self._kept.clear()
+        conn = self.conn
+        if conn is not None and not conn.is_closed():
+            with contextlib.suppress(Exception):
+                await conn.execute("ROLLBACK")
+
+    def end(self) -> None:
+        """The transaction is over: its connection back to the pool, anything kept forgotten."""
+        self.open = False
+        self._kept.clear()
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            self.pool.release(conn)
+
+
+async def _in_transaction(statement: Awaitable[Any]) -> Any:
+    try:
+        return await statement
+    except Exception as exc:
+        if is_connection_lost(exc):
+            raise lost_in_transaction(exc) from exc
+        raise
+
+
+def _not_known(exc: BaseException | None = None) -> StorageError:
+    cause = "" if exc is None else f" ({type(exc).__name__}: {exc})"
+    return StorageError("the connection to the database was lost while a transaction committed, so whether it "
+                        f"was saved is not known{cause}", Problem.UNREACHABLE)
+
+
+async def _first(pool: Pool, send: Callable[[asyncpg.Connection], Awaitable[Any]],
+                 lost: Callable[[BaseException | None], StorageError], *, harmless: bool = False) -> Any:
+    """Take a pooled connection and ``send`` the transaction's first message on it: tried again on a new
+    one if the one taken was gone before it was sent, or (``harmless``: a BEGIN) whenever it was lost.
+    Returns the connection if ``send`` began a transaction on it (the caller releases it then), else
+    ``send``'s answer (the connection is back in the pool)."""
+    for attempt in range(RETRIES + 1):
+        conn = await pool.acquire()
+        try:
+            answer = await send(conn)
+        except BaseException as exc:
+            conn.terminate()  # in a state nobody knows: never back to the pool
+            pool.release(conn)
+            again = isinstance(exc, Exception) and (never_sent(exc) or (harmless and is_connection_lost(exc)))
+            if again and attempt < RETRIES:
+                continue
+            if isinstance(exc, Exception) and is_connection_lost(exc):
+                raise (lost_in_transaction(exc) if never_sent(exc) else lost(exc)) from exc
+            raise
+        if conn.is_in_transaction():
+            return conn
+        pool.release(conn)
+        return answer
+    raise AssertionError("unreachable")
+
+
+async def _to_its_end(commit: Awaitable[Any]) -> None:
+    """Await ``commit`` and tell the caller how it went, even if the caller is cancelled meanwhile.
+
+    Once sent, a COMMIT (or a write committing by itself) runs to its end on the server whatever
+    happens to the task. Raising CancelledError here would tell the caller "not committed" for a
+    change that was made, so a cancel that arrives now waits for the answer, and lands at the
+    caller's next await."""
+    task = asyncio.ensure_future(commit)
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done() and task.cancelled():
+                raise
+            cancelled = True
+            if task.done():
+                break
+        except Exception:
+            break
+    if cancelled:
+        current = asyncio.current_task()
+        if current is not None:
+            current.uncancel()  # one pending cancel, as before, not two
+            current.cancel()
+    try:
+        task.result()  # a failed commit raises its error
+    except Exception as exc:
+        if is_connection_lost(exc):
+            raise (lost_in_transaction(exc) if never_sent(exc) else _not_known(exc)) from exc
+        raise
