@@ -9,7 +9,9 @@ The rooms: this top holds what every backend shares (the interface in ``_store``
 ``_statements``, the rows and the statements' promises by concern in ``_messages``, ``_streams``,
 ``_operations``..., the problems in ``_problems``, the names in ``_names``); it imports
 ``think_server.protocol`` at most, and a backend only in ``_default``. ``sqlite/`` is the embedded
-default. A backend imports the top's modules, never another backend.
+default; ``postgres/`` keeps every instance in one PostgreSQL database many servers may share
+(``PostgresStore(url)``, from ``think_server.storage.postgres``). A backend imports the top's
+modules, never another backend.
 """
 
 from ._blocks import INSTANCE_SCOPE, BlockRow, session_scope

@@ -242,3 +242,6 @@ def test_the_readme_layout_names_the_import_name_and_each_folder_with_its_packag
     assert list(rows) == [TOP, *ORDER, "tests"]
     for name in ORDER:
         assert rows[name].startswith(f"`{TOP}.{name}`"), rows[name]
+    backends = re.findall(r"^\| `storage/([a-z_]+)/` \| (.*) \|$", layout, re.MULTILINE)
+    assert sorted(name for name, _ in backends) == storage_backends() == ["postgres", "sqlite"]
+    assert all(f"`tests/storage/{name}/`" in text for name, text in backends), "each names its own tests"
