@@ -81,8 +81,8 @@ class TxLink:
         if self.conn is None:
             self.conn = await _first(self.pool, lambda conn: conn.execute("BEGIN"), lost=lost_in_transaction,
                                      harmless=True)
-        while self._kept:
-            sql, args = self._kept.pop(0)
+        kept, self._kept = self._kept, []  # (one failing aborts the transaction: the rest need not go)
+        for sql, args in kept:
             await _in_transaction(self.conn.execute(sql, *args))
         return self.conn
 
@@ -141,8 +141,9 @@ async def _first(pool: Pool, send: Callable[[asyncpg.Connection], Awaitable[Any]
         try:
             answer = await send(conn)
         except BaseException as exc:
-            conn.terminate()  # in a state nobody knows: never back to the pool
-            pool.release(conn)
+            if not isinstance(exc, asyncpg.PostgresError) or is_connection_lost(exc):
+                conn.terminate()  # cut short, or gone: in a state nobody knows, never back to the pool
+            pool.release(conn)  # (after the server's own refusal, a constraint say, it is idle and well)
             again = isinstance(exc, Exception) and (never_sent(exc) or (harmless and is_connection_lost(exc)))
             if again and attempt < RETRIES:
                 continue

@@ -80,3 +80,17 @@ async def test_a_kept_writes_error_comes_out_of_its_transaction_and_nothing_is_s
             await tx.finish_stream("st", "not-a-status", 3)
             await tx.session("")  # sends it, and raises its error here
     assert await logged.read.chunk_bodies("st") == []
+
+
+async def test_a_lone_write_the_server_refuses_leaves_its_connection_in_the_pool(
+        admin: asyncpg.Connection, logged: PostgresDatabase) -> None:
+    async def ours() -> set[int]:
+        return {r[0] for r in await admin.fetch("SELECT pid FROM pg_stat_activity WHERE "
+                                                "application_name = 'think-server' AND datname = current_database()")}
+
+    before = await ours()
+    for _ in range(3):
+        with pytest.raises(asyncpg.CheckViolationError):
+            async with logged.transaction() as tx:
+                await tx.finish_stream("st", "not-a-status", 3)
+    assert await ours() == before, "no connection closed, none made"
