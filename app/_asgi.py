@@ -27,7 +27,13 @@ from think_server.harness import (
     SessionError,
     validate_session_id,
 )
-from think_server.storage import InvalidNameError, StorageError, describe_problem, validate_instance_name
+from think_server.storage import (
+    InvalidNameError,
+    StorageError,
+    describe_problem,
+    make_store,
+    validate_instance_name,
+)
 
 from ._actor import ChatHost
 from ._admission import AddressLimits, OriginPolicy, SocketCap
@@ -69,7 +75,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     """
     settings = settings or Settings()
     try:
-        harness = Harness(agents, data_dir=settings.data_dir, model=_default_model(settings),
+        store = make_store(settings.data_dir, settings.database_url, pool_size=settings.database_pool_size)
+        harness = Harness(agents, data_dir=settings.data_dir, store=store, model=_default_model(settings),
                           max_instances=settings.max_actors, idle_timeout_s=settings.idle_timeout_s,
                           hibernate_after_s=settings.hibernate_after_s,
                           stream_grace_s=settings.stream_grace_s,

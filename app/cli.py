@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import ipaddress
 import logging
@@ -16,6 +17,7 @@ import uvicorn
 
 from think_server.harness import Agent, DataDirInUse, check_data_dir_free
 from think_server.protocol import agent_name_to_kebab
+from think_server.storage import StorageError, make_store, store_location
 
 from ._asgi import create_app
 from ._httpprotocol import MAX_HEAD_BYTES, HttpEdge
@@ -74,6 +76,8 @@ _FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--host", "host", "HOST", "address to listen on; beyond 127.0.0.1 turn auth on (THINK_AUTH_TOKEN)"),
     ("--port", "port", "PORT", "port to listen on"),
     ("--data-dir", "data_dir", "DIR", "one SQLite file per agent instance lives under it; one server per data dir"),
+    ("--database-url", "database_url", "URL",
+     "postgresql://...: keep every instance in this PostgreSQL database instead (prefer THINK_DATABASE_URL)"),
     ("--model", "model", "PROVIDER:ARG", "model of every agent that names none (default: the demo script)"),
     ("--idle-timeout", "idle_timeout_s", "SECONDS", "an instance with no sockets and no work is closed after it"),
     ("--max-actors", "max_actors", "N", "most agent instances open at once"),
@@ -130,8 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         # Said before anything starts: the lifespan would refuse too, but inside a traceback.
-        check_data_dir_free(settings.data_dir)
-    except DataDirInUse as exc:
+        # (Servers share a database: only a data dir is one server's.)
+        if settings.database_url is None:
+            check_data_dir_free(settings.data_dir)
+        else:  # reachable, and a schema this server knows (migrated now if older): else one line, not a traceback
+            asyncio.run(_check_database(settings))
+    except (DataDirInUse, StorageError) as exc:
         print(f"think-server: {exc}", file=sys.stderr)
         return 1
     if not settings.auth_enabled and not is_loopback(settings.host):
@@ -159,12 +167,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if server.started else 3  # 3: uvicorn's "startup failed" (a port in use, say)
 
 
+async def _check_database(settings: Settings) -> None:
+    store = make_store(settings.data_dir, settings.database_url, pool_size=1)
+    try:
+        await store.start()
+    finally:
+        await store.close()
+
+
 def _ready_line(settings: Settings, agents: Mapping[str, Agent], target: str | None) -> str:
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     names = ", ".join(agent_name_to_kebab(n) for n in agents)
     model = settings.model or ("the demo script (offline)" if not target else "each agent's own")
     return (f"think-server ready: http://{host}:{settings.port}/ (agents: {names}; model: {model}; "
-            f"data: {settings.data_dir.resolve()})")
+            f"data: {store_location(settings.data_dir, settings.database_url)})")
 
 
 class _Server(uvicorn.Server):

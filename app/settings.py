@@ -20,7 +20,7 @@ from think_server.harness import InputPolicy
 __all__ = ["ENV_PREFIX", "Settings", "SettingsError"]
 
 ENV_PREFIX = "THINK_"
-_SECRETS = frozenset({"auth_token", "jwt_secret", "jwt_public_key"})
+_SECRETS = frozenset({"auth_token", "jwt_secret", "jwt_public_key", "database_url"})
 
 
 class SettingsError(ValueError):
@@ -33,8 +33,13 @@ class Settings(BaseModel):
     # -- where and what ------------------------------------------------------
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    #: One SQLite file per agent instance lives under it.
+    #: One SQLite file per agent instance lives under it (unless ``database_url`` is set).
     data_dir: Path = Path("data")
+    #: ``postgresql://user:password@host:port/database``: every instance lives in this PostgreSQL
+    #: database instead (many servers may share it; ``data_dir`` is then not used). Unset: SQLite.
+    database_url: str | None = None
+    #: Connections to ``database_url`` this server keeps at most (PostgreSQL spends a process on each).
+    database_pool_size: int = Field(10, ge=1, le=1000)
     #: The model of every agent that names none, e.g. ``scripted:script.json`` or ``openai:gpt-4.1-mini``.
     model: str | None = None
     #: The built chat page served at ``/`` (its ``index.html`` and ``assets/``); None: ``app/web/dist``.
@@ -136,6 +141,13 @@ class Settings(BaseModel):
     def _split_origins(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(o.strip() for o in value.split(",") if o.strip())
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("expected a PostgreSQL URL, postgresql://user:password@host:port/database")
         return value
 
     @field_validator("log_level")

@@ -16,7 +16,7 @@ modules, never another backend.
 
 from ._blocks import INSTANCE_SCOPE, BlockRow, session_scope
 from ._compactions import CompactionRow
-from ._default import default_store
+from ._default import default_store, make_store, store_location
 from ._messages import MessageRow
 from ._names import InvalidNameError, validate_agent_name, validate_instance_name
 from ._operations import OperationRow
@@ -55,9 +55,11 @@ __all__ = [
     "default_store",
     "describe_problem",
     "driver_errors",
+    "make_store",
     "problem_of",
     "register_driver",
     "session_scope",
+    "store_location",
     "validate_agent_name",
     "validate_instance_name",
 ]

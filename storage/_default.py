@@ -1,4 +1,4 @@
-"""The one place the top of storage names a backend: the store a server gets when it is given a data dir."""
+"""The one place the top of storage names a backend: the store a server gets from its settings."""
 
 from __future__ import annotations
 
@@ -6,11 +6,27 @@ import os
 from pathlib import Path
 
 from ._store import Store
+from .postgres import DEFAULT_POOL_SIZE, PostgresStore
+from .postgres._pool import safe_url
 from .sqlite import SqliteStore
 
-__all__ = ["default_store"]
+__all__ = ["default_store", "make_store", "store_location"]
 
 
 def default_store(data_dir: str | os.PathLike[str]) -> Store:
     """The embedded default: one SQLite file per agent instance under ``data_dir``."""
     return SqliteStore(Path(data_dir))
+
+
+def make_store(data_dir: str | os.PathLike[str], database_url: str | None = None, *,
+               pool_size: int = DEFAULT_POOL_SIZE) -> Store:
+    """The store of a server's settings: PostgreSQL at ``database_url`` (``postgresql://...``, over
+    at most ``pool_size`` connections) when one is given, else :func:`default_store` of ``data_dir``."""
+    if database_url is None:
+        return default_store(data_dir)
+    return PostgresStore(database_url, pool_size=pool_size)
+
+
+def store_location(data_dir: str | os.PathLike[str], database_url: str | None = None) -> str:
+    """Where :func:`make_store`'s store keeps its data, for a log line: the data dir, or the URL (no password)."""
+    return safe_url(database_url) if database_url is not None else str(Path(data_dir).resolve())
