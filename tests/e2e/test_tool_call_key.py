@@ -1,7 +1,8 @@
 """A server tool call's idempotency key (``current_tool_call.get().key``) outlives the process: the
 real server is SIGKILLed while a payment-style tool runs (tests/key_app.py), started again, and the
 tool's run after recovery sees the key the first run saw; the same call in another instance has
-another. On the SQLite files and on PostgreSQL (a node of a cluster restarting on the shared database)."""
+another. On the SQLite files and on PostgreSQL, where another node (its own process, port and data
+dir, on the same database) taking the call up runs it with the same key too."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from think_server import tool_call_key
 
 
 class KeyServer(ServerProcess):
-    def __init__(self, tmp_path: Path, database_url: str | None) -> None:
-        self.key_log = tmp_path / "keys.log"
-        self.gate = tmp_path / "gate"
+    def __init__(self, tmp_path: Path, database_url: str | None, *, world: Path | None = None) -> None:
+        """``world``: where the tool's log and gate are (default ``tmp_path``), shared by nodes."""
+        self.key_log = (world or tmp_path) / "keys.log"
+        self.gate = (world or tmp_path) / "gate"
         env = {"THINK_KEY_LOG": str(self.key_log), "THINK_KEY_GATE": str(self.gate)}
         if database_url:
             env["THINK_DATABASE_URL"] = database_url
@@ -83,3 +85,28 @@ async def test_a_tool_run_again_after_a_sigkill_has_the_same_key(server: KeyServ
     await submit(server, "bob", op_id)
     assert (await settled(server, "bob", op_id))["status"] == "completed"
     assert server.keys()[2] == tool_call_key("payer", "bob", op_id, "call-charge") != first
+
+
+async def test_a_call_another_node_takes_up_has_the_same_key(tmp_path: Path, postgres_url: str) -> None:
+    # Two nodes of one database: the first dies in the tool, the second (its own port and data dir)
+    # finds the call cut short and runs it again: the key depends on no node.
+    for node in ("a", "b"):
+        (tmp_path / node).mkdir()
+    first_node = KeyServer(tmp_path / "a", postgres_url, world=tmp_path)
+    other = KeyServer(tmp_path / "b", postgres_url, world=tmp_path)
+    op_id = f"order-{uuid.uuid4()}"
+    await first_node.start()
+    try:
+        await submit(first_node, "carol", op_id)
+        [first] = await first_node.keys_seen(1)
+    finally:
+        first_node.kill()
+    first_node.gate.touch()
+    await other.start()
+    try:
+        await other.ready()
+        info = await settled(other, "carol", op_id)
+        assert (info["status"], info["text"]) == ("completed", f"Charged under {first}"), info
+        assert other.keys() == [first, first]
+    finally:
+        other.stop()
