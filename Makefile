@@ -11,7 +11,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DATA_DIR ?=
 
-.PHONY: install run test lint typecheck unit fuzz conformance conformance-server node-deps web browser-deps proxy-deps postgres-deps soak chaos bench clean
+.PHONY: install run test lint typecheck unit fuzz conformance conformance-server node-deps web browser-deps proxy-deps postgres-deps haproxy-deps soak chaos bench clean
 
 # `make run` installs what running needs (the server, and Node to build the page); the test
 # tools come with `make test`.
@@ -90,13 +90,19 @@ postgres-deps:
 	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { apt-get update && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql; }
 
+# The cluster tests (tests/cluster.py) put a real HAProxy from Debian in front of several server
+# nodes, with the shipped config (deploy/haproxy.cfg); 2.6 (bookworm's) is what was measured.
+haproxy-deps:
+	@test -x /usr/sbin/haproxy || { apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends haproxy; }
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check app protocol harness storage think_server tests
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP) node-deps web browser-deps proxy-deps postgres-deps
+unit: $(STAMP) node-deps web browser-deps proxy-deps postgres-deps haproxy-deps
 	$(PY) -m pytest -q
 
 # Property-based fuzzing (tests/fuzz) against the real server: 100,000 random cases of client frames,

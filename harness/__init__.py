@@ -140,7 +140,7 @@ from .toolsets import (
     WorkspaceNotFound,
     WorkspaceTools,
 )
-from .turn import RunningCall, current_tool_call, is_context_overflow, report_progress
+from .turn import RunningCall, current_tool_call, is_context_overflow, report_progress, tool_call_key
 
 __all__ = [
     "MAX_SEARCH_RESULTS",
@@ -273,6 +273,7 @@ __all__ = [
     "report_progress",
     "resolve_model",
     "tool",
+    "tool_call_key",
     "trace_carrier",
     "validate_session_id",
 ]

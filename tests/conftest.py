@@ -21,7 +21,7 @@ from think_server.app._wsprotocol import ChatWebSocketProtocol
 from think_server.harness import Agent
 
 # The throwaway PostgreSQL server's fixtures (postgres, postgres_server, postgres_url).
-pytest_plugins = ["tests.postgres"]
+pytest_plugins = ["tests.postgres", "tests.cluster"]
 
 
 def free_port() -> int:

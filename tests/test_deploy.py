@@ -103,6 +103,44 @@ def test_compose_with_the_ollama_profile_pulls_the_model_before_the_server_start
     assert services["think"]["environment"]["OLLAMA_BASE_URL"] == "http://ollama:11434/v1"
 
 
+CLUSTER_NODES = ("think-1", "think-2", "think-3")
+
+
+def test_compose_with_the_cluster_profile_runs_three_nodes_on_postgres_behind_haproxy() -> None:
+    assert not {"cluster-db", "haproxy", *CLUSTER_NODES} & set(compose_config()["services"]), \
+        "the cluster only with its profile: the default `up` is unchanged"
+    services = compose_config("--profile", "cluster")["services"]
+    assert services["cluster-db"]["image"].startswith("postgres:15")
+    assert services["cluster-db"]["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
+    urls, ids = set(), set()
+    for name in CLUSTER_NODES:
+        node = services[name]
+        env = node["environment"]
+        assert node["image"] == "think-server:local" and node["pull_policy"] == "build", "the same image"
+        assert env["THINK_DATABASE_URL"].startswith("postgresql://think:") and "@cluster-db:5432/think" in \
+            env["THINK_DATABASE_URL"], "one database for all"
+        assert env["THINK_NODE_URL"] == f"http://{name}:8000"
+        ids.add(env["THINK_NODE_ID"])
+        urls.add(env["THINK_NODE_URL"])
+        assert node["depends_on"]["cluster-db"]["condition"] == "service_healthy"
+        assert not node.get("ports"), "nodes are reached through HAProxy only"
+    assert len(ids) == len(urls) == 3, "each node its own id and URL"
+
+    haproxy = services["haproxy"]
+    (mount,) = haproxy["volumes"]
+    assert Path(mount["source"]) == ROOT / "app" / "deploy" / "haproxy.cfg" and mount["read_only"]
+    assert "FROM debian:bookworm-slim" in haproxy["build"]["dockerfile_inline"], "Debian's HAProxy, as tested"
+    assert mount["target"] in haproxy["build"]["dockerfile_inline"], "it runs the mounted config"
+    (port,) = haproxy["ports"]
+    assert (port["host_ip"], port["published"], port["target"]) == ("127.0.0.1", "8080", 8000)
+    assert set(haproxy["depends_on"]) == set(CLUSTER_NODES)
+    # The shipped config names exactly these nodes, on the port the image serves on.
+    shipped = (ROOT / "app" / "deploy" / "haproxy.cfg").read_text()
+    servers = [line.split()[2] for line in shipped.splitlines() if line.strip().startswith("server ")]
+    assert servers == [f"{name}:8000" for name in CLUSTER_NODES]
+    assert re.search(r"^\s*bind :8000$", shipped, re.M)
+
+
 def test_compose_takes_an_env_file_and_exposure_is_a_setting(tmp_path: Path) -> None:
     text = (ROOT / "docker-compose.yml").read_text()
     compose = yaml.safe_load(text)

@@ -285,6 +285,12 @@ def test_the_progress_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert shown == [{"at": 1}, {"at": 2}, {"at": 3}]
 
 
+def test_the_idempotency_key_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    run_example(tmp_path, monkeypatch, "idempotency_key=call.key")
+    assert capsys.readouterr().out.splitlines() == ["Paid: ch_1", "36 {'id': 'ch_1', 'cents': 500}"]
+
+
 def test_the_tracing_example_runs(tmp_path: Path) -> None:
     # Its own process: the example sets the process's tracer provider, which is set once.
     script = tmp_path / "example.py"

@@ -13,7 +13,7 @@ May import: the top and ``agent``, ``toolsets``, ``memory``, ``providers``.
 from __future__ import annotations
 
 from ._recovery import Recovered, recover_operation
-from ._toolcall import RunningCall, current_tool_call, report_progress
+from ._toolcall import RunningCall, current_tool_call, report_progress, tool_call_key
 from ._turn import Turn
 from ._turn_hooks import TurnHooks, is_context_overflow
 from ._turn_plan import CONTINUING, Outcome, TurnPlan, TurnSuspended, Unsettled, calls_introduced
@@ -33,4 +33,5 @@ __all__ = [
     "is_context_overflow",
     "recover_operation",
     "report_progress",
+    "tool_call_key",
 ]

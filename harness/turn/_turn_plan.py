@@ -151,6 +151,8 @@ class TurnHost(Protocol):
     """
 
     id: str
+    #: (agent, instance name): with the operation and call ids, what a tool call's key is made of.
+    instance_key: tuple[str, str]
     db: Database
     clock: Clock
     agent: Agent

@@ -17,7 +17,7 @@ from .._json import dumps
 from .._tools import Tool
 from .._tracing import Span, span, tool_ended, traces_content
 from ..agent import HookError, ToolDecision
-from ._toolcall import RunningCall, current_tool_call
+from ._toolcall import RunningCall, current_tool_call, tool_call_key
 from ._turn_hooks import TurnHooks
 from ._turn_plan import Outcome, TurnHost
 
@@ -65,7 +65,10 @@ class TurnTools:
                 if call_id in self._running_calls:  # never after its result
                     self._emit(ToolOutputAvailableChunk(toolCallId=call_id, output=output, preliminary=True))
 
-            current_tool_call.set(RunningCall(call_id, name, self._session.host, progress, lambda: self._aborting))
+            agent, instance = self._session.instance_key
+            key = tool_call_key(agent, instance, self.operation_id, call_id)
+            current_tool_call.set(RunningCall(call_id, name, self._session.host, progress, key,
+                                              lambda: self._aborting))
             decision = ToolDecision()
             output: Any = None
             try:
