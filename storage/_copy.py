@@ -229,7 +229,7 @@ async def copy_instances(source: CopySource, target: CopyTarget, *, replace: boo
     async def one(key: str) -> None:
         try:
             data = await source.read(key)
-        except (OSError, ValueError, RuntimeError) as exc:  # StorageError, InvalidNameError, an unreadable file
+        except (StorageError, OSError, ValueError) as exc:  # not ours, newer, damaged, unnamed, unreadable
             _note(report, key, CopyOutcome.FAILED, f"{key}: not copied: {exc}", warn)
             return
         try:
