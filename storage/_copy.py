@@ -241,10 +241,10 @@ async def copy_instances(source: CopySource, target: CopyTarget, *, replace: boo
             return
         message = None
         if outcome is CopyOutcome.DIFFERENT:
-            message = (f"{data.agent}/{data.name}: already in the target with other content (written there since "
+            message = (f"{data.agent}/{data.name}: already in the database with other content (written there since "
                        "an earlier copy?); left as it is (--replace overwrites it)")
         elif outcome is CopyOutcome.REPLACED:
-            message = f"{data.agent}/{data.name}: was in the target with other content; replaced"
+            message = f"{data.agent}/{data.name}: was in the database with other content; replaced"
         _note(report, key, outcome, message, warn)
 
     async def worker() -> None:
