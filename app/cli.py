@@ -132,8 +132,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-json", action="store_const", const=True, help="one JSON object per log line")
     migrate = sub.add_parser(
         "migrate-data", help="copy every instance of a SQLite data dir into PostgreSQL",
-        description="Copy every instance of a SQLite data dir into a PostgreSQL database (made or migrated as a "
-                    "server would), each in one transaction. Run it again after an interruption: what was copied "
+        description="Copy every instance of a SQLite data dir into a PostgreSQL database (made or migrated as a\n"
+                    "server would), each in one transaction. Run it again after an interruption: what was copied\n"
                     "is found there and left as it is. The data dir must not be in use by a server.",
         epilog=_MIGRATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     migrate.add_argument("--from", dest="source", metavar="DATA_DIR", required=True,
