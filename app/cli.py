@@ -1,4 +1,5 @@
-"""``think-server serve``: run the server from the command line."""
+"""``think-server serve``: run the server from the command line; ``think-server migrate-data``: copy a
+SQLite data dir's instances into PostgreSQL."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import importlib
 import ipaddress
 import logging
 import os
+import signal
 import socket
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,7 +20,18 @@ import uvicorn
 
 from think_server.harness import Agent, DataDirInUse, check_data_dir_free
 from think_server.protocol import agent_name_to_kebab
-from think_server.storage import StorageError, make_store, store_location
+from think_server.storage import (
+    CopyReport,
+    NotADataDir,
+    SchemaDrift,
+    StorageError,
+    StoreInUse,
+    copy_instances,
+    copy_source,
+    copy_target,
+    make_store,
+    store_location,
+)
 
 from ._asgi import create_app
 from ._httpprotocol import MAX_HEAD_BYTES, HttpEdge
@@ -116,12 +130,37 @@ def _parser() -> argparse.ArgumentParser:
         shown = "" if default in (None, (), "") else f" (default: {default})"
         serve.add_argument(flag, dest=setting, metavar=metavar, help=text + shown)
     serve.add_argument("--log-json", action="store_const", const=True, help="one JSON object per log line")
+    migrate = sub.add_parser(
+        "migrate-data", help="copy every instance of a SQLite data dir into PostgreSQL",
+        description="Copy every instance of a SQLite data dir into a PostgreSQL database (made or migrated as a\n"
+                    "server would), each in one transaction. Run it again after an interruption: what was copied\n"
+                    "is found there and left as it is. The data dir must not be in use by a server.",
+        epilog=_MIGRATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    migrate.add_argument("--from", dest="source", metavar="DATA_DIR", required=True,
+                         help="the data dir a server ran on (--data-dir, THINK_DATA_DIR)")
+    migrate.add_argument("--to", dest="target", metavar="URL",
+                         help="postgresql://user:password@host:port/database (default: $THINK_DATABASE_URL)")
+    migrate.add_argument("--instance", dest="names", metavar="AGENT/NAME", action="append", default=[],
+                         help="an instance's exact name, for a file made before files kept it (repeatable)")
+    migrate.add_argument("--replace", action="store_true",
+                         help="overwrite an instance found in the database with other content (default: leave it)")
+    migrate.add_argument("--workers", type=int, default=4, metavar="N",
+                         help="instances copied at once, each on its own connection (default: 4)")
     return parser
+
+
+_MIGRATE_EPILOG = """\
+An instance already in the database with the same content is skipped (copied by an earlier run);
+one with other content (written there since) is left as it is, with a warning, unless --replace.
+Exit status: 0 every instance is there; 1 some were left (each named above) or the copy could not
+run; 2 bad arguments; 130 interrupted (run it again to copy the rest).
+"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = vars(_parser().parse_args(argv))
-    args.pop("command")
+    if args.pop("command") == "migrate-data":
+        return migrate_data(args)
     target = args.pop("app") or os.environ.get("THINK_APP")
     try:
         settings = Settings.load(args, flags={setting: flag for flag, setting, _, _ in _FLAGS})
@@ -194,3 +233,107 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             log.info("%s", self._ready)
+
+
+def _instance_names(given: list[str]) -> list[tuple[str, str]]:
+    names = []
+    for value in given:
+        agent, sep, name = value.partition("/")
+        if not sep or not agent or not name:
+            raise CliError(f"--instance takes AGENT/NAME (e.g. assistant/order-1234); got {value!r}")
+        names.append((agent, name))
+    return names
+
+
+def migrate_data(args: dict[str, Any]) -> int:
+    """``think-server migrate-data``: its exit status (see ``_MIGRATE_EPILOG``)."""
+    url = args["target"] or os.environ.get("THINK_DATABASE_URL")
+    try:
+        if not url:
+            raise CliError("--to takes the PostgreSQL database to copy into (postgresql://user@host/database); "
+                           "got none (nor THINK_DATABASE_URL)")
+        if args["workers"] < 1:
+            raise CliError(f"--workers takes a number of at least 1; got {args['workers']}")
+        source = copy_source(args["source"], _instance_names(args["names"]))
+        target = copy_target(url, connections=args["workers"])
+    except (CliError, ValueError) as exc:
+        print(f"think-server migrate-data: {exc}", file=sys.stderr)
+        return 2
+    progress = _Progress()
+    try:
+        report = asyncio.run(_copy(source, target, progress, replace=args["replace"], workers=args["workers"]))
+    except KeyboardInterrupt:
+        done = progress.last
+        said = f" after {done.done} of {done.total} instances" if done is not None else ""
+        progress.end()
+        print(f"think-server migrate-data: interrupted{said}; each instance is copied whole or not at all: run it "
+              "again to copy the rest", file=sys.stderr)
+        return 130
+    except NotADataDir as exc:
+        print(f"think-server migrate-data: {exc}", file=sys.stderr)
+        return 2
+    except (StoreInUse, StorageError, SchemaDrift, OSError) as exc:
+        progress.end()
+        print(f"think-server migrate-data: {exc}", file=sys.stderr)
+        return 1
+    progress.show(report, final=True)
+    left = len(report.problems)
+    print(f"think-server migrate-data: {report.line()}"
+          + (f"; {left} left behind, each named above" if left else "; every instance is in the database"),
+          file=sys.stderr)
+    return 1 if left else 0
+
+
+async def _copy(source: Any, target: Any, progress: _Progress, *, replace: bool, workers: int) -> CopyReport:
+    # SIGTERM as Ctrl-C: the instance being written is rolled back, the copied ones stay.
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    loop.add_signal_handler(signal.SIGTERM, main_task.cancel)
+    await source.start()  # refuses a data dir a server holds, before it connects anywhere
+    try:
+        await target.start()
+        try:
+            return await copy_instances(source, target, replace=replace, workers=workers, progress=progress.show,
+                                        warn=progress.warn)
+        finally:
+            await target.close()
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
+    finally:
+        await source.close()
+
+
+class _Progress:
+    """The progress line on stderr: rewritten in place on a terminal (5 times a second at most), a
+    line every 2 s otherwise (a log)."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.last: CopyReport | None = None
+        self._shown = 0.0
+        self._open = False
+
+    def show(self, report: CopyReport, *, final: bool = False) -> None:
+        self.last = report
+        now = time.monotonic()
+        if not final and now - self._shown < (0.2 if self.tty else 2.0):
+            return
+        self._shown = now
+        if self.tty:
+            sys.stderr.write(f"\r\x1b[Kmigrate-data: {report.line()}")
+            self._open = True
+            if final:
+                self.end()
+        elif not final:
+            sys.stderr.write(f"migrate-data: {report.line()}\n")
+        sys.stderr.flush()
+
+    def warn(self, message: str) -> None:
+        self.end()
+        print(f"think-server migrate-data: warning: {message}", file=sys.stderr)
+
+    def end(self) -> None:
+        if self._open:
+            sys.stderr.write("\n")
+            self._open = False

@@ -16,7 +16,8 @@ modules, never another backend.
 
 from ._blocks import INSTANCE_SCOPE, BlockRow, session_scope
 from ._compactions import CompactionRow
-from ._default import default_store, make_store, store_location
+from ._copy import CopyOutcome, CopyReport, CopySource, CopyTarget, NotADataDir, SchemaDrift, copy_instances
+from ._default import copy_source, copy_target, default_store, make_store, store_location
 from ._messages import MessageRow
 from ._names import InvalidNameError, validate_agent_name, validate_instance_name
 from ._operations import OperationRow
@@ -34,13 +35,19 @@ __all__ = [
     "INSTANCE_SCOPE",
     "BlockRow",
     "CompactionRow",
+    "CopyOutcome",
+    "CopyReport",
+    "CopySource",
+    "CopyTarget",
     "Database",
     "InvalidNameError",
     "MessageRow",
+    "NotADataDir",
     "OperationRow",
     "Problem",
     "Reader",
     "ScheduleRow",
+    "SchemaDrift",
     "SearchHit",
     "SessionInfoRow",
     "SessionRow",
@@ -52,6 +59,9 @@ __all__ = [
     "Tx",
     "WorkIndex",
     "WorkspaceFileRow",
+    "copy_instances",
+    "copy_source",
+    "copy_target",
     "default_store",
     "describe_problem",
     "driver_errors",

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
+from ._copy import CopySource, CopyTarget
 from ._store import Store
 from .postgres import DEFAULT_POOL_SIZE, PostgresStore
+from .postgres._import import PostgresTarget
 from .postgres._pool import safe_url
 from .sqlite import SqliteStore
+from .sqlite._export import SqliteSource
 
-__all__ = ["default_store", "make_store", "store_location"]
+__all__ = ["copy_source", "copy_target", "default_store", "make_store", "store_location"]
 
 
 def default_store(data_dir: str | os.PathLike[str]) -> Store:
@@ -30,3 +34,14 @@ def make_store(data_dir: str | os.PathLike[str], database_url: str | None = None
 def store_location(data_dir: str | os.PathLike[str], database_url: str | None = None) -> str:
     """Where :func:`make_store`'s store keeps its data, for a log line: the data dir, or the URL (no password)."""
     return safe_url(database_url) if database_url is not None else str(Path(data_dir).resolve())
+
+
+def copy_source(data_dir: str | os.PathLike[str], names: Iterable[tuple[str, str]] = ()) -> CopySource:
+    """Every instance of the SQLite data dir ``data_dir``, for :func:`copy_instances` (``names``:
+    (agent, name) pairs that name files made before files kept their instance's name)."""
+    return SqliteSource(Path(data_dir), names)
+
+
+def copy_target(database_url: str, *, connections: int = 4) -> CopyTarget:
+    """The PostgreSQL database at ``database_url``, for :func:`copy_instances` (ValueError: not such a URL)."""
+    return PostgresTarget(database_url, connections=connections)

@@ -328,3 +328,18 @@ async def test_the_security_curl_lines_run(tmp_path: Path) -> None:
     assert json.loads(plain)["error"].startswith("expected a JSON body (Content-Type: application/json), got "
                                                  "Content-Type 'text/plain'")
     assert not (tmp_path / "data" / "agents" / "assistant").exists(), "a refused request made an instance"
+
+
+async def test_the_migrate_data_example_runs(tmp_path: Path, postgres_url: str) -> None:
+    block = sh_block("migrate-data --from")
+    command = next(line for line in block.splitlines() if "migrate-data --from" in line)
+    args = shlex.split(command.replace("postgresql://think:secret@db.internal:5432/think", postgres_url))
+    assert args[:2] == [".venv/bin/think-server", "migrate-data"]
+    example = tmp_path / "example.py"  # the Python API example's data dir: ./data, one instance
+    example.write_text(python_block("async with Harness("))
+    subprocess.run([sys.executable, str(example)], cwd=tmp_path, check=True, capture_output=True, timeout=60,
+                   env={**os.environ, "PYTHONPATH": str(README.parent)})
+    done = subprocess.run([sys.executable, "-m", "think_server", *args[1:]], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(README.parent)})
+    assert done.returncode == 0, done.stderr
+    assert "1/1 instances (1 copied), " in done.stderr and "every instance is in the database" in done.stderr

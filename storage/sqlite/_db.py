@@ -73,6 +73,21 @@ _LOAD_SCHEMA = " SELECT 1 FROM meta WHERE 0;"
 # millisecond here, with synchronous=NORMAL the only sync a commit makes). Made here, on the file's
 # thread, it is not paid on the event loop by the first turn; the row says when the file was made.
 _START_WAL = " INSERT INTO meta (key, value) VALUES ('created_at', '{now}') ON CONFLICT (key) DO NOTHING;"
+# A file's name says its agent but not its instance's exact name (``_paths``: lowercased, cut, hashed),
+# and copying it elsewhere (``think-server migrate-data``) needs it: a new file says it in ``meta``,
+# in the same script (no trip of its own).
+_NAME_ROWS = " INSERT INTO meta (key, value) VALUES ('agent', {agent}), ('name', {name}) ON CONFLICT (key) DO NOTHING;"
+
+
+def _sql_text(value: str) -> str:
+    """``value`` as an SQL string literal (a checked name: no NUL; quotes doubled)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _names(instance: tuple[str, str] | None) -> str:
+    if instance is None:
+        return ""
+    return _NAME_ROWS.format(agent=_sql_text(instance[0]), name=_sql_text(instance[1]))
 
 
 class SqliteReader(SqliteBlockReads, SqliteCompactionReads, SqliteMessageReads, SqliteOperationReads,
@@ -172,7 +187,9 @@ class SqliteDatabase(Database):
         return True
 
     @classmethod
-    async def open(cls, path: Path) -> SqliteDatabase:
+    async def open(cls, path: Path, instance: tuple[str, str] | None = None) -> SqliteDatabase:
+        """The file at ``path``, made if it is not there (then it records ``instance``, its agent and
+        name, when given), migrated if it is older."""
         made = await asyncio.to_thread(_prepare, path)
         # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change.
         try:
@@ -190,9 +207,12 @@ class SqliteDatabase(Database):
             migrated = version == SCHEMA_VERSION
             await conn.executescript(_SETTINGS.format(busy=0 if migrated else BUSY_WAIT_MS)
                                      + (_LOAD_SCHEMA if migrated else "")
-                                     + (_START_WAL.format(now=int(time.time() * 1000)) if made else ""))
+                                     + (_START_WAL.format(now=int(time.time() * 1000)) + _names(instance)
+                                        if made else ""))
             if not migrated:
                 await _migrate(conn, version)
+                if version == 0:  # new, made migration by migration
+                    await conn.executescript(_names(instance))
                 await conn.execute_fetchall("PRAGMA busy_timeout=0")
         except BaseException as exc:
             await conn.close()

@@ -41,7 +41,7 @@ class SqliteStore(Store):
         os.close(_lock_data_dir(self.data_dir))
 
     async def open(self, agent: str, name: str) -> Database:
-        return await SqliteDatabase.open(self.path_of(agent, name))
+        return await SqliteDatabase.open(self.path_of(agent, name), (agent, name))
 
     async def exists(self, agent: str, name: str) -> bool:
         # A stat, on the loop as it always was: no thread hop for the check every socket and request makes.
