@@ -17,6 +17,7 @@ modules, never another backend.
 from ._blocks import INSTANCE_SCOPE, BlockRow, session_scope
 from ._compactions import CompactionRow
 from ._default import default_store, make_store, store_location
+from ._leases import DEFAULT_LEASE_S, Lease, LeaseHeld, LeaseLost, Leases, Node, default_node_id
 from ._messages import MessageRow
 from ._names import InvalidNameError, validate_agent_name, validate_instance_name
 from ._operations import OperationRow
@@ -31,12 +32,18 @@ from ._tool_calls import ToolCallRow
 from ._workspace import WorkspaceFileRow
 
 __all__ = [
+    "DEFAULT_LEASE_S",
     "INSTANCE_SCOPE",
     "BlockRow",
     "CompactionRow",
     "Database",
     "InvalidNameError",
+    "Lease",
+    "LeaseHeld",
+    "LeaseLost",
+    "Leases",
     "MessageRow",
+    "Node",
     "OperationRow",
     "Problem",
     "Reader",
@@ -52,6 +59,7 @@ __all__ = [
     "Tx",
     "WorkIndex",
     "WorkspaceFileRow",
+    "default_node_id",
     "default_store",
     "describe_problem",
     "driver_errors",
