@@ -150,11 +150,12 @@ async def test_two_nodes_racing_to_activate_one_instance_make_one_owner_in_hundr
     rounds = 200
     async with httpx.AsyncClient(timeout=30) as http:
         for i in range(rounds):
-            answers = await asyncio.gather(*(http.post(f"{n.base}/agents/{AGENT}/race-{i}/submit", json={"input": "hi"})
-                                             for n in (a, b)))
+            answers = await asyncio.gather(*(http.post(f"{n.base}/agents/{AGENT}/race-{i}/submit",
+                                                       json={"input": "hi"}) for n in (a, b)))
             codes = sorted(r.status_code for r in answers)
             assert codes == [202, 503], f"round {i}: {[(r.status_code, r.text) for r in answers]}"
-    rows = await db.fetch("SELECT i.name, l.owner, l.epoch, (SELECT count(*) FROM operations o WHERE o.instance = i.id) "
+    rows = await db.fetch("SELECT i.name, l.owner, l.epoch, "
+                          "(SELECT count(*) FROM operations o WHERE o.instance = i.id) "
                           "FROM instances i JOIN leases l ON l.instance = i.id WHERE i.name LIKE 'race-%'")
     assert len(rows) == rounds
     assert all(r[2] == 1 and r[3] == 1 for r in rows), "one take, one submission, per instance"
@@ -164,7 +165,7 @@ async def test_two_nodes_racing_to_activate_one_instance_make_one_owner_in_hundr
 
 async def test_an_owner_stopped_past_its_lease_is_taken_over_and_after_it_runs_again_writes_nothing(
         cluster: _Cluster, db: asyncpg.Connection) -> None:
-    a, b = await cluster.start("node-a"), await cluster.start("node-b")
+    a, _ = await cluster.start("node-a"), await cluster.start("node-b")
     client = await Client.open(f"{a.ws_base}/agents/{AGENT}/stopped")
     try:
         rid, frame, _ = chat_request("slow")
@@ -182,7 +183,8 @@ async def test_an_owner_stopped_past_its_lease_is_taken_over_and_after_it_runs_a
         before = await _everything(db, "stopped")
         os.kill(a.proc.pid, signal.SIGCONT)
         # Node a learns it lost the lease (its renew, or its next write, says so) and closes the socket.
-        await asyncio.wait_for(client._reader, 15) if client._reader is not None else None
+        assert client._reader is not None
+        await asyncio.wait_for(client._reader, 15)
         assert client.ws.close_code == 1012, "not terminal: the client reconnects, to the node that serves it now"
         await asyncio.sleep(LEASE_S * 2)  # time for a's stalled stream to try to write, had it not stopped
         assert await _everything(db, "stopped") == before, "node a wrote nothing after the takeover"
@@ -204,7 +206,7 @@ async def _settled(db: asyncpg.Connection, name: str) -> bool:
 
 async def test_the_turn_of_a_killed_owner_is_taken_over_with_no_client(cluster: _Cluster,
                                                                        db: asyncpg.Connection) -> None:
-    a, b = await cluster.start("node-a"), await cluster.start("node-b")
+    a, _ = await cluster.start("node-a"), await cluster.start("node-b")
     async with httpx.AsyncClient() as http:
         assert (await http.post(f"{a.base}/agents/{AGENT}/killed/submit", json={"input": "slow"})).status_code == 202
     await _until(lambda: _more_than(db, "killed", 5), "node a streamed a few words")
@@ -224,7 +226,7 @@ async def _more_than(db: asyncpg.Connection, name: str, n: int) -> bool:
 
 async def test_a_schedule_due_while_its_node_is_down_fires_exactly_once(cluster: _Cluster,
                                                                         db: asyncpg.Connection) -> None:
-    a, b = await cluster.start("node-a"), await cluster.start("node-b")  # b knows nothing of it
+    a, _ = await cluster.start("node-a"), await cluster.start("node-b")  # b knows nothing of it
     async with httpx.AsyncClient() as http:
         made = await http.post(f"{a.base}/agents/{AGENT}/timed/schedules", json={"input": "ping", "delay_s": 2})
         assert made.status_code == 201, made.text
