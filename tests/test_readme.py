@@ -322,3 +322,11 @@ async def test_the_security_curl_lines_run(tmp_path: Path) -> None:
     assert json.loads(plain)["error"].startswith("expected a JSON body (Content-Type: application/json), got "
                                                  "Content-Type 'text/plain'")
     assert not (tmp_path / "data" / "agents" / "assistant").exists(), "a refused request made an instance"
+
+
+async def test_the_cluster_example_serves_an_instance_on_one_node(tmp_path: Path, postgres_url: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "cluster_example.py"
+    script.write_text(python_block("async def two_nodes("))
+    await runpy.run_path(str(script))["two_nodes"](postgres_url)
+    assert capsys.readouterr().out.splitlines() == ["You said: hi", "a http://a.internal:8000"]
