@@ -104,8 +104,9 @@ class Actor:
     def connections(self) -> int:
         return sum(len(c.connections) for c in self.chats.values())
 
-    def closed(self) -> None:
-        """The instance closed (a running turn was suspended and committed first)."""
+    def closed(self, code: int = 1012, reason: str = "server restarting") -> None:
+        """The instance closed (a running turn was suspended and committed first), or this node lost
+        its lease (then at once, before anything else of it reaches a client)."""
         if self.state is ActorState.CLOSED:
             return
         self.state = ActorState.CLOSED
@@ -118,7 +119,7 @@ class Actor:
             events.close()
         for chat in self.chats.values():
             for conn in list(chat.connections.values()):
-                conn.close(1012, "server restarting")  # 1012: not terminal, the client reconnects and resumes
+                conn.close(code, reason)  # 1012, 1013: not terminal, the client reconnects and resumes
             chat.close()
 
 
@@ -131,6 +132,7 @@ class ChatHost:
         self._on_event = on_event
         harness.registry.on_open.append(self._opened)
         harness.registry.on_closed.append(self._closed)
+        harness.registry.on_lost.append(self._lost)
 
     def _opened(self, instance: Instance) -> None:
         actor = Actor(instance)
@@ -150,6 +152,12 @@ class ChatHost:
         if actor is not None and actor.instance is instance:
             del self._actors[(instance.agent_name, instance.name)]
             actor.closed()
+
+    def _lost(self, instance: Instance) -> None:
+        actor = self._actors.get((instance.agent_name, instance.name))
+        if actor is not None and actor.instance is instance:
+            # Its sockets close now: the client reconnects, and reaches the node that serves it now.
+            actor.closed(1012, "this conversation moved to another server")
 
     def actor(self, instance: Instance) -> Actor:
         return self._actors[(instance.agent_name, instance.name)]

@@ -55,10 +55,11 @@ from think_server.protocol import (
     load_json,
     load_json_object,
 )
-from think_server.storage import StorageError, describe_problem
+from think_server.storage import LeaseHeld, StorageError, describe_problem
 
 from ._actor import ChatHost
 from ._admission import AddressLimits, SocketCap
+from ._moved import moved_response
 from ._offload import off_loop
 
 __all__ = ["MAX_WAIT_S", "api_routes"]
@@ -109,6 +110,8 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
                 return exc.response()
             except CapacityError as exc:
                 return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+            except LeaseHeld as exc:
+                return moved_response(exc)
             except StorageError as exc:
                 body = {"error": f"this agent instance cannot be used: {describe_problem(exc.problem)} ({exc})",
                         "problem": exc.problem.value}

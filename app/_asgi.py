@@ -29,6 +29,7 @@ from think_server.harness import (
 )
 from think_server.storage import (
     InvalidNameError,
+    LeaseHeld,
     StorageError,
     describe_problem,
     make_store,
@@ -42,6 +43,7 @@ from ._auth import Authenticator, AuthError
 from ._fdlimit import fd_budget
 from ._guard import Guard, HostPolicy, TrustedProxies
 from ._metrics import CONTENT_TYPE_LATEST, Metrics
+from ._moved import moved_response
 from ._openapi import openapi
 from ._socket import SocketServices, serve_socket
 from ._web import web_routes
@@ -81,7 +83,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
                           hibernate_after_s=settings.hibernate_after_s,
                           stream_grace_s=settings.stream_grace_s,
                           transcript_memory_mb=settings.transcript_memory_mb,
-                          input_policy=settings.input_policy(), recovery_concurrency=settings.recovery_concurrency)
+                          input_policy=settings.input_policy(), recovery_concurrency=settings.recovery_concurrency,
+                          node=settings.node())
     except ModelSpecError as exc:
         raise ValueError(f"invalid model setting: {exc}") from exc
     routed = harness.agents
@@ -153,6 +156,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
                 instance = await registry.get(agent, name)
             except CapacityError as exc:
                 return PlainTextResponse(str(exc), status_code=503, headers={"Retry-After": "1"})
+            except LeaseHeld as exc:
+                return moved_response(exc)
             except StorageError as exc:  # the registry logged it
                 kind = exc.problem
                 body = {"error": f"this agent instance cannot be opened: {describe_problem(kind)} ({exc})",

@@ -31,7 +31,7 @@ from think_server.protocol import (
     is_unicode_text,
     parse_client_frame,
 )
-from think_server.storage import StorageError, describe_problem, driver_errors, problem_of
+from think_server.storage import LeaseHeld, StorageError, describe_problem, driver_errors, problem_of
 
 from ._actor import Actor, ChatHost
 from ._admission import AddressLimits, OriginPolicy, SocketCap, connection_id_problem
@@ -40,6 +40,7 @@ from ._close import close_reason
 from ._connection import Connection
 from ._logging import current_agent, current_instance
 from ._metrics import Metrics
+from ._moved import CLOSE_MOVED, moved_words
 from ._thinkchat import ThinkChat, error_frame
 from .settings import Settings
 
@@ -278,6 +279,9 @@ async def _admit(ws: WebSocket, agent: str, name: str, services: SocketServices)
     except CapacityError as exc:
         metrics.refusals.labels("capacity").inc()
         await _refuse(ws, str(exc), CLOSE_TRY_LATER, "at capacity")
+    except LeaseHeld as exc:  # never served by a node that does not hold the lease: the client comes back
+        metrics.refusals.labels("moved").inc()
+        await _refuse(ws, moved_words(exc), CLOSE_MOVED, f"served by node {exc.owner} {exc.address}")
     except StorageError as exc:  # the registry logged it (once, for a file that cannot be used)
         metrics.refusals.labels("storage").inc()
         words = describe_problem(exc.problem)

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from think_server.harness import InputPolicy
+from think_server.storage import Node, default_node_id
 
 __all__ = ["ENV_PREFIX", "Settings", "SettingsError"]
 
@@ -40,6 +41,16 @@ class Settings(BaseModel):
     database_url: str | None = None
     #: Connections to ``database_url`` this server keeps at most (PostgreSQL spends a process on each).
     database_pool_size: int = Field(10, ge=1, le=1000)
+    #: This server's id in a cluster (``database_url`` shared by several servers): the owner named in
+    #: the leases it holds. Unset: host name, process id and randomness (unique per process). Two
+    #: running servers must never share one.
+    node_id: str | None = Field(None, min_length=1, max_length=200)
+    #: Where the other nodes and clients reach this server (``http://10.0.0.5:8000``): named to a
+    #: request for an instance it serves that reaches another node. Unset: ``http://{host}:{port}``.
+    node_url: str | None = None
+    #: How long a node's lease on an instance lasts unless renewed (every third of it): the longest
+    #: a dead node's conversations wait before another node takes them over.
+    lease_s: float = Field(10.0, ge=0.5, le=600)
     #: The model of every agent that names none, e.g. ``scripted:script.json`` or ``openai:gpt-4.1-mini``.
     model: str | None = None
     #: The built chat page served at ``/`` (its ``index.html`` and ``assets/``); None: ``app/web/dist``.
@@ -150,6 +161,20 @@ class Settings(BaseModel):
             raise ValueError("expected a PostgreSQL URL, postgresql://user:password@host:port/database")
         return value
 
+    @field_validator("node_url")
+    @classmethod
+    def _node_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("expected the URL this server is reached at, e.g. http://10.0.0.5:8000")
+        return value
+
+    @field_validator("node_id")
+    @classmethod
+    def _node_id(cls, value: str | None) -> str | None:
+        if value is not None and not value.isprintable():
+            raise ValueError("expected printable characters")
+        return value
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, value: str) -> str:
@@ -194,6 +219,11 @@ class Settings(BaseModel):
         one message can take.
         """
         return 2 * self.max_frame_bytes
+
+    def node(self) -> Node:
+        """This server as a node of a cluster (used when ``database_url`` is set)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return Node(self.node_id or default_node_id(), self.node_url or f"http://{host}:{self.port}", self.lease_s)
 
     @property
     def auth_enabled(self) -> bool:

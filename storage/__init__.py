@@ -18,6 +18,7 @@ from ._blocks import INSTANCE_SCOPE, BlockRow, session_scope
 from ._compactions import CompactionRow
 from ._copy import CopyOutcome, CopyReport, CopySource, CopyTarget, NotADataDir, SchemaDrift, copy_instances
 from ._default import copy_source, copy_target, default_store, make_store, store_location
+from ._leases import DEFAULT_LEASE_S, Lease, LeaseHeld, LeaseLost, Leases, Node, default_node_id
 from ._messages import MessageRow
 from ._names import InvalidNameError, validate_agent_name, validate_instance_name
 from ._operations import OperationRow
@@ -32,6 +33,7 @@ from ._tool_calls import ToolCallRow
 from ._workspace import WorkspaceFileRow
 
 __all__ = [
+    "DEFAULT_LEASE_S",
     "INSTANCE_SCOPE",
     "BlockRow",
     "CompactionRow",
@@ -41,7 +43,12 @@ __all__ = [
     "CopyTarget",
     "Database",
     "InvalidNameError",
+    "Lease",
+    "LeaseHeld",
+    "LeaseLost",
+    "Leases",
     "MessageRow",
+    "Node",
     "NotADataDir",
     "OperationRow",
     "Problem",
@@ -62,6 +69,7 @@ __all__ = [
     "copy_instances",
     "copy_source",
     "copy_target",
+    "default_node_id",
     "default_store",
     "describe_problem",
     "driver_errors",

@@ -29,6 +29,7 @@ class Problem(enum.Enum):
     FOREIGN = "foreign"  # a database of another application
     NEWER_SCHEMA = "newer_schema"  # written by a newer server
     UNREACHABLE = "unreachable"  # a database server the connection to was lost, or cannot be made
+    MOVED = "moved"  # another node of a cluster holds the instance's lease (or took it from this one)
 
     @property
     def transient(self) -> bool:
@@ -37,7 +38,7 @@ class Problem(enum.Enum):
 
 
 _TRANSIENT = frozenset({Problem.DISK_FULL, Problem.READ_ONLY, Problem.IO_ERROR, Problem.CANNOT_OPEN, Problem.BUSY,
-                        Problem.UNREACHABLE})
+                        Problem.UNREACHABLE, Problem.MOVED})
 
 
 class StorageError(Exception):
@@ -76,6 +77,7 @@ _WORDS = {
     Problem.FOREIGN: "this conversation's file belongs to another application",
     Problem.NEWER_SCHEMA: "this conversation's file was written by a newer server",
     Problem.UNREACHABLE: "the server lost its connection to its database",
+    Problem.MOVED: "this conversation is served by another server of the cluster",
 }
 
 Classify = Callable[[BaseException], "Problem | None"]

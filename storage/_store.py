@@ -16,6 +16,7 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
+from ._leases import Lease, Leases, Node
 from ._statements import Reader, Tx
 
 __all__ = ["Database", "Store", "StoreInUse", "WorkIndex"]
@@ -37,6 +38,9 @@ class Database(Protocol):
     #: Made empty by this open, and nothing written since: every read would find nothing (a new
     #: instance skips them: they are most of its activation's trips to storage).
     fresh: bool
+    #: The lease its writes are fenced by (``_leases``), once :meth:`Leases.take` took it; None for a
+    #: store without leases (SQLite: one server per data dir).
+    lease: Lease | None
 
     def transaction(self) -> AbstractAsyncContextManager[Tx]:
         """One state change: ``async with db.transaction() as tx:``; everything inside commits
@@ -122,6 +126,11 @@ class Store(Protocol):
 
     def check_free(self) -> None:
         """Raise :class:`StoreInUse` if another server holds the store now (for a CLI, before it starts)."""
+        ...
+
+    def leases(self, node: Node) -> Leases | None:
+        """The leases ``node`` takes of instances in a store servers share (once started); None for a
+        store one server holds alone, where every instance is its own."""
         ...
 
     async def open(self, agent: str, name: str) -> Database:

@@ -343,3 +343,11 @@ async def test_the_migrate_data_example_runs(tmp_path: Path, postgres_url: str) 
                           text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(README.parent)})
     assert done.returncode == 0, done.stderr
     assert "1/1 instances (1 copied), " in done.stderr and "every instance is in the database" in done.stderr
+
+
+async def test_the_cluster_example_serves_an_instance_on_one_node(tmp_path: Path, postgres_url: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "cluster_example.py"
+    script.write_text(python_block("async def two_nodes("))
+    await runpy.run_path(str(script))["two_nodes"](postgres_url)
+    assert capsys.readouterr().out.splitlines() == ["You said: hi", "a http://a.internal:8000"]

@@ -20,9 +20,12 @@ from types import TracebackType
 
 from think_server.protocol import agent_name_to_kebab
 from think_server.storage import (
+    DEFAULT_LEASE_S,
     InvalidNameError,
+    Node,
     Store,
     StoreInUse,
+    default_node_id,
     default_store,
     validate_agent_name,
     validate_instance_name,
@@ -32,7 +35,7 @@ from .._clock import Clock
 from .._input import InputPolicy
 from .._model import Model
 from ..agent import Agent
-from ..instances import ROOT_SESSION, Instance, InstanceRegistry, StartupRecovery, validate_session_id
+from ..instances import ROOT_SESSION, Instance, InstanceRegistry, StartupRecovery, Takeover, validate_session_id
 from ..memory import HistoryBudget
 from ..providers import resolve_model
 from ..schedules import Scheduler
@@ -57,6 +60,11 @@ class Harness:
     once. Work a crash left open resumes in the background when the harness starts
     (``recovery_concurrency`` instances at a time). Schedules run from :meth:`start` to
     :meth:`close`, a schedule missed while stopped once at start.
+
+    On a store servers share (PostgreSQL), the harness is one ``node`` of a cluster (default: an id
+    unique to this process, its leases lasting ``DEFAULT_LEASE_S``): it serves an instance only while
+    it holds the instance's lease, and every ``takeover_scan_s`` (default: half the lease time) it
+    opens the instances whose work no live node serves (README "Cluster").
     """
 
     def __init__(self, agents: Mapping[str, Agent], *, data_dir: str | os.PathLike[str] = "data",
@@ -64,7 +72,8 @@ class Harness:
                  hibernate_after_s: float = 30.0,
                  stream_grace_s: float = 600.0, transcript_memory_mb: float = 128,
                  input_policy: InputPolicy | None = None, recovery_concurrency: int = 8,
-                 clock: Clock | None = None, store: Store | None = None) -> None:
+                 clock: Clock | None = None, store: Store | None = None, node: Node | None = None,
+                 takeover_scan_s: float | None = None) -> None:
         self.agents: dict[str, Agent] = {}
         for name, agent in agents.items():
             key = agent_name_to_kebab(name)
@@ -90,6 +99,15 @@ class Harness:
         self.recovery = StartupRecovery(self.registry, recovery_concurrency)
         #: Runs the schedules of every instance (see :meth:`schedules`).
         self.scheduler = Scheduler(self.registry, self.clock, recovery_concurrency)
+        #: This server as the other nodes of a cluster see it (used only on a store with leases).
+        self.node = node or Node(default_node_id(), "", DEFAULT_LEASE_S)
+        # Asked before the store starts: its connections are made knowing the lease time.
+        self.registry.leases = self.store.leases(self.node)
+        #: In a cluster: opens the instances whose node died (None on a store one server holds).
+        self.takeover: Takeover | None = None
+        if self.registry.leases is not None:
+            scan = takeover_scan_s if takeover_scan_s is not None else self.node.lease_s / 2
+            self.takeover = Takeover(self.registry, self.registry.leases, scan)
         self._started = False
 
     # -- lifetime ---------------------------------------------------------------
@@ -105,10 +123,14 @@ class Harness:
         self._started = True
         self.recovery.start(await self.registry.open_index())
         await self.scheduler.start()
+        if self.takeover is not None:
+            self.takeover.start()
 
     async def close(self) -> None:
         """Stop schedules and recovery, close every instance (running turns resume at the next start),
         close the models."""
+        if self.takeover is not None:
+            await self.takeover.close()
         await self.scheduler.close()
         await self.recovery.close()
         await self.registry.close()

@@ -3,7 +3,8 @@ and the registry that opens and closes them.
 
 ``_instance``: one instance; ``_registry``: opening on first use under a cap, closing idle ones;
 ``_sessions``: the sessions of an instance (list, create, fork, rename, delete); ``_startup``:
-reopening at start, in the background, the instances the work index lists.
+reopening at start, in the background, the instances the work index lists; ``_takeover``: in a
+cluster, opening the instances whose node died.
 
 May import: the top and ``session``, ``turn``, ``agent``, ``toolsets``, ``memory``, ``providers``.
 """
@@ -25,6 +26,7 @@ from ._sessions import (
     validate_session_id,
 )
 from ._startup import StartupRecovery
+from ._takeover import Takeover
 
 __all__ = [
     "ROOT_SESSION",
@@ -36,6 +38,7 @@ __all__ = [
     "SessionInfo",
     "SessionNotFound",
     "StartupRecovery",
+    "Takeover",
     "create_session",
     "delete_session",
     "fork_session",

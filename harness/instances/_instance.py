@@ -208,6 +208,12 @@ class Instance:
             log.warning("instance %s/%s: closing its file to hibernate failed: %s", self.agent_name, self.name, exc)
             return False
 
+    def halt(self) -> None:
+        """Stop every session's work now, before the next await (the instance's lease was lost):
+        running turns are cut short (their writes are refused anyway), nothing new starts; :meth:`close` follows."""
+        for s in self._sessions.values():
+            s.halt()
+
     async def close(self) -> None:
         for s in self._sessions.values():
             await s.close()

@@ -12,6 +12,15 @@ least recently used idle instances first, then from those only followers watch
 An instance whose storage cannot be used (damaged, another application's, newer)
 is remembered with its store's stamp (SQLite: the file's size and time): until it
 changes, asking for it again answers the same error without opening it or logging again.
+
+In a cluster (a store with leases, see ``_leases``): an instance is opened only once this node
+took its lease, before anything of it is read for a write (recovery included); the leases of
+every instance open or opening are renewed in one statement every third of the lease time, and
+one is released when its instance closes, so that another node may take it at once. An instance
+whose lease is lost (a renew, a fenced write or :meth:`Lease.ensure` says so) is stopped at once:
+the ``on_lost`` listeners hear it before the next await (the server closes its sockets), its
+running turns are cut short without writing, and it closes. Opening an instance another live node
+holds raises :class:`~think_server.storage.LeaseHeld`, naming that node.
 """
 
 from __future__ import annotations
@@ -25,7 +34,16 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from think_server.storage import StorageError, Store, WorkIndex, driver_errors, problem_of
+from think_server.storage import (
+    Lease,
+    LeaseHeld,
+    Leases,
+    StorageError,
+    Store,
+    WorkIndex,
+    driver_errors,
+    problem_of,
+)
 
 from .._clock import Clock
 from .._input import InputPolicy
@@ -88,6 +106,14 @@ class InstanceRegistry:
         self.capped_by = "max_instances"
         # Instances whose storage cannot be used, with the store's stamp of it when that was found.
         self._broken: dict[_Key, tuple[StorageError, object]] = {}
+        #: This node's leases (None: a store one server holds alone); set before the first activation.
+        self.leases: Leases | None = None
+        # The lease of each instance open, opening or closing, renewed together.
+        self._leases: dict[_Key, Lease] = {}
+        self._renewer: asyncio.Task[None] | None = None
+        #: Called with an instance the moment its lease is found lost, before it closes: stop every
+        #: effect of it now (the server closes its sockets).
+        self.on_lost: list[Callable[[Instance], None]] = []
 
     def cap(self, max_instances: int, why: str) -> None:
         """Open at most ``max_instances`` instances (fewer than configured): ``why`` names the limit."""
@@ -275,19 +301,25 @@ class InstanceRegistry:
                 if error is None or error is exc:
                     raise
                 raise error from exc
+            lease = await self._take_lease(key, db)
             instance = Instance(db, self.agents[agent], self._models[agent], self._clock,
                                 stream_grace_ms=self._stream_grace_ms, policy=self._policy,
                                 on_work=functools.partial(self._on_work, agent, name), budget=self.history_budget,
                                 key=key)
             instance.models = self.model_cache
             instance.host = self.host
+            if lease is not None:
+                lease.on_lost.append(lambda _: self._lost(key, instance))
             try:
                 for hook in list(self.on_open):
                     hook(instance)
                 await instance.recover()  # after the hooks: what resumes reaches the host's listeners
+                if lease is not None and lease.lost is not None:
+                    raise lease.error()  # lost while it recovered: never served here
             except BaseException:
                 await instance.close()
                 self._notify_closed(instance)
+                await self._release_lease(key, lease)
                 raise
             self._open[key] = instance
             self._ensure_sweeper()
@@ -302,6 +334,77 @@ class InstanceRegistry:
             await instance.close()
         finally:
             self._notify_closed(instance)
+            await self._release_lease((instance.agent_name, instance.name), instance.db.lease)
+
+    # -- leases ------------------------------------------------------------------
+
+    async def _take_lease(self, key: _Key, db: Any) -> Lease | None:
+        """This node's lease of the instance (None without leases); LeaseHeld if a live node holds it."""
+        if self.leases is None:
+            return None
+        try:
+            lease = await self.leases.take(db)
+        except BaseException as exc:
+            await db.close()
+            if isinstance(exc, LeaseHeld):
+                log.debug("%s/%s is served by %s (%s)", key[0], key[1], exc.owner, exc.address)
+            elif isinstance(exc, Exception):
+                log.warning("cannot take the lease of %s/%s: %s", key[0], key[1], exc)
+            raise
+        self._leases[key] = lease
+        self._ensure_renewer()
+        return lease
+
+    async def _release_lease(self, key: _Key, lease: Lease | None) -> None:
+        if lease is None or self.leases is None:
+            return
+        if self._leases.get(key) is lease:
+            del self._leases[key]
+        if lease.lost is None:
+            try:
+                await self.leases.release(lease)
+            except Exception as exc:  # it expires by itself: another node waits the lease time, no longer
+                log.warning("could not release the lease of %s/%s: %s", key[0], key[1], exc)
+
+    def _lost(self, key: _Key, instance: Instance) -> None:
+        """The instance's lease is lost: stop every effect of it now, and close it."""
+        log.warning("%s/%s: this node lost its lease (%s); stopping it", key[0], key[1],
+                    instance.db.lease.lost if instance.db.lease is not None else "")
+        instance.halt()
+        for hook in list(self.on_lost):
+            try:
+                hook(instance)
+            except Exception:
+                log.exception("on_lost hook failed for %s/%s", key[0], key[1])
+        if self._open.get(key) is instance and key not in self._closing:
+            self._start_close(key, instance, keep_place=True)
+
+    def _ensure_renewer(self) -> None:
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.create_task(self._renew_loop(), name="lease-renewer")
+
+    async def _renew_loop(self) -> None:
+        assert self.leases is not None
+        # A third of the lease time: one renewal may fail (a dropped connection, a slow database)
+        # and the next still lands with a third of the lease to spare.
+        interval = self.leases.node.lease_s / 3
+        while self._leases and not self._closed:
+            await asyncio.sleep(interval)
+            await self.renew_leases()
+
+    async def renew_leases(self) -> list[Lease]:
+        """Renew every lease this node holds, in one statement; the ones lost (their instances stop)."""
+        if self.leases is None:
+            return []
+        held = [lease for lease in self._leases.values() if lease.lost is None]
+        try:
+            return await self.leases.renew(held)
+        except Exception as exc:
+            log.warning("could not renew this node's %d lease(s): %s", len(held), exc)
+            late = [lease for lease in held if not lease.held]
+            for lease in late:  # another node may have taken them by now: stop serving them
+                lease.lose("not renewed in time (the database could not be reached)")
+            return late
 
     def _notify_closed(self, instance: Instance) -> None:
         for hook in list(self.on_closed):
@@ -355,10 +458,11 @@ class InstanceRegistry:
 
     async def close(self) -> None:
         self._closed = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        for background in (self._sweeper, self._renewer):
+            if background is not None:
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
         for task in list(self._activating.values()):
             with contextlib.suppress(Exception):
                 await task

@@ -17,6 +17,8 @@ import enum
 import logging
 from collections import deque
 
+from think_server.storage import LeaseHeld
+
 from ._registry import CapacityError, InstanceRegistry
 
 __all__ = ["RecoveryState", "StartupRecovery"]
@@ -90,6 +92,8 @@ class StartupRecovery:
                 await asyncio.sleep(wait)  # every open instance is busy: wait for one to finish
                 wait = min(wait * 2, _LONGEST_WAIT_S)
                 continue
+            except LeaseHeld:
+                return  # a cluster: another live node serves it (its work goes on there)
             except Exception:
                 self.failed += 1  # the registry said why, once
                 return

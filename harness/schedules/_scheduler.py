@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 
-from think_server.storage import StorageError
+from think_server.storage import LeaseHeld, StorageError
 
 from .._clock import Clock
 from ..instances import CapacityError, Instance, InstanceRegistry
@@ -163,6 +163,11 @@ class Scheduler:
             instance = await self._registry.get(*key)
         except CapacityError:
             self._retry(key, _RETRY_MS)  # every open instance is busy: wait for one to finish
+            return
+        except LeaseHeld:
+            # A cluster: the node that serves it fires its schedules (the lease makes it one node). If
+            # that node dies, the takeover scan finds the wake due and opens it here or elsewhere.
+            self.wakes.pop(key, None)
             return
         except Exception:
             self._retry(key, _BROKEN_RETRY_MS)  # the registry said why, once

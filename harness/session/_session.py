@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from think_server.protocol import UIMessage
-from think_server.storage import CompactionRow, Database, OperationRow, driver_errors
+from think_server.storage import CompactionRow, Database, LeaseLost, OperationRow, driver_errors
 
 from .._answers import Answer, AnswerRefused, check_answer
 from .._clock import Clock
@@ -152,6 +152,13 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
             return
         self._recovered[op.id] = recovered
         self._queue.appendleft(op.id)
+
+    def halt(self) -> None:
+        """Stop now, before the next await: the running turn is cut short, nothing else starts (the
+        instance's lease was lost; :meth:`close` follows)."""
+        self._closed = True
+        if self._turn is not None:
+            self._turn.suspend()
 
     async def close(self, grace_s: float = 5.0) -> None:
         """Stop the worker; the running operation stays ``running`` for the next start to pick up.
@@ -468,8 +475,10 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
             try:
                 with span("think.turn", parent=continue_from(self._traces.pop(op_id, None))):
                     await self._run(op_id)
-            except TurnSuspended:
-                return  # shutting down (closed): the operation stays running
+            except (TurnSuspended, LeaseLost):
+                # Shutting down (closed), or another node took the instance over: the operation stays
+                # running, for the next start or the new owner; nothing of its end is written or told.
+                return
             except Unsettled as exc:
                 self._end_unsettled(op_id, exc.outcome, exc.__cause__, exc.message_ids)
             except asyncio.CancelledError:

@@ -35,7 +35,7 @@ from think_server.protocol import (
     dump_chunk,
     message_text,
 )
-from think_server.storage import Tx
+from think_server.storage import LeaseLost, Tx
 
 from .._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from .._events import MessageUpdated, ModelCallFinished
@@ -209,6 +209,9 @@ class Turn(TurnTools):
             # with their records (and the message), or the next start would find them running.
             # If that cannot be written (a full disk), the next start continues from what was,
             # and the shutdown goes on.
+            lease = self._session.db.lease
+            if lease is not None and lease.lost is not None:
+                raise  # suspended because another node took the instance over: its writes are refused
             try:
                 if self._unrecorded:
                     records = list(self._unrecorded.values())
@@ -229,6 +232,8 @@ class Turn(TurnTools):
             return await self._settle_partial("error", "error", str(exc) or "The model call failed.", exc)
         except HookError as exc:  # logged where it was raised, with the hook's traceback
             return await self._settle_partial("error", "error", str(exc), exc)
+        except LeaseLost:
+            raise  # another node serves the instance now: nothing more of this turn is written or told
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a full disk, a bug, a tool framework failure: never leave the turn open
@@ -274,6 +279,7 @@ class Turn(TurnTools):
                                         self.continuation or step > 0))
             # A tool this call was not offered (before_turn narrowed them) is not there for the model.
             self._offered = {t.name for t in request.tools}
+            await self._check_lease()  # a model call is an effect no database fence covers
             started = time.perf_counter()
             call = self._model_call(request, model, step)
             # The call has the request now and lets go of it once the model has read it; this frame
@@ -320,6 +326,12 @@ class Turn(TurnTools):
                 # be called with a call that has no result.
                 return await self._finish(result)
         return await self._finish(_StepResult(finish_reason=last_reason))
+
+    async def _check_lease(self) -> None:
+        """Raise :class:`LeaseLost` unless this node surely still serves the instance (a cluster's)."""
+        lease = self._session.db.lease
+        if lease is not None:
+            await lease.ensure()
 
     async def _step_finished(self, step: int, result: _StepResult) -> None:
         await self._run_inner(self._hooks.step_finished(step, self._assembler.message, result.finish_reason,

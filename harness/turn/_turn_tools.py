@@ -50,6 +50,9 @@ class TurnTools:
             for call_id, name, tool_input in calls:
                 await tx.start_tool_call(self._session.id, call_id, self.operation_id, self.message_id, name,
                                          self._tools[name].recovery, dumps(tool_input), now)
+        lease = self._session.db.lease
+        if lease is not None:  # a tool call's effects are outside the database's fence
+            await lease.ensure()
 
         async def one(call_id: str, name: str, tool_input: Any) -> None:
             attrs = {"gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id, "think.step": step,

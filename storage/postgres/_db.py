@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 
+from .._leases import Lease
 from .._problems import Problem, StorageError
 from .._statements import Reader, Tx
 from .._store import Database
@@ -49,7 +50,8 @@ class PostgresTx(PostgresReader, PostgresBlockWrites, PostgresCompactionWrites, 
 class PostgresDatabase(Database):
     """One instance's rows, ``instance`` the id every one of them is keyed by."""
 
-    def __init__(self, pool: Pool, instance: int, agent: str, name: str, *, fresh: bool) -> None:
+    def __init__(self, pool: Pool, instance: int, agent: str, name: str, *, fresh: bool,
+                 needs_lease: bool = False) -> None:
         self.pool = pool
         #: The instance's id (its row in ``instances``): the first column of every key.
         self.instance = instance
@@ -62,6 +64,17 @@ class PostgresDatabase(Database):
         self._closed = False
         #: Made by this open, and nothing written since: every read would find nothing.
         self.fresh = fresh
+        # Opened by a node of a cluster (the store gave out leases): no transaction without the lease.
+        self._needs_lease = needs_lease
+
+    @property
+    def lease(self) -> Lease | None:
+        """The lease every transaction is fenced by (``_tx``), once the node took it."""
+        return self._link.lease
+
+    @lease.setter
+    def lease(self, lease: Lease | None) -> None:
+        self._link.lease = lease
 
     def check_open(self) -> None:
         if self._closed:
@@ -87,8 +100,12 @@ class PostgresDatabase(Database):
         everything inside commits together or not at all."""
         async with self._lock:
             self.check_open()
-            self.fresh = False
             link = self._link
+            if link.lease is None and self._needs_lease:
+                raise StorageError(f"a transaction of {self.agent}/{self.name} before this node took its lease",
+                                   Problem.MOVED)
+            link.check_lease()
+            self.fresh = False
             link.open = True
             try:
                 try:
@@ -117,9 +134,10 @@ class PostgresDatabase(Database):
         return bytes(rows[0][0])
 
     async def forget_blob(self, name: str) -> None:
-        self.check_open()
-        async with self.pool.connection() as conn:
-            await conn.execute("DELETE FROM blobs WHERE instance = $1 AND name = $2", self.instance, name)
+        """Fenced like a transaction (a stale node must not delete what the owner now names); a blob
+        put is not: the same bytes get the same name, whoever puts them."""
+        async with self.transaction():
+            self._link.defer("DELETE FROM blobs WHERE instance = $1 AND name = $2", (self.instance, name))
 
     async def close(self) -> None:
         async with self._lock:  # once the open transaction ended

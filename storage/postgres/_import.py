@@ -32,8 +32,9 @@ _OWN_COLUMNS: dict[str, set[str]] = {
 }
 #: Tables that are not rows of the contract: ``instances`` (an instance's name and when it was
 #: made), ``blobs`` (content rows name), ``active_instances`` and ``wakes`` (the work index): each
-#: carried as its own field of :class:`InstanceData`; ``schema_version`` is the schema's own.
-_NOT_ROWS = {"instances", "blobs", "active_instances", "wakes", "schema_version"}
+#: carried as its own field of :class:`InstanceData`; ``schema_version`` is the schema's own;
+#: ``leases`` say which running node serves an instance: a copy has none (the first node to open it takes one).
+_NOT_ROWS = {"instances", "blobs", "active_instances", "wakes", "schema_version", "leases"}
 
 _MESSAGES = """
 INSERT INTO messages (instance, session_id, id, parent_id, role, content, operation_id, created_at, updated_at,

@@ -51,11 +51,16 @@ def is_connection_lost(exc: BaseException) -> bool:
 class Pool:
     """At most ``size`` connections to ``url``, made when first needed and kept while they live."""
 
-    def __init__(self, url: str, size: int) -> None:
+    def __init__(self, url: str, size: int, *, idle_in_transaction_s: float | None = None) -> None:
         if size < 1:
             raise ValueError(f"a pool needs at least one connection; got size {size}")
         self.url = url
         self.size = size
+        # With leases: a node stopped (SIGSTOP, a hung loop) inside a transaction holds its instance's
+        # fence, and a taker waits for it; the database ends such a session after this long.
+        self._settings = {"search_path": f"{SCHEMA}, public", "application_name": "think-server"}
+        if idle_in_transaction_s is not None:
+            self._settings["idle_in_transaction_session_timeout"] = str(int(idle_in_transaction_s * 1000))
         self._idle: list[asyncpg.Connection] = []
         self._slots = asyncio.Semaphore(size)
         self._closed = False
@@ -65,7 +70,7 @@ class Pool:
         try:
             conn: asyncpg.Connection = await asyncpg.connect(
                 self.url, timeout=CONNECT_TIMEOUT_S, statement_cache_size=STATEMENT_CACHE,
-                server_settings={"search_path": f"{SCHEMA}, public", "application_name": "think-server"})
+                server_settings=self._settings)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StorageError(f"cannot connect to the database {safe_url(self.url)}: {exc}",
                                Problem.UNREACHABLE) from exc

@@ -249,7 +249,34 @@ CREATE TABLE wakes (
 CREATE INDEX wakes_at ON wakes (wake_at);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+# Leases (``_leases``): which node serves an instance, at which epoch, until when (the database's
+# clock). fence() is what every write transaction of a leased instance runs first (``_tx``): it locks
+# the lease row FOR SHARE, so a taker's update waits for the transaction to end, and refuses (its
+# own SQLSTATE) a transaction whose epoch is no longer the lease's. A plain SELECT, or FOR KEY SHARE,
+# was measured to let a stale write land after a takeover (spec/CLUSTER.md).
+_V2 = f"""
+CREATE TABLE leases (
+  instance bigint PRIMARY KEY REFERENCES instances (id) ON DELETE CASCADE,
+  owner text NOT NULL,
+  address text NOT NULL,
+  epoch bigint NOT NULL,
+  expires_at timestamptz NOT NULL
+);
+-- No index but the key: a renew then updates each row in place (a HOT update), and the scan for
+-- orphaned work starts from the work index, one key lookup per instance.
+
+CREATE FUNCTION fence(i bigint, e bigint) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM 1 FROM {SCHEMA}.leases WHERE instance = i AND epoch = e FOR SHARE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'the lease of instance % is no longer at epoch %: another node took it over', i, e
+      USING ERRCODE = 'TL001';
+  END IF;
+  RETURN e;
+END $$;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _BOOTSTRAP = f"""

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 import asyncpg
 
+from .._leases import Lease, Leases, Node
 from .._names import validate_agent_name, validate_instance_name
 from .._problems import StorageError
 from .._store import Database, Store, WorkIndex
 from ._db import PostgresDatabase
 from ._index import PostgresWorkIndex
+from ._leases import PostgresLeases
 from ._pool import Pool, safe_url
 from ._schema import migrate
 
@@ -37,10 +40,10 @@ class PostgresStore(Store):
     """The instances in the database at ``url`` (``postgresql://user:password@host:port/database``),
     over at most ``pool_size`` connections.
 
-    Many servers may share one database: :meth:`start` takes nothing for itself (an instance is
-    one server's to write through its actor; fenced leases, so that two servers never write one
-    instance at once, are the cluster's to add), and migrates the schema once, whichever server
-    starts first.
+    Many servers may share one database: :meth:`start` takes nothing for itself, and migrates the
+    schema once, whichever server starts first. A server of a cluster asks for :meth:`leases`
+    (before :meth:`start`): from then on an instance it opens takes no transaction until the node
+    took its lease, and every one is fenced by it (``_leases``, ``_tx``).
     """
 
     def __init__(self, url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> None:
@@ -50,13 +53,28 @@ class PostgresStore(Store):
         self.pool_size = pool_size
         self._pool: Pool | None = None
         self._starting = asyncio.Lock()
+        self._node: Node | None = None
+        self._leases: PostgresLeases | None = None
+
+    def leases(self, node: Node) -> Leases:
+        """``node``'s leases of instances (once, before :meth:`start`: the connections it makes then end
+        a session left idle inside a transaction for the lease time, so that a stopped node's fence
+        does not keep a taker waiting)."""
+        if self._node is not None and self._node != node:
+            raise RuntimeError(f"this store serves node {self._node.id!r}; asked for the leases of {node.id!r}")
+        if self._pool is not None and self._node is None:
+            raise RuntimeError("ask for the leases before the store starts")
+        self._node = node
+        return _LazyLeases(self, node)
 
     async def start(self) -> None:
         """Connect, and bring the database's schema up to date (StorageError: newer, or not ours)."""
         async with self._starting:
             if self._pool is not None:
                 return
-            pool = Pool(self.url, self.pool_size)
+            node = self._node
+            pool = Pool(self.url, self.pool_size,
+                        idle_in_transaction_s=None if node is None else max(2.0, node.lease_s))
             try:
                 conn = await pool.acquire()
                 try:
@@ -67,6 +85,8 @@ class PostgresStore(Store):
                 await pool.close()
                 raise
             self._pool = pool
+            if node is not None:
+                self._leases = PostgresLeases(pool, node)
 
     async def _ready(self) -> Pool:
         if self._pool is None:
@@ -84,7 +104,8 @@ class PostgresStore(Store):
         for _ in range(3):
             rows = await pool.fetch(_OPEN, agent, name, int(time.time() * 1000))
             if rows:
-                return PostgresDatabase(pool, int(rows[0][0]), agent, name, fresh=bool(rows[0][1]))
+                return PostgresDatabase(pool, int(rows[0][0]), agent, name, fresh=bool(rows[0][1]),
+                                        needs_lease=self._node is not None)
         raise StorageError(f"the row of {agent}/{name} was made by another server, and then not found")
 
     async def exists(self, agent: str, name: str) -> bool:
@@ -128,5 +149,30 @@ class PostgresStore(Store):
         if pool is not None:
             await pool.close()
 
+    async def started_leases(self) -> PostgresLeases:
+        await self._ready()
+        assert self._leases is not None, "leases() was not asked for"
+        return self._leases
+
     def __repr__(self) -> str:
         return f"PostgresStore({safe_url(self.url)!r}, pool_size={self.pool_size})"
+
+
+class _LazyLeases(Leases):
+    """The store's leases, usable once it started (its pool exists only then)."""
+
+    def __init__(self, store: PostgresStore, node: Node) -> None:
+        self._store = store
+        self.node = node
+
+    async def take(self, db: Database) -> Lease:
+        return await (await self._store.started_leases()).take(db)
+
+    async def renew(self, leases: Sequence[Lease]) -> list[Lease]:
+        return await (await self._store.started_leases()).renew(leases)
+
+    async def release(self, lease: Lease) -> None:
+        await (await self._store.started_leases()).release(lease)
+
+    async def orphans(self, now_ms: int) -> list[tuple[str, str]]:
+        return await (await self._store.started_leases()).orphans(now_ms)

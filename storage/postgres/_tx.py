@@ -21,6 +21,16 @@ anyway: no caller can go on after one, whenever it is raised.)
 The commit, whichever form it takes, runs to its end however the caller is cancelled, and the
 caller learns how it went; a connection lost before it was sent is "nothing saved", one lost
 while it ran "not known", each a :class:`StorageError` with the problem ``UNREACHABLE``.
+
+The fence: a transaction of an instance this node leases (``lease`` set, see ``_leases``) runs
+``fence(instance, epoch)`` before anything it writes, in the same round trip: as a second
+statement of the message that sends ``BEGIN`` (both in one simple query: the two numbers are ours),
+or, for a lone kept write that commits by itself, in a data-modifying CTE put before the write (which
+PostgreSQL always runs, whether or not anything reads it: :func:`fenced_write`). So the hot path
+stays one round trip. ``fence()`` locks the lease row ``FOR SHARE`` until the commit
+(a taker waits for it) and refuses a stale epoch, which aborts the whole statement or transaction:
+that comes out as :class:`LeaseLost`, and the lease is lost from then on (every later transaction
+is refused here, before it talks to the database).
 """
 
 from __future__ import annotations
@@ -32,11 +42,14 @@ from typing import Any
 
 import asyncpg
 
+from .._leases import Lease
 from .._problems import Problem, StorageError
 from ._base import lost_in_transaction
+from ._leases import is_fence_error, stale
 from ._pool import Pool, is_connection_lost
+from ._schema import SCHEMA
 
-__all__ = ["TxLink"]
+__all__ = ["TxLink", "fenced_write"]
 
 #: Times a transaction's first message is tried again on a new connection when the one taken turned out
 #: to be gone before it was sent (nothing of the transaction has run: trying again is safe).
@@ -58,6 +71,13 @@ class TxLink:
         self.conn: asyncpg.Connection | None = None
         self.open = False
         self._kept: list[tuple[str, tuple[Any, ...]]] = []
+        #: The lease the transactions are fenced by (None: not fenced; a store without leases).
+        self.lease: Lease | None = None
+
+    def check_lease(self) -> None:
+        """Refuse a transaction of a lease known lost, before it talks to the database."""
+        if self.lease is not None and self.lease.lost is not None:
+            raise self.lease.error()
 
     def defer(self, sql: str, args: tuple[Any, ...]) -> None:
         if not self.open:
@@ -79,8 +99,10 @@ class TxLink:
         if not self.open:
             raise RuntimeError("a statement of a transaction that has ended")
         if self.conn is None:
-            self.conn = await _first(self.pool, lambda conn: conn.execute("BEGIN"), lost=lost_in_transaction,
-                                     harmless=True)
+            lease = self.lease
+            begin = "BEGIN" if lease is None else f"BEGIN; SELECT {SCHEMA}.fence({self.instance:d}, {lease.epoch:d})"
+            self.conn = await self._fenced(_first(self.pool, lambda conn: conn.execute(begin),
+                                                  lost=lost_in_transaction, harmless=True))
         kept, self._kept = self._kept, []  # (one failing aborts the transaction: the rest need not go)
         for sql, args in kept:
             await _in_transaction(self.conn.execute(sql, *args))
@@ -90,12 +112,24 @@ class TxLink:
         if self.conn is None and len(self._kept) <= 1:
             if self._kept:
                 sql, args = self._kept.pop()
-                await _to_its_end(_first(self.pool, lambda conn: conn.execute(sql, *args), lost=_not_known))
+                if self.lease is not None:
+                    sql, args = fenced_write(sql, args, self.lease.epoch)
+                await self._fenced(_to_its_end(_first(self.pool, lambda conn: conn.execute(sql, *args),
+                                                      lost=_not_known)))
             return
         conn = await self._sent()
         if conn.is_closed():  # lost before the COMMIT was sent: then it surely was not saved
             raise lost_in_transaction()
         await _to_its_end(conn.execute("COMMIT"))
+
+    async def _fenced(self, sent: Awaitable[Any]) -> Any:
+        """``sent``'s answer; ``fence()``'s refusal as :class:`LeaseLost` (the lease lost from now on)."""
+        try:
+            return await sent
+        except asyncpg.PostgresError as exc:
+            if self.lease is not None and is_fence_error(exc):
+                raise stale(self.lease, exc) from exc
+            raise
 
     async def rollback(self) -> None:
         """Undo what was sent, never hiding the error that led here (the pool closes a connection
@@ -113,6 +147,19 @@ class TxLink:
         conn, self.conn = self.conn, None
         if conn is not None:
             self.pool.release(conn)
+
+
+def fenced_write(sql: str, args: tuple[Any, ...], epoch: int) -> tuple[str, tuple[Any, ...]]:
+    """A write (``$1``: the instance, as in every statement of ours) as one statement that lands only
+    under the lease at ``epoch``: ``fence()`` runs in a data-modifying CTE (PostgreSQL runs every one
+    to completion, referenced or not; it inserts nothing), beside the write's own CTEs if it has any
+    (those may not be nested), and either failing fails the whole statement."""
+    fence = (f"fence_ AS (INSERT INTO {SCHEMA}.leases (instance, owner, address, epoch, expires_at) "
+             f"SELECT NULL, NULL, NULL, NULL, NULL WHERE {SCHEMA}.fence($1, ${len(args) + 1}) IS NULL)")
+    head = sql.lstrip()
+    if head[:5].upper() == "WITH ":
+        return f"WITH {fence}, {head[5:]}", (*args, epoch)
+    return f"WITH {fence} {head}", (*args, epoch)
 
 
 async def _in_transaction(statement: Awaitable[Any]) -> Any:

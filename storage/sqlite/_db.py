@@ -19,6 +19,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from .._leases import Lease
 from .._problems import Problem, StorageError, problem_of
 from .._statements import Reader, Tx
 from .._store import Database
@@ -142,6 +143,8 @@ class SqliteDatabase(Database):
         #: Made empty by this open, and nothing written since: every read would find nothing
         #: (a new instance skips them: they are most of its activation's trips to SQLite).
         self.fresh = False
+        #: Never set: one server holds the data dir, every instance in it is its own.
+        self.lease: Lease | None = None
 
     @property
     def asleep(self) -> bool:

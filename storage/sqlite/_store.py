@@ -8,6 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from .._leases import Leases, Node
 from .._store import Database, Store, StoreInUse, WorkIndex
 from ._db import SqliteDatabase
 from ._index import SqliteWorkIndex
@@ -39,6 +40,10 @@ class SqliteStore(Store):
     def check_free(self) -> None:
         os.makedirs(self.data_dir, exist_ok=True)
         os.close(_lock_data_dir(self.data_dir))
+
+    def leases(self, node: Node) -> Leases | None:
+        """None: the data dir's lock makes this server the only one, every instance in it its own."""
+        return None
 
     async def open(self, agent: str, name: str) -> Database:
         return await SqliteDatabase.open(self.path_of(agent, name), (agent, name))
