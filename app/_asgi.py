@@ -41,6 +41,7 @@ from ._admission import AddressLimits, OriginPolicy, SocketCap
 from ._api import api_routes
 from ._auth import Authenticator, AuthError
 from ._fdlimit import fd_budget
+from ._forward import Forwarder
 from ._guard import Guard, HostPolicy, TrustedProxies
 from ._metrics import CONTENT_TYPE_LATEST, Metrics
 from ._moved import moved_response
@@ -235,6 +236,9 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
                    on_refused=lambda reason: metrics.refusals.labels(reason).inc()),
         Middleware(ProxyHeadersMiddleware, trusted_hosts=settings.forwarded_allow_ips),
     ]
+    if harness.registry.leases is not None:
+        # A cluster: a request for an instance another node serves is relayed to it (app/_forward.py).
+        middleware.append(Middleware(Forwarder, locate=harness.serving_node, node_id=harness.node.id))
     if settings.cors_origins:
         middleware.append(Middleware(
             CORSMiddleware,

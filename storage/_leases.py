@@ -153,6 +153,11 @@ class Leases(Protocol):
         """Let the lease go (if it is still ours): another node may take it at once."""
         ...
 
+    async def holder(self, agent: str, name: str) -> tuple[str, str] | None:
+        """``(owner, address)`` of the live node holding the instance's lease (this node included);
+        None if nobody holds it (never opened, released, or expired)."""
+        ...
+
     async def orphans(self, now_ms: int) -> list[tuple[str, str]]:
         """Instances with open work or a wake due by ``now_ms`` whose lease expired or that have none:
         work nobody serves, for a node to take over."""

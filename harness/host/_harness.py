@@ -23,6 +23,7 @@ from think_server.storage import (
     DEFAULT_LEASE_S,
     InvalidNameError,
     Node,
+    StorageError,
     Store,
     StoreInUse,
     default_node_id,
@@ -165,6 +166,28 @@ class Harness:
         """Whether the instance has storage (or is open): reads of one that does not never create it."""
         key, name = self._address(agent, name)
         return await self.registry.exists(key, name)
+
+    async def serving_node(self, agent: str, name: str) -> str | None:
+        """In a cluster: the address of the node that serves the instance when it is another node
+        (a live one holds its lease); None when this node serves it or may (nobody does), on a store
+        one server holds, and when it cannot be told (a bad name, the database unreachable: the
+        request is then answered here, which refuses what it may not do)."""
+        leases = self.registry.leases
+        if leases is None:
+            return None
+        try:
+            key, name = self._address(agent, name)
+        except (KeyError, InvalidNameError):
+            return None
+        if self.registry.active(key, name) is not None:
+            return None
+        try:
+            held = await leases.holder(key, name)
+        except StorageError:
+            return None
+        if held is None or held[0] == self.node.id or not held[1]:
+            return None
+        return held[1]
 
     async def instance(self, agent: str, name: str) -> Instance:
         """The open instance (opened if needed). It may close when idle: hold it while you use it."""

@@ -53,6 +53,10 @@ RETURNING l.instance
 """
 # Expired now (the row stays: the next taker bumps the epoch it holds).
 _RELEASE = "UPDATE leases SET expires_at = '-infinity' WHERE instance = $1 AND epoch = $2 AND owner = $3"
+_HOLDER = """
+SELECT l.owner, l.address FROM instances i JOIN leases l ON l.instance = i.id
+WHERE i.agent = $1 AND i.name = $2 AND l.expires_at >= now()
+"""
 _ORPHANS = """
 SELECT i.agent, i.name FROM instances i
 WHERE i.id IN (SELECT instance FROM active_instances UNION SELECT instance FROM wakes WHERE wake_at <= $1)
@@ -118,6 +122,10 @@ class PostgresLeases(Leases):
         lease.lost = "released"  # no listener: the instance is closing by this node's own choice
         async with self._pool.connection() as conn:
             await conn.execute(_RELEASE, lease.instance, lease.epoch, self.node.id)
+
+    async def holder(self, agent: str, name: str) -> tuple[str, str] | None:
+        rows = await self._pool.fetch(_HOLDER, agent, name)
+        return (str(rows[0][0]), str(rows[0][1])) if rows else None
 
     async def orphans(self, now_ms: int) -> list[tuple[str, str]]:
         rows = await self._pool.fetch(_ORPHANS, now_ms)

@@ -174,5 +174,8 @@ class _LazyLeases(Leases):
     async def release(self, lease: Lease) -> None:
         await (await self._store.started_leases()).release(lease)
 
+    async def holder(self, agent: str, name: str) -> tuple[str, str] | None:
+        return await (await self._store.started_leases()).holder(agent, name)
+
     async def orphans(self, now_ms: int) -> list[tuple[str, str]]:
         return await (await self._store.started_leases()).orphans(now_ms)

@@ -120,45 +120,68 @@ async def _chunks(db: asyncpg.Connection, name: str) -> int:
                                  "ON i.id = s.instance WHERE i.agent = $1 AND i.name = $2", AGENT, name))
 
 
-async def test_a_node_serves_no_instance_another_node_holds(cluster: _Cluster, db: asyncpg.Connection) -> None:
+async def test_a_node_serves_no_instance_another_node_holds_it_relays_to_the_owner(
+        cluster: _Cluster, db: asyncpg.Connection) -> None:
     a, b = await cluster.start("node-a"), await cluster.start("node-b")
     async with httpx.AsyncClient() as http:
         first = await http.post(f"{a.base}/agents/{AGENT}/x/submit", json={"input": "hi"})
         assert first.status_code == 202, first.text
+        await http.get(f"{a.base}/agents/{AGENT}/x/operations/{first.json()['operation_id']}?wait=30")
+        # Asked of node b, the request is served by node a, the owner (app/_forward.py).
         other = await http.post(f"{b.base}/agents/{AGENT}/x/submit", json={"input": "hi again"})
-        assert other.status_code == 503, other.text
-        assert other.headers["retry-after"] == "1"
-        assert other.headers["x-think-owner"] == "node-a"
-        assert other.headers["x-think-owner-url"] == a.base
-        assert other.json()["owner"] == "node-a" and "node-a" in other.json()["error"]
-        transcript = await http.get(f"{b.base}/agents/{AGENT}/x/get-messages")  # a read is not served either
-        assert transcript.status_code == 503 and transcript.headers["x-think-owner"] == "node-a"
-    async with connect(f"{b.ws_base}/agents/{AGENT}/x") as ws:
+        assert other.status_code == 202, other.text
+        done = await http.get(f"{b.base}/agents/{AGENT}/x/operations/{other.json()['operation_id']}?wait=30")
+        assert done.json()["status"] == "completed", done.text
+        via_b = (await http.get(f"{b.base}/agents/{AGENT}/x/get-messages")).json()
+        via_a = (await http.get(f"{a.base}/agents/{AGENT}/x/get-messages")).json()
+        assert via_b == via_a and [m["role"] for m in via_a] == ["user", "assistant"] * 2
+        # A request relayed once is never relayed again: node b answers it itself, and serves nothing.
+        relayed = await http.post(f"{b.base}/agents/{AGENT}/x/submit", json={"input": "hi"},
+                                  headers={"X-Think-Forwarded-By": "node-c"})
+        assert relayed.status_code == 503, relayed.text
+        assert relayed.headers["retry-after"] == "1"
+        assert relayed.headers["x-think-owner"] == "node-a"
+        assert relayed.headers["x-think-owner-url"] == a.base
+        assert relayed.json()["owner"] == "node-a" and "node-a" in relayed.json()["error"]
+    # A chat socket opened on node b is node a's socket.
+    client = await Client.open(f"{b.ws_base}/agents/{AGENT}/x")
+    try:
+        rid, frame, _ = chat_request("hi")
+        await client.send(frame)
+        await client.wait_for(lambda f: f.get("id") == rid and f.get("done") is True, timeout=30)
+    finally:
+        await client.close()
+    async with connect(f"{b.ws_base}/agents/{AGENT}/x", additional_headers={"X-Think-Forwarded-By": "node-c"}) as ws:
         frames = []
         with contextlib.suppress(ConnectionClosed):
             async for m in ws:
                 frames.append(json.loads(m))
     assert ws.close_code == 1013, "try again later: the hook reconnects after it (its terminal codes are 4xxx, 1008)"
     assert "node-a" in frames[0]["error"]
-    assert await _lease(db, "x") == ("node-a", 1)
-    assert len(await _operations(db, "x")) == 1, "node b wrote nothing of it"
+    assert await _lease(db, "x") == ("node-a", 1), "node b never took the lease"
+    assert len(await _operations(db, "x")) == 3, "every turn asked of node b ran on node a"
 
 
 async def test_two_nodes_racing_to_activate_one_instance_make_one_owner_in_hundreds_of_rounds(
         cluster: _Cluster, db: asyncpg.Connection) -> None:
     a, b = await cluster.start("node-a"), await cluster.start("node-b")
     rounds = 200
+    accepted: list[int] = []
     async with httpx.AsyncClient(timeout=30) as http:
         for i in range(rounds):
             answers = await asyncio.gather(*(http.post(f"{n.base}/agents/{AGENT}/race-{i}/submit",
                                                        json={"input": "hi"}) for n in (a, b)))
             codes = sorted(r.status_code for r in answers)
-            assert codes == [202, 503], f"round {i}: {[(r.status_code, r.text) for r in answers]}"
+            # The loser is refused (503) or, when the winner's lease is visible by then, relayed to it (202).
+            assert codes in ([202, 503], [202, 202]), f"round {i}: {[(r.status_code, r.text) for r in answers]}"
+            accepted.append(codes.count(202))
     rows = await db.fetch("SELECT i.name, l.owner, l.epoch, "
                           "(SELECT count(*) FROM operations o WHERE o.instance = i.id) "
                           "FROM instances i JOIN leases l ON l.instance = i.id WHERE i.name LIKE 'race-%'")
     assert len(rows) == rounds
-    assert all(r[2] == 1 and r[3] == 1 for r in rows), "one take, one submission, per instance"
+    ops = {str(r[0]): int(r[3]) for r in rows}
+    assert all(r[2] == 1 for r in rows), "one take per instance"
+    assert [ops[f"race-{i}"] for i in range(rounds)] == accepted, "each accepted submission ran, on the owner"
     owners = {r[1] for r in rows}
     assert owners <= {"node-a", "node-b"}
 

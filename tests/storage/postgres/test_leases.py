@@ -213,3 +213,19 @@ def test_a_store_gives_one_nodes_leases() -> None:
     with pytest.raises(RuntimeError, match="serves node 'n1'"):
         store.leases(Node("n2", "http://n2:8000"))
     assert isinstance(PostgresDatabase, type)
+
+
+async def test_the_holder_of_an_instance_is_the_live_node_that_took_it(nodes: tuple[_Node, _Node]) -> None:
+    """What a node asks before it serves a request: who serves the instance now (app/_forward.py)."""
+    a, b = nodes
+    assert await b.leases.holder("agent", "x") is None, "never opened"
+    db_a = await a.open()
+    assert await b.leases.holder("agent", "x") is None, "opened, not taken"
+    lease = await a.leases.take(db_a)
+    assert await b.leases.holder("agent", "x") == ("node-a", "http://node-a.internal:8000")
+    assert await a.leases.holder("agent", "x") == ("node-a", "http://node-a.internal:8000")
+    await a.leases.release(lease)
+    assert await b.leases.holder("agent", "x") is None, "released: nobody serves it"
+    await b.leases.take(await b.open())
+    await asyncio.sleep(LEASE_S * 1.5)
+    assert await a.leases.holder("agent", "x") is None, "expired unrenewed: nobody serves it"
