@@ -15,12 +15,14 @@ import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 
+from .. import _faults
 from .._problems import Problem, StorageError
 from .._statements import Reader, Tx
 from .._store import Database
 from ._base import ReadLink
 from ._blocks import PostgresBlockReads, PostgresBlockWrites
 from ._compactions import PostgresCompactionReads, PostgresCompactionWrites
+from ._faultylink import FaultyLink
 from ._messages import PostgresMessageReads, PostgresMessageWrites
 from ._operations import PostgresOperationReads, PostgresOperationWrites
 from ._pool import Pool
@@ -57,7 +59,9 @@ class PostgresDatabase(Database):
         self.name = name
         self.read: Reader = PostgresReader(ReadLink(self))
         self._link = TxLink(pool, instance)
-        self._tx: Tx = PostgresTx(self._link)
+        plan = _faults.ACTIVE  # None unless THINK_FAULTS is set (tests only)
+        self._faulty = None if plan is None else FaultyLink(self._link, plan)
+        self._tx: Tx = PostgresTx(self._faulty or self._link)
         self._lock = asyncio.Lock()
         self._closed = False
         #: Made by this open, and nothing written since: every read would find nothing.
@@ -88,17 +92,24 @@ class PostgresDatabase(Database):
         async with self._lock:
             self.check_open()
             self.fresh = False
-            link = self._link
+            link, faulty = self._link, self._faulty
             link.open = True
+            if faulty is not None:
+                faulty.writes = []
+                faulty.plan.point("begin", faulty.writes)
             try:
                 try:
                     yield self._tx
                 except BaseException:
                     await link.rollback()
                     raise
+                if faulty is not None:
+                    faulty.plan.point("before_commit", faulty.writes)
                 await link.commit()
             finally:
                 link.end()
+            if faulty is not None:
+                faulty.plan.point("after_commit", faulty.writes)
 
     async def put_blob(self, data: bytes) -> str:
         """Committed before it returns (its own statement, outside any transaction), named by its SHA-256."""

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import aiosqlite
 
+from .. import _faults
 from .._problems import Problem, StorageError, problem_of
 from .._statements import Reader, Tx
 from .._store import Database
-from . import _blobs, _faults
+from . import _blobs
 from ._base import Link, Params
 from ._blocks import SqliteBlockReads, SqliteBlockWrites
 from ._compactions import SqliteCompactionReads, SqliteCompactionWrites
