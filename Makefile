@@ -117,11 +117,13 @@ test: lint typecheck unit
 # Crash safety: the real server under a mixed load, SIGKILLed KILLS times (from outside and, with
 # the test-only THINK_FAULTS switch, inside its transactions), every invariant checked after every
 # restart; prints the counts. Minutes, not seconds: not part of `make test` (CI runs 20 kills in
-# tests/e2e/test_chaos.py). A failure prints its seed: `make chaos SEED=<seed>` replays its choices.
+# tests/e2e/test_chaos.py, on each store). A failure prints its seed: `make chaos SEED=<seed>` replays its
+# choices. `make chaos DB=postgres`: the same on a throwaway PostgreSQL (tests/postgres.py) started for the run.
 KILLS ?= 200
 SEED ?=
-chaos: $(STAMP)
-	$(PY) -m tests.chaos.run --kills $(KILLS) $(if $(SEED),--seed $(SEED)) --quiet
+DB ?= sqlite
+chaos: $(STAMP) $(if $(filter postgres,$(DB)),postgres-deps)
+	$(PY) -m tests.chaos.run --kills $(KILLS) $(if $(SEED),--seed $(SEED)) --db $(DB) --quiet
 
 # Load and abuse at full size (not part of `make test`, which runs them small): a 10-minute
 # chat soak of 500 sockets, a client that never reads, a reconnect storm of 200, 10,000

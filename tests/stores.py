@@ -104,7 +104,7 @@ class DbChoice:
         conn = await asyncpg.connect(self.url)
         try:
             if snapshot:
-                await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")  # (not READ ONLY: it makes views)
             instance = None
             if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{SCHEMA}.instances"):
                 instance = await conn.fetchval(f"SELECT id FROM {SCHEMA}.instances WHERE agent = $1 AND name = $2",
