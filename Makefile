@@ -10,6 +10,8 @@ CLIENT_V6 := tests/e2e/client-v6
 HOST ?= 127.0.0.1
 PORT ?= 8000
 DATA_DIR ?=
+# The store of `make chaos` and `make conformance`: sqlite, or postgres (a throwaway server, tests/postgres.py).
+DB ?= sqlite
 
 .PHONY: install run test lint typecheck unit fuzz conformance conformance-server node-deps web browser-deps proxy-deps postgres-deps soak chaos bench clean
 
@@ -108,11 +110,13 @@ fuzz: $(STAMP)
 conformance-server: $(STAMP)
 	$(PY) tests/run_conformance.py --serve --port $(or $(PORT),8799) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 
-conformance: $(STAMP)
-	$(PY) tests/run_conformance.py
+# `make conformance DB=postgres`: on PostgreSQL; `make test` runs the required set on both stores.
+conformance: $(STAMP) $(if $(filter postgres,$(DB)),postgres-deps)
+	$(PY) tests/run_conformance.py --db $(DB)
 
 test: lint typecheck unit
 	$(PY) tests/run_conformance.py --required
+	$(PY) tests/run_conformance.py --required --db postgres
 
 # Crash safety: the real server under a mixed load, SIGKILLed KILLS times (from outside and, with
 # the test-only THINK_FAULTS switch, inside its transactions), every invariant checked after every
@@ -121,7 +125,6 @@ test: lint typecheck unit
 # choices. `make chaos DB=postgres`: the same on a throwaway PostgreSQL (tests/postgres.py) started for the run.
 KILLS ?= 200
 SEED ?=
-DB ?= sqlite
 chaos: $(STAMP) $(if $(filter postgres,$(DB)),postgres-deps)
 	$(PY) -m tests.chaos.run --kills $(KILLS) $(if $(SEED),--seed $(SEED)) --db $(DB) --quiet
 
