@@ -258,11 +258,17 @@ class E2EClient:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A test that uses the real client runs with each AI SDK major, or with those its
-    ``@pytest.mark.ai_sdk(...)`` names."""
+    ``@pytest.mark.ai_sdk(...)`` names; on SQLite, and with ``@pytest.mark.postgres_too(...)`` on
+    PostgreSQL too, with the majors that names (its server's ``db``)."""
     if "e2e_client" in metafunc.fixturenames:
         marker = metafunc.definition.get_closest_marker("ai_sdk")
         majors = list(marker.args) if marker else sorted(CLIENTS, reverse=True)
-        metafunc.parametrize("e2e_client", majors, indirect=True, scope="session")
+        also = metafunc.definition.get_closest_marker("postgres_too")
+        if also is None:
+            metafunc.parametrize("e2e_client", majors, indirect=True, scope="session")
+            return
+        runs = [(m, "sqlite") for m in majors] + [(m, "postgres") for m in also.args]
+        metafunc.parametrize(("e2e_client", "db"), runs, indirect=True, ids=[f"{m}-{d}" for m, d in runs])
 
 
 @pytest.fixture(scope="session")
