@@ -64,20 +64,28 @@ class PostgresDatabase(Database):
         self._tx: Tx = PostgresTx(self._faulty or self._link)
         self._lock = asyncio.Lock()
         self._closed = False
+        self._asleep = False
         #: Made by this open, and nothing written since: every read would find nothing.
         self.fresh = fresh
 
     def check_open(self) -> None:
+        """Raise if closed; else a statement is about to run: the instance is awake (see :meth:`sleep`)."""
         if self._closed:
             raise StorageError(f"{self.agent}/{self.name}'s storage is closed", Problem.DAMAGED)
+        self._asleep = False
 
     @property
     def asleep(self) -> bool:
-        return False
+        return self._asleep
 
     async def sleep(self) -> bool:
-        """Nothing to let go of: an instance holds no connection of its own (the pool is the store's)."""
-        return False
+        """Nothing to let go of (an instance holds no connection of its own: the pool is the store's), but
+        the instance is noted asleep until its next statement, as on SQLite: the server counts it among
+        the hibernating, and does not put it to sleep again at every sweep."""
+        if self._closed or self._lock.locked():
+            return False
+        self._asleep = True
+        return True
 
     async def shrink_memory(self) -> None:
         """Nothing: the caches are the database server's."""
