@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 
-from .. import _faults
+from .._faults import ACTIVE as FAULTS
 from .._problems import Problem, StorageError
 from .._statements import Reader, Tx
 from .._store import Database
@@ -59,7 +59,7 @@ class PostgresDatabase(Database):
         self.name = name
         self.read: Reader = PostgresReader(ReadLink(self))
         self._link = TxLink(pool, instance)
-        plan = _faults.ACTIVE  # None unless THINK_FAULTS is set (tests only)
+        plan = FAULTS  # None unless THINK_FAULTS is set (tests only)
         self._faulty = None if plan is None else FaultyLink(self._link, plan)
         self._tx: Tx = PostgresTx(self._faulty or self._link)
         self._lock = asyncio.Lock()
