@@ -130,9 +130,10 @@ class DbChoice:
             return [] if q is None else await q(sql, *params)
 
     async def instances(self, data_dir: Path, agent: str) -> list[str]:
-        """The names of the agent's instances that have storage, sorted."""
+        """The names of the agent's instances that have storage, sorted (SQLite: what a file name keeps of
+        a name, its lowercase letters, digits, ``_`` and ``-``)."""
         if self.url is None:
-            return sorted(p.name.removesuffix(".sqlite3") for p in (data_dir / "agents" / agent).glob("*.sqlite3"))
+            return sorted(p.name.split(".")[0] for p in (data_dir / "agents" / agent).glob("*.sqlite3"))
         conn = await asyncpg.connect(self.url)
         try:
             names: Sequence[asyncpg.Record] = await conn.fetch(
