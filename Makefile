@@ -10,6 +10,8 @@ CLIENT_V6 := tests/e2e/client-v6
 HOST ?= 127.0.0.1
 PORT ?= 8000
 DATA_DIR ?=
+# The store of `make chaos` and `make conformance`: sqlite, or postgres (a throwaway server, tests/postgres.py).
+DB ?= sqlite
 
 .PHONY: install run test lint typecheck unit fuzz conformance conformance-server node-deps web browser-deps proxy-deps postgres-deps haproxy-deps soak chaos bench clean
 
@@ -114,20 +116,23 @@ fuzz: $(STAMP)
 conformance-server: $(STAMP)
 	$(PY) tests/run_conformance.py --serve --port $(or $(PORT),8799) $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 
-conformance: $(STAMP)
-	$(PY) tests/run_conformance.py
+# `make conformance DB=postgres`: on PostgreSQL; `make test` runs the required set on both stores.
+conformance: $(STAMP) $(if $(filter postgres,$(DB)),postgres-deps)
+	$(PY) tests/run_conformance.py --db $(DB)
 
 test: lint typecheck unit
 	$(PY) tests/run_conformance.py --required
+	$(PY) tests/run_conformance.py --required --db postgres
 
 # Crash safety: the real server under a mixed load, SIGKILLed KILLS times (from outside and, with
 # the test-only THINK_FAULTS switch, inside its transactions), every invariant checked after every
 # restart; prints the counts. Minutes, not seconds: not part of `make test` (CI runs 20 kills in
-# tests/e2e/test_chaos.py). A failure prints its seed: `make chaos SEED=<seed>` replays its choices.
+# tests/e2e/test_chaos.py, on each store). A failure prints its seed: `make chaos SEED=<seed>` replays its
+# choices. `make chaos DB=postgres`: the same on a throwaway PostgreSQL (tests/postgres.py) started for the run.
 KILLS ?= 200
 SEED ?=
-chaos: $(STAMP)
-	$(PY) -m tests.chaos.run --kills $(KILLS) $(if $(SEED),--seed $(SEED)) --quiet
+chaos: $(STAMP) $(if $(filter postgres,$(DB)),postgres-deps)
+	$(PY) -m tests.chaos.run --kills $(KILLS) $(if $(SEED),--seed $(SEED)) --db $(DB) --quiet
 
 # Load and abuse at full size (not part of `make test`, which runs them small): a 10-minute
 # chat soak of 500 sockets, a client that never reads, a reconnect storm of 200, 10,000

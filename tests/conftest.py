@@ -7,7 +7,7 @@ import contextlib
 import json
 import socket
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ import pytest
 import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 
+from tests.stores import DbChoice
 from think_server.app import Settings, create_app
 from think_server.app._wsprotocol import ChatWebSocketProtocol
 from think_server.harness import Agent
@@ -68,8 +69,23 @@ async def start_server(agents: Mapping[str, Agent], data_dir: Path, **settings: 
 
 
 @pytest.fixture
-async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[RunningServer]]]:
-    """Start the real server (uvicorn on a free port); stopped at the end of the test."""
+def db(request: pytest.FixtureRequest) -> Iterator[DbChoice]:
+    """The store the test's servers run on: SQLite unless the test is parametrized on ``db``
+    (``tests.stores.both_dbs``); PostgreSQL is a database of the test's own, dropped after it."""
+    kind = getattr(request, "param", "sqlite")
+    if kind == "sqlite":
+        yield DbChoice("sqlite")
+        return
+    assert kind == "postgres", f"db is 'sqlite' or 'postgres', not {kind!r}"
+    with request.getfixturevalue("postgres").database() as url:
+        yield DbChoice("postgres", url)
+
+
+@pytest.fixture
+async def serve(tmp_path: Path, db: DbChoice) -> AsyncIterator[Callable[..., Awaitable[RunningServer]]]:
+    """Start the real server (uvicorn on a free port), on the test's ``db``; stopped at the end of the
+    test. (On PostgreSQL, every server of the test shares its one database, as servers sharing a
+    database do, whatever data dir each is given.)"""
     started: list[RunningServer] = []
 
     async def _serve(agents: Mapping[str, Agent] | None = None, data_dir: Path | None = None,
@@ -82,7 +98,7 @@ async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Running
             running = {s.data_dir for s in started if not s.task.done()}
             data_dir = next(d for d in (tmp_path / f"data{'' if n == 0 else f'-{n}'}" for n in range(100))
                             if d not in running)
-        srv = await start_server(agents or conformance_agents, data_dir, **settings)
+        srv = await start_server(agents or conformance_agents, data_dir, **{**db.settings(), **settings})
         started.append(srv)
         return srv
 

@@ -24,13 +24,17 @@ class ServerProcess:
     (``app=None``: the demo agent, as ``think-server serve`` serves it).
 
     Each :meth:`start` is a new life on the same port and data dir; the log is appended to.
-    ``nofile`` runs it under ``ulimit -n``.
+    ``nofile`` runs it under ``ulimit -n``; ``database_url`` puts it on PostgreSQL (the data dir then
+    holds only what the test itself writes there).
     """
 
     def __init__(self, *, app: str | None, data_dir: Path, log_path: Path, env: Mapping[str, str] | None = None,
-                 log_level: str = "warning", nofile: int | None = None) -> None:
+                 log_level: str = "warning", nofile: int | None = None, database_url: str | None = None) -> None:
         self.app = app
         self.data_dir = data_dir
+        self.database_url = database_url
+        if database_url is not None:  # the server makes no data dir then; the tests' logs go there
+            data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         self.env = dict(env or {})
         self.log_level = log_level
@@ -64,7 +68,7 @@ class ServerProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "think_server", "serve", *(["--app", self.app] if self.app else []), "--host",
                  "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir), "--log-level",
-                 self.log_level],
+                 self.log_level, *(["--database-url", self.database_url] if self.database_url else [])],
                 cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
                 preexec_fn=self._limit if self.nofile is not None else None,
             )

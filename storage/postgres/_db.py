@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 
+from .._faults import ACTIVE as FAULTS
 from .._leases import Lease
 from .._problems import Problem, StorageError
 from .._statements import Reader, Tx
@@ -22,6 +23,7 @@ from .._store import Database
 from ._base import ReadLink
 from ._blocks import PostgresBlockReads, PostgresBlockWrites
 from ._compactions import PostgresCompactionReads, PostgresCompactionWrites
+from ._faultylink import FaultyLink
 from ._messages import PostgresMessageReads, PostgresMessageWrites
 from ._operations import PostgresOperationReads, PostgresOperationWrites
 from ._pool import Pool
@@ -59,9 +61,12 @@ class PostgresDatabase(Database):
         self.name = name
         self.read: Reader = PostgresReader(ReadLink(self))
         self._link = TxLink(pool, instance)
-        self._tx: Tx = PostgresTx(self._link)
+        plan = FAULTS  # None unless THINK_FAULTS is set (tests only)
+        self._faulty = None if plan is None else FaultyLink(self._link, plan)
+        self._tx: Tx = PostgresTx(self._faulty or self._link)
         self._lock = asyncio.Lock()
         self._closed = False
+        self._asleep = False
         #: Made by this open, and nothing written since: every read would find nothing.
         self.fresh = fresh
         # Opened by a node of a cluster (the store gave out leases): no transaction without the lease.
@@ -77,16 +82,23 @@ class PostgresDatabase(Database):
         self._link.lease = lease
 
     def check_open(self) -> None:
+        """Raise if closed; else a statement is about to run: the instance is awake (see :meth:`sleep`)."""
         if self._closed:
             raise StorageError(f"{self.agent}/{self.name}'s storage is closed", Problem.DAMAGED)
+        self._asleep = False
 
     @property
     def asleep(self) -> bool:
-        return False
+        return self._asleep
 
     async def sleep(self) -> bool:
-        """Nothing to let go of: an instance holds no connection of its own (the pool is the store's)."""
-        return False
+        """Nothing to let go of (an instance holds no connection of its own: the pool is the store's), but
+        the instance is noted asleep until its next statement, as on SQLite: the server counts it among
+        the hibernating, and does not put it to sleep again at every sweep."""
+        if self._closed or self._lock.locked():
+            return False
+        self._asleep = True
+        return True
 
     async def shrink_memory(self) -> None:
         """Nothing: the caches are the database server's."""
@@ -100,22 +112,29 @@ class PostgresDatabase(Database):
         everything inside commits together or not at all."""
         async with self._lock:
             self.check_open()
-            link = self._link
+            link, faulty = self._link, self._faulty
             if link.lease is None and self._needs_lease:
                 raise StorageError(f"a transaction of {self.agent}/{self.name} before this node took its lease",
                                    Problem.MOVED)
             link.check_lease()
             self.fresh = False
             link.open = True
+            if faulty is not None:
+                faulty.writes = []
+                faulty.plan.point("begin", faulty.writes)
             try:
                 try:
                     yield self._tx
                 except BaseException:
                     await link.rollback()
                     raise
+                if faulty is not None:
+                    faulty.plan.point("before_commit", faulty.writes)
                 await link.commit()
             finally:
                 link.end()
+            if faulty is not None:
+                faulty.plan.point("after_commit", faulty.writes)
 
     async def put_blob(self, data: bytes) -> str:
         """Committed before it returns (its own statement, outside any transaction), named by its SHA-256."""

@@ -5,8 +5,8 @@ transactions, sleeping), the SQL of each concern (``_messages``, ``_streams``, `
 on ``_base.Access``), the schema and its migrations (``_schema``) with the template new files are
 copied from (``_template``), the shared pool of SQLite threads (``_lanes``), the work index
 (``_index``), the store over a data dir (``_store``: paths, the data dir's lock), content beside
-a file (``_blobs``), what its errors mean (``_problems``), its memory (``_memory``), and two
-test-only fault seams (``_faults``, ``_writefaults``).
+a file (``_blobs``), what its errors mean (``_problems``), its memory (``_memory``), and a
+test-only fault seam (``_writefaults``; the kill switch it shares with PostgreSQL is ``storage/_faults``).
 
 May import: the top of ``storage`` (its interface, rows and problems, each from its own module:
 the top's ``__init__`` imports this package) and ``think_server.protocol``; never another backend.

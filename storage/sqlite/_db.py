@@ -19,11 +19,13 @@ from pathlib import Path
 
 import aiosqlite
 
+from .._faults import ACTIVE as FAULTS
+from .._faults import KillPlan, write_of
 from .._leases import Lease
 from .._problems import Problem, StorageError, problem_of
 from .._statements import Reader, Tx
 from .._store import Database
-from . import _blobs, _faults
+from . import _blobs
 from ._base import Link, Params
 from ._blocks import SqliteBlockReads, SqliteBlockWrites
 from ._compactions import SqliteCompactionReads, SqliteCompactionWrites
@@ -106,14 +108,14 @@ class SqliteTx(SqliteReader, SqliteBlockWrites, SqliteCompactionWrites, SqliteMe
 class _FaultyTx(SqliteTx):
     """A Tx that notes what it wrote, and may die after a write (test-only: ``_faults``)."""
 
-    def __init__(self, link: Link, plan: _faults.KillPlan) -> None:
+    def __init__(self, link: Link, plan: KillPlan) -> None:
         super().__init__(link)
         self.plan = plan
         self.writes: list[str] = []
 
     async def _execute(self, sql: str, params: Params = ()) -> int:
         changed = await super()._execute(sql, params)
-        write = _faults.write_of(sql)
+        write = write_of(sql)
         if write is not None:
             self.writes.append(write)
             self.plan.point("write", self.writes)
@@ -134,7 +136,7 @@ class SqliteDatabase(Database):
         #: Statements under way outside a transaction (the file does not sleep under them).
         self.users = 0
         self.read: Reader = SqliteReader(self)
-        plan = _faults.ACTIVE
+        plan = FAULTS  # None unless THINK_FAULTS is set (tests only)
         self._faulty = None if plan is None else _FaultyTx(self, plan)
         self._tx: Tx = self._faulty or SqliteTx(self)
         self._lock = asyncio.Lock()

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from tests.conftest import Client, RunningServer, chat_request, is_done
+from tests.stores import both_dbs
 
 A = "/agents/my-agent"
 
@@ -428,6 +429,7 @@ async def test_openapi_describes_every_api_route(serve) -> None:
     assert spec["paths"]["/agents/{agent}/{name}/submit"]["post"]["parameters"][0]["schema"]["enum"] == ["my-agent"]
 
 
+@both_dbs
 async def test_search_over_http_finds_words_of_any_turn_and_forgets_deleted_sessions(serve) -> None:
     srv = await serve()
     async with await http(srv) as c:
@@ -462,6 +464,7 @@ async def test_search_over_http_finds_words_of_any_turn_and_forgets_deleted_sess
         assert gone.json()["results"] == []
 
 
+@both_dbs
 async def test_memory_blocks_over_http(serve) -> None:
     from think_server.harness import Agent, Block, Memory, ScriptedModel
     model = ScriptedModel({"rules": [{"match": "*", "steps": [[{"text": ["{system}"]}]]}]})
@@ -488,6 +491,7 @@ async def test_memory_blocks_over_http(serve) -> None:
         assert (await c.get("/agents/mem/never/memory")).status_code == 404
 
 
+@both_dbs
 async def test_workspace_files_over_http(serve) -> None:
     srv = await serve()
     async with await http(srv) as c:

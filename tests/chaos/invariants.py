@@ -361,6 +361,10 @@ class Checker:
                 answer = Answer.from_json(op.input["answer"])
                 state = apply_answer(state, answer)
             wire = self.store.wire(op.id)
+            if wire is not None and wire[0] != 0:
+                # Its older model calls were swept (each stream goes once its own grace is over, and an
+                # operation recovered after a kill ends its streams lives apart): nothing to assemble from.
+                return
             if wire is not None:
                 assembler = MessageAssembler(message_id, parts=state.parts if state else None,
                                              metadata=state.metadata if state else None)

@@ -1,13 +1,15 @@
 """The chaos loop: load the real server, SIGKILL it, start it again on the same data, check, repeat.
 
-    python -m tests.chaos.run --kills 200 --seed 7
+    python -m tests.chaos.run --kills 200 --seed 7 [--db postgres]
 
 Each life of the server is either armed with the test-only kill switch (``THINK_FAULTS``:
 it SIGKILLs itself inside a transaction, at a point and in a kind of transaction the seed
 picks) or killed from outside at a random moment: while loaded, or while still recovering
 right after its start; now and then it is stopped gracefully instead (SIGTERM, as a deploy
-does), which is not counted as a kill. After every restart the tabs reconnect and resume,
-the loop waits until no operation is open (reading the files read-only), then checks every
+does), which is not counted as a kill. The server runs on SQLite files, or with ``--db
+postgres`` on a database of a throwaway PostgreSQL server (``tests/postgres.py``) started for
+the run. After every restart the tabs reconnect and resume,
+the loop waits until no operation is open (reading the store read-only), then checks every
 invariant of :mod:`tests.chaos.invariants` ("invariant checks passed" counts the items
 checked: each check goes over the whole history again). A failed invariant prints the seed,
 how the last lives ended, and the evidence. Choices are deterministic given the seed;
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import signal
@@ -25,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,8 +39,8 @@ from tests.chaos.client import Conversation, Tab, is_done
 from tests.chaos.driver import Driver
 from tests.chaos.invariants import INVARIANTS, Checker, Violation, read_tool_runs
 from tests.chaos.server import ChaosServer
-from tests.chaos.store import open_operations, read_store
-from think_server.storage.sqlite import instance_db_path
+from tests.chaos.store import Store, open_operations, read_store
+from tests.stores import DBS, DbChoice
 
 IDLE_TIMEOUT_S = 30.0
 #: Transactions the switch may be told to die in: by table, or by verb and table.
@@ -121,11 +125,12 @@ class Report:
 
 class Chaos:
     def __init__(self, work: Path, *, seed: int, kills: int, conversations: int, grace_s: float,
-                 stop_on_failure: bool = True, log: bool = True) -> None:
+                 db: DbChoice, stop_on_failure: bool = True, log: bool = True) -> None:
         self.work = work
         self.seed = seed
         self.target = kills
-        self.server = ChaosServer(work, stream_grace_s=grace_s)
+        self.db = db
+        self.server = ChaosServer(work, stream_grace_s=grace_s, database_url=db.url)
         self.grace_ms = int(grace_s * 1000)
         self.report = Report(seed)
         self.stop_on_failure = stop_on_failure
@@ -160,7 +165,7 @@ class Chaos:
                     await tab.close()
             self.server.stop()
             self.report.elapsed_s = time.monotonic() - started
-            self.count_turns()
+            await self.count_turns()
         return self.report
 
     async def start(self, faults: str | None) -> None:
@@ -236,14 +241,15 @@ class Chaos:
             for tab in conv.tabs:
                 await tab.close()
 
-    def paths(self) -> dict[str, Path]:
-        return {c.name: instance_db_path(self.server.data_dir, AGENT, c.name) for c in self.convs}
+    async def read_store(self, name: str) -> Store | None:
+        return await read_store(self.db, self.server.data_dir, AGENT, name)
 
     async def reach_idle(self) -> bool:
-        """Wait until no operation is open in any file; False if the server died first."""
+        """Wait until no operation is open in any instance; False if the server died first."""
         deadline = time.monotonic() + IDLE_TIMEOUT_S
         while self.server.alive:
-            open_ops = {name: open_operations(path) for name, path in self.paths().items()}
+            open_ops = {c.name: await open_operations(self.db, self.server.data_dir, AGENT, c.name)
+                        for c in self.convs}
             if not any(open_ops.values()):
                 return True
             if time.monotonic() > deadline:
@@ -266,8 +272,8 @@ class Chaos:
                 await tab.wait_for(is_done(rid), 5, start=mark)
         new: list[Violation] = []
         swept_before = int(time.time() * 1000) - self.grace_ms + 2000
-        stores = {conv.name: read_store(path) for conv, path in zip(self.convs, self.paths().values(), strict=True)}
-        starts, ends = read_tool_runs(self.server.tool_log)  # after the files: no run recorded there is missed
+        stores = {conv.name: await self.read_store(conv.name) for conv in self.convs}
+        starts, ends = read_tool_runs(self.server.tool_log)  # after the store: no run recorded there is missed
         async with httpx.AsyncClient(timeout=10) as http:
             for conv in self.convs:
                 store = stores[conv.name]
@@ -300,11 +306,11 @@ class Chaos:
                     f.writelines(json.dumps({"life": life, **frame}) + "\n" for life, frame in tab.frames)
         print(f"  data dir, tool log, server log and each tab's frames (frames-*.jsonl): {self.work}", flush=True)
 
-    def count_turns(self) -> None:
+    async def count_turns(self) -> None:
         recovered = {f["id"] for conv in self.convs for tab in conv.tabs for _, f in tab.frames
                      if f.get("type") == "cf_agent_chat_recovering" and f.get("recovering")}
-        for path in self.paths().values():
-            store = read_store(path)
+        for conv in self.convs:
+            store = await self.read_store(conv.name)
             if store is None:
                 continue
             done = {op.id for op in store.ops.values() if op.status == "completed" and op.outcome == "done"}
@@ -313,9 +319,31 @@ class Chaos:
 
 
 async def chaos(work: Path, *, seed: int, kills: int, conversations: int = 4, grace_s: float = 30.0,
-                log: bool = True, keep_going: bool = False) -> Report:
+                log: bool = True, keep_going: bool = False, db: DbChoice | None = None) -> Report:
+    """``db``: the store the server runs on (default: SQLite files under ``work``)."""
     return await Chaos(work, seed=seed, kills=kills, conversations=conversations, grace_s=grace_s, log=log,
-                       stop_on_failure=not keep_going).run()
+                       db=db or DbChoice("sqlite"), stop_on_failure=not keep_going).run()
+
+
+@contextlib.contextmanager
+def store_for_run(kind: str) -> Iterator[DbChoice]:
+    """The store of a command-line run: SQLite, or a database of a throwaway PostgreSQL server that
+    lives as long as the run (``tests/postgres.py``: Debian's binaries, ``make postgres-deps``)."""
+    if kind == "sqlite":
+        yield DbChoice("sqlite")
+        return
+    from tests import postgres
+
+    try:
+        server = postgres.start()
+    except postgres.PostgresMissing as exc:
+        raise SystemExit(str(exc)) from None
+    try:
+        with server.database() as url:
+            print(f"chaos: on PostgreSQL {server.version} at {url}", flush=True)
+            yield DbChoice("postgres", url)
+    finally:
+        server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,13 +355,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="where the data dir and logs go (kept)")
     parser.add_argument("--keep-going", action="store_true", help="go on after a violation")
     parser.add_argument("--quiet", action="store_true", help="no line per kill")
+    parser.add_argument("--db", choices=DBS, default="sqlite",
+                        help="the server's store: SQLite files in the work dir (default), or a throwaway PostgreSQL")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(10**6)
     work = args.work or Path(tempfile.mkdtemp(prefix=f"think-chaos-{seed}-"))
     work.mkdir(parents=True, exist_ok=True)
-    print(f"chaos: seed {seed}, {args.kills} kills, {args.conversations} conversations, work dir {work}", flush=True)
-    report = asyncio.run(chaos(work, seed=seed, kills=args.kills, conversations=args.conversations,
-                               grace_s=args.grace, log=not args.quiet, keep_going=args.keep_going))
+    print(f"chaos: seed {seed}, {args.kills} kills, {args.conversations} conversations, {args.db}, work dir {work}",
+          flush=True)
+    with store_for_run(args.db) as db:
+        report = asyncio.run(chaos(work, seed=seed, kills=args.kills, conversations=args.conversations,
+                                   grace_s=args.grace, log=not args.quiet, keep_going=args.keep_going, db=db))
     print(report.render())
     return 1 if report.violations else 0
 

@@ -1,4 +1,5 @@
-"""The real server as a subprocess on a data dir that outlives it: started, SIGKILLed, started again."""
+"""The real server as a subprocess on a data dir (or a PostgreSQL database) that outlives it: started,
+SIGKILLed, started again."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ APP = "tests.chaos.app:agents"
 
 
 class ChaosServer(ServerProcess):
-    """One data dir, one port; each :meth:`start` is a new life of the server on it."""
+    """One data dir (or database), one port; each :meth:`start` is a new life of the server on it."""
 
-    def __init__(self, work: Path, *, stream_grace_s: float) -> None:
+    def __init__(self, work: Path, *, stream_grace_s: float, database_url: str | None = None) -> None:
         self.work = work
         self.tool_log = work / "tool-runs.jsonl"
         self.kill_log = work / "kills.log"  # where THINK_FAULTS kills landed, one line each
@@ -20,7 +21,8 @@ class ChaosServer(ServerProcess):
         super().__init__(app=APP, data_dir=work / "data", log_path=self.server_log, env={
             "THINK_CHAOS_LOG": str(self.tool_log), "THINK_STREAM_GRACE_S": str(stream_grace_s),
             # Many sockets and requests from one address, at a pace no browser keeps.
-            "THINK_RATE_LIMIT_PER_S": "1000", "THINK_RATE_BURST": "1000", "THINK_FAULTS": ""})
+            "THINK_RATE_LIMIT_PER_S": "1000", "THINK_RATE_BURST": "1000", "THINK_FAULTS": ""},
+            database_url=database_url)
 
     async def start(self, faults: str | None = None) -> None:  # type: ignore[override]
         """Start a new life; ``faults`` is a ``THINK_FAULTS`` spec (its kills are logged to :attr:`kill_log`).

@@ -1,16 +1,18 @@
-"""A read-only snapshot of one instance file, taken while the server is idle (or dead).
+"""A read-only snapshot of one instance's rows, taken while the server is idle (or dead).
 
-Read through a separate ``mode=ro`` connection, as any other process would see the file:
-the checker trusts nothing the server says about its own storage.
+Read through a connection of its own (SQLite: a ``mode=ro`` one on the file; PostgreSQL: one
+read-only transaction; the same SQL on both, see :meth:`tests.stores.DbChoice.peek`), as any
+other process would see them: the checker trusts nothing the server says about its own storage.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.stores import DbChoice, Peek
 
 
 @dataclass(frozen=True)
@@ -97,50 +99,35 @@ class Store:
         return streams[0].first_seq, [c for s in streams for c in s.chunks]
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+async def read_store(db: DbChoice, data_dir: Path, agent: str, name: str, session: str = "") -> Store | None:
+    """The snapshot of the instance's rows; None if the instance was never created."""
+    async with db.peek(data_dir, agent, name, snapshot=True) as q:  # one consistent snapshot of every table
+        return None if q is None else await _read(q, session)
 
 
-def read_store(path: Path, session: str = "") -> Store | None:
-    """The snapshot of ``path``; None if the instance was never created."""
-    if not path.exists():
-        return None
-    db = _connect(path)
-    try:
-        db.execute("BEGIN")  # one consistent snapshot of every table
-        return _read(db, session)
-    finally:
-        db.close()
+async def open_operations(db: DbChoice, data_dir: Path, agent: str, name: str) -> list[str]:
+    """Ids of the instance's operations still pending or running."""
+    rows = await db.rows(data_dir, agent, name, "SELECT id FROM operations WHERE status IN ('pending', 'running')")
+    return [r[0] for r in rows]
 
 
-def open_operations(path: Path) -> list[str]:
-    """Ids of operations still pending or running in an instance file."""
-    if not path.exists():
-        return []
-    db = _connect(path)
-    try:
-        return [r[0] for r in db.execute("SELECT id FROM operations WHERE status IN ('pending', 'running')")]
-    finally:
-        db.close()
-
-
-def _read(db: sqlite3.Connection, session: str) -> Store:
+async def _read(q: Peek, session: str) -> Store:
     ops = {}
-    for r in db.execute("SELECT seq, id, kind, status, outcome, reason, input_json, target_message_id, started_at, "
-                        "completed_at FROM operations WHERE session_id = ? ORDER BY seq", (session,)):
+    for r in await q("SELECT seq, id, kind, status, outcome, reason, input_json, target_message_id, started_at, "
+                     "completed_at FROM operations WHERE session_id = ? ORDER BY seq", session):
         ops[r[1]] = Op(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]), r[7], r[8], r[9])
     messages = {}
-    for r in db.execute("SELECT seq, id, parent_id, role, content, operation_id FROM messages WHERE session_id = ? "
-                        "ORDER BY seq", (session,)):
+    for r in await q("SELECT seq, id, parent_id, role, content, operation_id FROM messages WHERE session_id = ? "
+                     "ORDER BY seq", session):
         messages[r[1]] = Msg(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5])
     defects: list[str] = []
     streams: dict[str, list[Stream]] = {}
-    rows = db.execute("SELECT id, request_id, status, is_continuation, first_seq, chunk_count, next_segment, "
-                      "completed_at FROM streams WHERE session_id = ? ORDER BY created_at, rowid", (session,))
-    for sid, rid, status, cont, first_seq, count, next_segment, completed_at in rows.fetchall():
+    rows = await q("SELECT id, request_id, status, is_continuation, first_seq, chunk_count, next_segment, "
+                   "completed_at FROM streams WHERE session_id = ? ORDER BY created_at, rowid", session)
+    for sid, rid, status, cont, first_seq, count, next_segment, completed_at in rows:
         s = Stream(sid, rid, status, bool(cont), first_seq, count, completed_at)
-        segments = db.execute("SELECT segment, first_chunk, body FROM stream_chunks WHERE stream_id = ? "
-                              "ORDER BY segment", (sid,)).fetchall()
+        segments = await q("SELECT segment, first_chunk, body FROM stream_chunks WHERE stream_id = ? "
+                           "ORDER BY segment", sid)
         if [seg[0] for seg in segments] != list(range(next_segment)):
             defects.append(f"stream {sid} of {rid}: segments {[seg[0] for seg in segments]}, "
                            f"expected 0..{next_segment - 1}")
@@ -160,12 +147,12 @@ def _read(db: sqlite3.Connection, session: str) -> Store:
             if s.first_seq != expected:
                 defects.append(f"operation {rid}: stream {s.id} starts at seq {s.first_seq}, expected {expected}")
             expected = s.first_seq + len(s.chunks)
-    orphans = db.execute("SELECT COUNT(*) FROM stream_chunks WHERE stream_id NOT IN (SELECT id FROM streams)")
-    n_orphans = int(orphans.fetchone()[0])
+    orphans = await q("SELECT COUNT(*) FROM stream_chunks WHERE stream_id NOT IN (SELECT id FROM streams)")
+    n_orphans = int(orphans[0][0])
     if n_orphans:
         defects.append(f"{n_orphans} chunk rows belong to no stream")
     tool_calls = {}
-    for r in db.execute("SELECT tool_call_id, operation_id, message_id, tool_name, state, output_json, error_text "
-                        "FROM tool_calls WHERE session_id = ?", (session,)):
+    for r in await q("SELECT tool_call_id, operation_id, message_id, tool_name, state, output_json, error_text "
+                     "FROM tool_calls WHERE session_id = ?", session):
         tool_calls[r[0]] = ToolRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]) if r[5] else None, r[6])
     return Store(ops, messages, streams, tool_calls, defects)

@@ -36,6 +36,8 @@ from typing import Any
 
 import pytest
 
+from tests.stores import DbChoice
+
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_DIR = REPO / "tests" / "e2e" / "client"
 #: The same client on the AI SDK's previous major (ai@6 + @ai-sdk/react@3), from its own lock file;
@@ -256,11 +258,17 @@ class E2EClient:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A test that uses the real client runs with each AI SDK major, or with those its
-    ``@pytest.mark.ai_sdk(...)`` names."""
+    ``@pytest.mark.ai_sdk(...)`` names; on SQLite, and with ``@pytest.mark.postgres_too(...)`` on
+    PostgreSQL too, with the majors that names (its server's ``db``)."""
     if "e2e_client" in metafunc.fixturenames:
         marker = metafunc.definition.get_closest_marker("ai_sdk")
         majors = list(marker.args) if marker else sorted(CLIENTS, reverse=True)
-        metafunc.parametrize("e2e_client", majors, indirect=True, scope="session")
+        also = metafunc.definition.get_closest_marker("postgres_too")
+        if also is None:
+            metafunc.parametrize("e2e_client", majors, indirect=True, scope="session")
+            return
+        runs = [(m, "sqlite") for m in majors] + [(m, "postgres") for m in also.args]
+        metafunc.parametrize(("e2e_client", "db"), runs, indirect=True, ids=[f"{m}-{d}" for m, d in runs])
 
 
 @pytest.fixture(scope="session")
@@ -335,11 +343,13 @@ def run_think_server(
     model: str | None = None,
     app: str | None = None,
     env: dict[str, str] | None = None,
+    db: DbChoice | None = None,
 ) -> Iterator[ThinkServer]:
     """Start the real server on a free port; yield once it accepts connections; always stop it.
 
     ``app`` is a ``module:attribute`` for ``--app`` (default: the server's own default app);
-    ``env`` is added to the server's environment (e.g. ``THINK_AUTH_TOKEN``).
+    ``env`` is added to the server's environment (e.g. ``THINK_AUTH_TOKEN``); ``db``: its store
+    (default: SQLite in the data dir).
     """
     port = free_port(host)
     data_dir = tmp_path / "data"
@@ -361,6 +371,8 @@ def run_think_server(
     ]
     if app is not None:
         cmd += ["--app", app]
+    if db is not None:
+        cmd += db.flags()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **(env or {})}, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -387,35 +399,36 @@ def run_think_server(
 EXTERNAL_BASE_ENV = "THINK_E2E_EXTERNAL_BASE"
 
 
-def _server(tmp_path: Path, *, app: str | None = None) -> Iterator[ThinkServer]:
+def _server(tmp_path: Path, db: DbChoice, *, app: str | None = None) -> Iterator[ThinkServer]:
     external = os.environ.get(EXTERNAL_BASE_ENV)
     if external:
         url = urllib.parse.urlsplit(external)
         host, port = url.hostname or "127.0.0.1", url.port or 80
         yield ThinkServer(proc=None, host=host, port=port, data_dir=tmp_path, log_path=tmp_path / "server.log")
         return
-    with run_think_server(tmp_path, app=app) as server:
+    with run_think_server(tmp_path, app=app, db=db) as server:
         yield server
 
 
 @pytest.fixture
-def think_server(tmp_path: Path) -> Iterator[ThinkServer]:
-    """The real server with the reference script, in a fresh data directory."""
-    yield from _server(tmp_path)
+def think_server(tmp_path: Path, db: DbChoice) -> Iterator[ThinkServer]:
+    """The real server with the reference script, in a fresh data directory (on the test's ``db``)."""
+    yield from _server(tmp_path, db)
 
 
 @pytest.fixture
-def conformance_server(tmp_path: Path) -> Iterator[ThinkServer]:
+def conformance_server(tmp_path: Path, db: DbChoice) -> Iterator[ThinkServer]:
     """The real server serving the conformance agent ``my-agent`` (scripted, reference script)."""
-    yield from _server(tmp_path, app=CONFORMANCE_APP)
+    yield from _server(tmp_path, db, app=CONFORMANCE_APP)
 
 
 @pytest.fixture
-def crash_server(tmp_path: Path) -> Iterator[Any]:
-    """The crash agent's server process (tests/crash_app.py), not started yet; stopped at the end."""
+def crash_server(tmp_path: Path, db: DbChoice) -> Iterator[Any]:
+    """The crash agent's server process (tests/crash_app.py) on the test's ``db``, not started yet;
+    stopped at the end."""
     from tests.e2e.test_crash_recovery import Server
 
-    srv = Server(tmp_path / "data", tmp_path / "server.log")
+    srv = Server(tmp_path / "data", tmp_path / "server.log", db)
     try:
         yield srv
     finally:

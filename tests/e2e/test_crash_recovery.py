@@ -1,16 +1,15 @@
 """Kill the real server with SIGKILL mid-turn, start it again, and check the turn is finished right.
 
-The server runs as a subprocess on a data dir that outlives it; clients are
-real WebSockets. After each restart: the user message is kept, the turn has
-exactly one assistant message, its text is complete with nothing repeated,
-the operation is terminal, and a reconnecting client is told.
+The server runs as a subprocess on a data dir (or a PostgreSQL database) that outlives it;
+clients are real WebSockets. After each restart: the user message is kept, the turn has
+exactly one assistant message, its text is complete with nothing repeated, the operation is
+terminal, and a reconnecting client is told. Every test runs on both stores.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -21,7 +20,9 @@ import pytest
 
 from tests.conftest import Client, chat_request, is_done
 from tests.serverproc import ServerProcess
-from think_server.storage.sqlite import instance_db_path
+from tests.stores import DbChoice, both_dbs
+
+pytestmark = both_dbs
 
 AGENT = "crash-agent"
 SLOW_TEXT = "".join(f"w{i} " for i in range(40))
@@ -30,9 +31,10 @@ SLOW_TEXT = "".join(f"w{i} " for i in range(40))
 class Server(ServerProcess):
     """The crash agent (tests/crash_app.py) as a subprocess; tool runs are logged across deaths."""
 
-    def __init__(self, data_dir: Path, log_path: Path) -> None:
+    def __init__(self, data_dir: Path, log_path: Path, db: DbChoice) -> None:
         super().__init__(app="tests.crash_app:agents", data_dir=data_dir, log_path=log_path, log_level="info",
-                         env={"THINK_CRASH_LOG": str(data_dir / "tool-runs.log")})
+                         env={"THINK_CRASH_LOG": str(data_dir / "tool-runs.log")}, database_url=db.url)
+        self.db = db
 
     def ws(self, name: str, pk: str, agent: str = AGENT) -> str:
         return f"{self.ws_base}/agents/{agent}/{name}?_pk={pk}"
@@ -41,17 +43,17 @@ class Server(ServerProcess):
         path = self.data_dir / "tool-runs.log"
         return path.read_text().splitlines() if path.exists() else []
 
-    def operation(self, name: str, op_id: str) -> tuple[str, str | None, str | None]:
-        path = instance_db_path(self.data_dir, AGENT, name)
-        with sqlite3.connect(path) as db:
-            row = db.execute("SELECT status, outcome, reason FROM operations WHERE id = ?", (op_id,)).fetchone()
-        assert row is not None, f"operation {op_id} not stored"
-        return row
+    async def operation(self, name: str, op_id: str) -> tuple[str, str | None, str | None]:
+        rows = await self.db.rows(self.data_dir, AGENT, name, "SELECT status, outcome, reason FROM operations "
+                                  "WHERE id = ?", op_id)
+        assert rows, f"operation {op_id} not stored"
+        status, outcome, reason = rows[0]
+        return status, outcome, reason
 
 
 @pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    srv = Server(tmp_path / "data", tmp_path / "server.log")
+async def server(tmp_path: Path, db: DbChoice) -> AsyncIterator[Server]:
+    srv = Server(tmp_path / "data", tmp_path / "server.log", db)
     await srv.start()
     try:
         yield srv
@@ -139,7 +141,7 @@ async def test_killed_mid_stream_continues_the_same_message(server: Server, seen
     assert done.get("outcome") == "completed" and not done.get("error")
     answer = check_one_answer(await get_messages(server, name), user)
     assert text_of(answer) == SLOW_TEXT
-    assert server.operation(name, rid) == ("completed", "done", None)
+    assert await server.operation(name, rid) == ("completed", "done", None)
     await b.close()
 
 
@@ -168,7 +170,7 @@ async def test_killed_mid_tool_call_reruns_a_rerun_tool(server: Server) -> None:
     tool = next(p for p in answer["parts"] if p["type"] == "tool-slowRerun")
     assert tool["state"] == "output-available" and tool["output"] == {"double": 14}
     assert text_of(answer) == 'Result: {"double":14}.'
-    assert server.operation(name, rid) == ("completed", "done", None)
+    assert await server.operation(name, rid) == ("completed", "done", None)
     await b.close()
 
 
@@ -181,7 +183,7 @@ async def test_killed_mid_tool_call_reports_a_report_tool_as_interrupted(server:
     tool = next(p for p in answer["parts"] if p["type"] == "tool-slowReport")
     assert tool["state"] == "output-error" and "interrupted" in tool["errorText"]
     assert text_of(answer).startswith("Saw: ") and "interrupted" in text_of(answer), "the model saw the error"
-    assert server.operation(name, rid) == ("completed", "done", None)
+    assert await server.operation(name, rid) == ("completed", "done", None)
     await b.close()
 
 
@@ -211,8 +213,8 @@ async def test_a_steer_killed_after_it_took_effect_is_applied_once(server: Serve
     assert msgs[2] == user, "the steer's message, once, where it took effect"
     tool = next(p for p in msgs[1]["parts"] if p["type"] == "tool-slowRerun")
     assert tool["state"] == "output-available" and tool["output"] == {"double": 14}
-    assert server.operation(name, first) == ("completed", "unanswered", "steered")
-    assert server.operation(name, steer) == ("completed", "done", None)
+    assert await server.operation(name, first) == ("completed", "unanswered", "steered")
+    assert await server.operation(name, steer) == ("completed", "done", None)
     await b.close()
 
 
@@ -235,7 +237,7 @@ async def test_a_sub_agent_killed_mid_answer_is_waited_for_not_run_again(server:
         boss = (await http.get("/agents/boss-agent/office/get-messages")).json()
         (call,) = [p for p in boss[1]["parts"] if p["type"] == "tool-ask_crash_agent"]
         assert (call["state"], call["output"]) == ("output-available", SLOW_TEXT)
-    children = sorted(p.name.split(".")[0] for p in (server.data_dir / "agents" / "crash-agent").glob("*.sqlite3"))
+    children = await server.db.instances(server.data_dir, "crash-agent")
     assert len(children) == 1 and children[0].startswith("sub-")
     msgs = await get_messages(server, children[0])
     assert [(m["role"], text_of(m)) for m in msgs] == [("user", "be slow"), ("assistant", SLOW_TEXT)]
@@ -259,7 +261,7 @@ async def test_a_turn_that_keeps_killing_the_process_is_sealed(server: Server) -
         await server.start()
     # The third start found the operation still running without progress: sealed, not run again.
     await server.ready()  # recovery runs in the background once the port is open
-    status, outcome, reason = server.operation(name, rid)
+    status, outcome, reason = await server.operation(name, rid)
     assert (status, outcome, reason) == ("error", "unanswered", "out_of_memory")
     assert server.tool_runs().count("hangRerun start") == 3
     c = await Client.open(server.ws(name, "tab-c"))
@@ -274,12 +276,14 @@ async def test_a_turn_that_keeps_killing_the_process_is_sealed(server: Server) -
     await c.close()
 
 
-async def test_a_workspace_edit_killed_after_its_commit_is_never_applied_twice(tmp_path: Path) -> None:
+async def test_a_workspace_edit_killed_after_its_commit_is_never_applied_twice(tmp_path: Path, db: DbChoice) -> None:
     """The edit's transaction commits, then the process dies (THINK_FAULTS kills it right after
     that commit): its tool call is still recorded as running. The next start reports it as cut
     short (edit recovers as ``report``) and does not run it again: the file holds the edit once."""
     data, name = tmp_path / "data", "desk"
-    path = instance_db_path(data, "files-agent", name)
+
+    async def rows(sql: str, *params: str) -> list[tuple[object, ...]]:
+        return await db.rows(data, "files-agent", name, sql, *params)
 
     async def turn(srv: ServerProcess, text: str) -> str:
         c = await Client.open(f"{srv.ws_base}/agents/files-agent/{name}?_pk={uuid.uuid4()}")
@@ -289,20 +293,20 @@ async def test_a_workspace_edit_killed_after_its_commit_is_never_applied_twice(t
         await c.close()
         return str(done.get("outcome"))
 
-    def notes() -> str | None:
-        with sqlite3.connect(path) as db:
-            row = db.execute("SELECT content FROM workspace_files WHERE path = 'notes.md'").fetchone()
-        return None if row is None else bytes(row[0]).decode()
+    async def notes() -> str | None:
+        found = await rows("SELECT content FROM workspace_files WHERE path = 'notes.md'")
+        return None if not found else bytes(found[0][0]).decode()  # type: ignore[arg-type]
 
-    first = ServerProcess(app="tests.crash_app:agents", data_dir=data, log_path=tmp_path / "1.log")
+    first = ServerProcess(app="tests.crash_app:agents", data_dir=data, log_path=tmp_path / "1.log",
+                          database_url=db.url)
     await first.start()
     try:
         assert await turn(first, "start the notes") == "completed"
     finally:
         first.stop()
-    assert notes() == "tea\n"
+    assert await notes() == "tea\n"
 
-    dying = ServerProcess(app="tests.crash_app:agents", data_dir=data, log_path=tmp_path / "2.log",
+    dying = ServerProcess(app="tests.crash_app:agents", data_dir=data, log_path=tmp_path / "2.log", database_url=db.url,
                           env={"THINK_FAULTS": f"kill_in_tx=1;points=after_commit;only=insert:workspace_files;"
                                                f"log={tmp_path / 'kills.log'}"})
     await dying.start()
@@ -315,25 +319,24 @@ async def test_a_workspace_edit_killed_after_its_commit_is_never_applied_twice(t
         await asyncio.sleep(0.05)
     dying.stop()
     assert (tmp_path / "kills.log").read_text().startswith("after_commit"), "it died in the edit's transaction"
-    assert notes() == "tea\ncoffee\n"  # committed before the kill
-    with sqlite3.connect(path) as db:
-        assert db.execute("SELECT state FROM tool_calls WHERE tool_name = 'edit'").fetchall() == [("running",)]
+    assert await notes() == "tea\ncoffee\n"  # committed before the kill
+    assert await rows("SELECT state FROM tool_calls WHERE tool_name = 'edit'") == [("running",)]
 
-    again = ServerProcess(app="tests.crash_app:agents", data_dir=data, log_path=tmp_path / "3.log")
+    again = ServerProcess(app="tests.crash_app:agents", data_dir=data, log_path=tmp_path / "3.log",
+                          database_url=db.url)
     await again.start()
     try:
         c = await Client.open(f"{again.ws_base}/agents/files-agent/{name}?_pk={uuid.uuid4()}")
         await c.send({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
         for _ in range(200):
-            with sqlite3.connect(path) as db:
-                row = db.execute("SELECT status FROM operations WHERE id = ?", (rid,)).fetchone()
-            if row is not None and row[0] not in ("pending", "running"):
+            found = await rows("SELECT status FROM operations WHERE id = ?", rid)
+            if found and found[0][0] not in ("pending", "running"):
                 break
             await asyncio.sleep(0.05)
         await c.close()
         msgs = await get_messages(again, name, agent="files-agent")
     finally:
         again.stop()
-    assert notes() == "tea\ncoffee\n", "the edit was not applied a second time"
+    assert await notes() == "tea\ncoffee\n", "the edit was not applied a second time"
     [edit] = [p for p in msgs[-1]["parts"] if p.get("type") == "tool-edit"]
     assert edit["state"] == "output-error", edit  # reported as cut short, not run again

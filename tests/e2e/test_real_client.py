@@ -13,6 +13,8 @@ reference script and checks what the client and the HTTP endpoint show:
   ``addToolApprovalResponse``. The hook keeps ``autoContinueAfterToolResult``
   at its default (true): the server continues the turn by itself and the
   client resumes the continuation stream.
+
+Every case runs on PostgreSQL too, with the AI SDK's current major (``postgres_too``).
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ def pk_of(url: str) -> str:
     return urllib.parse.parse_qs(urllib.parse.urlsplit(url).query).get("_pk", [""])[0]
 
 
+@pytest.mark.postgres_too("ai7")
 def test_hi_streams_then_survives_a_reload(e2e_client: E2EClient, think_server: ThinkServer, tmp_path: Path) -> None:
     name = f"e2e-{uuid.uuid4().hex[:8]}"
     run = e2e_client.drive(base=think_server.base, name=name, steps=STEPS, log_path=tmp_path / "driver.jsonl")
@@ -360,6 +363,7 @@ def run_tool_turn(
     return run, {"ctx": ctx, "conn": conn, "assistant": assistant, "continuation": cont_chunks}
 
 
+@pytest.mark.postgres_too("ai7")
 def test_client_tool_answered_from_on_tool_call(
     e2e_client: E2EClient, conformance_server: ThinkServer, tmp_path: Path
 ) -> None:
@@ -399,6 +403,7 @@ def test_client_tool_answered_from_on_tool_call(
     assert not [c for c in got["continuation"] if c.get("type", "").startswith("tool-")], ctx()
 
 
+@pytest.mark.postgres_too("ai7")
 @pytest.mark.parametrize("when", ["as-soon-as-shown", "after-the-turn-ends"])
 @pytest.mark.parametrize("approved", [True, False], ids=["approved", "denied"])
 def test_approval_through_add_tool_approval_response(
@@ -477,6 +482,7 @@ PART_STATE_ORDER = [
 ]
 
 
+@pytest.mark.postgres_too("ai7")
 def test_continuation_reaches_the_approving_tab_only_through_its_resume(
     e2e_client: E2EClient, conformance_server: ThinkServer, tmp_path: Path
 ) -> None:

@@ -1,4 +1,5 @@
-"""Schedules across a SIGKILL: one due while the server was down runs once when it is back."""
+"""Schedules across a SIGKILL: one due while the server was down runs once when it is back (on both
+stores: the first case; the cron one on SQLite)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import httpx
 
 from tests.e2e.test_crash_recovery import AGENT, Server
+from tests.stores import both_dbs
 
 A = f"/agents/{AGENT}"
 
@@ -32,6 +34,7 @@ def texts(msgs: list[dict[str, Any]]) -> list[str]:
     return ["".join(p.get("text", "") for p in m["parts"]) for m in msgs]
 
 
+@both_dbs
 async def test_a_schedule_due_while_the_server_was_down_fires_once_after_the_restart(crash_server: Server) -> None:
     await crash_server.start()
     async with httpx.AsyncClient(base_url=crash_server.base, timeout=30) as c:

@@ -190,3 +190,20 @@ async def test_an_instance_made_by_its_open_is_fresh_until_its_first_write(store
     assert not again.fresh, "an instance that was there already is read"
     assert await again.read.session("s") is not None
     await again.close()
+
+
+async def test_an_idle_instance_sleeps_until_its_next_statement(db: Database) -> None:
+    """What the server's hibernation counts on with either backend: an idle instance's ``sleep`` takes,
+    it stays ``asleep`` (counted among the hibernating, not put to sleep again) until a statement."""
+    await _add_operation(db, "op1")
+    assert not db.asleep
+    assert await db.sleep() and db.asleep, "idle: it sleeps"
+    assert (await db.read.operation("op1")) is not None, "a read wakes it"
+    assert not db.asleep
+    assert await db.sleep()
+    await _add_operation(db, "op2")
+    assert not db.asleep, "so does a transaction"
+    async with db.transaction() as tx:
+        await tx.ensure_session("s", 2)
+        assert not await db.sleep(), "a transaction is open"
+    assert not db.asleep

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from think_server.storage.sqlite._faults import KillPlan, parse
+from think_server.storage._faults import KillPlan, parse
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -2,8 +2,9 @@
 
 Never set in production. Off unless the environment variable ``THINK_FAULTS``
 is set when this module is first imported; then :data:`ACTIVE` is a
-:class:`KillPlan` and :meth:`SqliteDatabase.transaction` consults it at each point
-below. Off, the cost is one ``is None`` test per transaction.
+:class:`KillPlan` and each backend's ``Database.transaction`` consults it at each point
+below (both backends, so that the chaos run kills either inside its transactions). Off,
+the cost is one ``is None`` test per transaction.
 
 ``THINK_FAULTS`` is ``key=value`` pairs separated by ``;``::
 
@@ -18,7 +19,9 @@ below. Off, the cost is one ``is None`` test per transaction.
     where to die (default all): ``begin`` (right after ``BEGIN``, nothing
     written), ``write`` (after one write statement: some writes done, maybe
     not all), ``before_commit`` (every write done, ``COMMIT`` not issued),
-    ``after_commit`` (committed, the caller not told yet).
+    ``after_commit`` (committed, the caller not told yet). (PostgreSQL sends a
+    transaction's writes lazily: there ``begin`` and ``write`` may come before
+    anything reached the database.)
 ``only``
     die only in transactions that made this write: a table (``operations``,
     ``stream_chunks``, ``messages``, ``tool_calls``...) or a verb and a table
@@ -37,7 +40,7 @@ import re
 import signal
 from pathlib import Path
 
-__all__ = ["ACTIVE", "POINTS", "KillPlan", "parse", "write_of"]
+__all__ = ["ACTIVE", "POINTS", "KillPlan", "parse", "write_of", "writes_of"]
 
 ENV = "THINK_FAULTS"
 POINTS = ("begin", "write", "before_commit", "after_commit")
@@ -49,6 +52,16 @@ def write_of(sql: str) -> str | None:
     """What a write statement does, as ``verb:table`` (``insert:operations``); None for a read."""
     m = _WRITE.match(sql)
     return f"{m.group(1).lower()}:{m.group(2)}" if m else None
+
+
+_WRITES = re.compile(r"\b(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)", re.IGNORECASE)
+
+
+def writes_of(sql: str) -> list[str]:
+    """Every write of a statement, in order, as ``verb:table``: PostgreSQL's statements may make several
+    (``WITH moved AS (UPDATE streams ...) INSERT INTO stream_chunks ...``). An upsert's ``DO UPDATE SET``
+    is its insert's, not a write of its own."""
+    return [f"{verb.split()[0].lower()}:{table}" for verb, table in _WRITES.findall(sql) if table.upper() != "SET"]
 
 
 class KillPlan:
