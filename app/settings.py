@@ -9,6 +9,7 @@ message naming the variable, what it expects and what it got.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,8 @@ class Settings(BaseModel):
     #: Connections to ``database_url`` this server keeps at most (PostgreSQL spends a process on each).
     database_pool_size: int = Field(10, ge=1, le=1000)
     #: This server's id in a cluster (``database_url`` shared by several servers): the owner named in
-    #: the leases it holds. Unset: host name, process id and randomness (unique per process). Two
-    #: running servers must never share one.
+    #: the leases it holds. Unset: ``{host name}:{port}`` (a server restarted on the same host and port
+    #: is the same node: it takes its leases back at once). Two running servers must never share one.
     node_id: str | None = Field(None, min_length=1, max_length=200)
     #: Where the other nodes and clients reach this server (``http://10.0.0.5:8000``): named to a
     #: request for an instance it serves that reaches another node. Unset: ``http://{host}:{port}``.
@@ -223,7 +224,10 @@ class Settings(BaseModel):
     def node(self) -> Node:
         """This server as a node of a cluster (used when ``database_url`` is set)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return Node(self.node_id or default_node_id(), self.node_url or f"http://{host}:{self.port}", self.lease_s)
+        # The host name and port by default: the same server restarted is the same node, and takes its
+        # own leases back at once (bumping their epochs) rather than waiting out its previous life's.
+        node_id = self.node_id or (f"{socket.gethostname()}:{self.port}" if self.port else default_node_id())
+        return Node(node_id, self.node_url or f"http://{host}:{self.port}", self.lease_s)
 
     @property
     def auth_enabled(self) -> bool:

@@ -297,8 +297,11 @@ async def test_a_workspace_edit_killed_after_its_commit_is_never_applied_twice(t
         found = await rows("SELECT content FROM workspace_files WHERE path = 'notes.md'")
         return None if not found else bytes(found[0][0]).decode()  # type: ignore[arg-type]
 
+    # Three lives of one server, each on a port of its own: one node id, as a server restarted elsewhere
+    # is given (on PostgreSQL a new id would wait out the lease of the life that died).
+    node = {"THINK_NODE_ID": "desk-server"}
     first = ServerProcess(app="tests.crash_app:agents", data_dir=data, log_path=tmp_path / "1.log",
-                          database_url=db.url)
+                          database_url=db.url, env=node)
     await first.start()
     try:
         assert await turn(first, "start the notes") == "completed"
@@ -307,8 +310,8 @@ async def test_a_workspace_edit_killed_after_its_commit_is_never_applied_twice(t
     assert await notes() == "tea\n"
 
     dying = ServerProcess(app="tests.crash_app:agents", data_dir=data, log_path=tmp_path / "2.log", database_url=db.url,
-                          env={"THINK_FAULTS": f"kill_in_tx=1;points=after_commit;only=insert:workspace_files;"
-                                               f"log={tmp_path / 'kills.log'}"})
+                          env={**node, "THINK_FAULTS": f"kill_in_tx=1;points=after_commit;only=insert:workspace_files;"
+                                                        f"log={tmp_path / 'kills.log'}"})
     await dying.start()
     c = await Client.open(f"{dying.ws_base}/agents/files-agent/{name}?_pk={uuid.uuid4()}")
     rid, frame, _ = chat_request("add coffee")
@@ -323,7 +326,7 @@ async def test_a_workspace_edit_killed_after_its_commit_is_never_applied_twice(t
     assert await rows("SELECT state FROM tool_calls WHERE tool_name = 'edit'") == [("running",)]
 
     again = ServerProcess(app="tests.crash_app:agents", data_dir=data, log_path=tmp_path / "3.log",
-                          database_url=db.url)
+                          database_url=db.url, env=node)
     await again.start()
     try:
         c = await Client.open(f"{again.ws_base}/agents/files-agent/{name}?_pk={uuid.uuid4()}")
