@@ -89,10 +89,15 @@ class ThinkChat:
         self._answers: dict[str, str] = {}  # operations that answer a tool call (no request of their own) -> kind
         self._acked: dict[str, Recent] = {}  # connection id -> streams it was replayed (once each)
         self._recovering: str | None = None  # the operation being continued after an interruption
+        #: Called once when the adapter closes (its instance closed or its session went): followers end.
+        self.on_close: list[Callable[[], None]] = []
         self._unsubscribe = session.subscribe(self._on_event)
 
     def close(self) -> None:
         self._unsubscribe()
+        for callback in self.on_close:
+            callback()
+        self.on_close.clear()
 
     # -- connections ------------------------------------------------------------
 
@@ -422,6 +427,11 @@ class ThinkChat:
     def _on_run_started(self, event: RunStarted) -> None:
         self._active = Stream(event.operation_id, event.continuation, list(event.prior),
                                message_id=event.message_id)
+        if event.continuation and not event.prior:
+            # What the continued message held before this stream: a replay over HTTP starts from it.
+            history = self.session.loaded_history
+            last = history.last() if history is not None else None
+            self._active.base = last if last is not None and last.id == event.message_id else None
         if event.prior:
             # A recovered stream already has chunks no socket here has seen: every live socket
             # resumes it (replay, then live), as one that connects now would.
@@ -560,6 +570,11 @@ class ThinkChat:
         for cid, conn in self.connections.items():
             if cid not in skip:
                 conn.send(text)
+
+    def live_stream(self, operation_id: str) -> Stream | None:
+        """The wire stream of ``operation_id`` while it runs (its chunks so far), else None."""
+        active = self._active
+        return active if active is not None and active.id == operation_id and active.settled is None else None
 
     def in_flight(self) -> tuple[str, list[str]] | None:
         """The operation streaming now and every chunk body committed for it so far (in memory)."""

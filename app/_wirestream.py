@@ -102,6 +102,8 @@ class Stream:
     # the message taken when it asked; each chunk it applies writes that copy back, which would
     # undo an update told meanwhile.
     updated: UIMessage | None = None
+    # The continued message as it was when a continuation began (None for a new answer).
+    base: UIMessage | None = None
 
     def live_frame(self, seq: int, body: str) -> str:
         """Chunk ``seq`` as a live frame (a socket that follows the stream after a replay gets the same)."""
