@@ -9,9 +9,11 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from think_server.harness import OperationSettled
+from think_server.harness import OperationSettled, describe_reason
 from think_server.protocol import UIMessage, dump_chat_response, is_unicode_text
 from think_server.storage import OperationRow
+
+from ._connection import Replay
 
 __all__ = ["Recent", "Stream", "answers_claimed", "error_frame", "retrieved", "settled_of"]
 
@@ -108,3 +110,35 @@ class Stream:
     def live_frame(self, seq: int, body: str) -> str:
         """Chunk ``seq`` as a live frame (a socket that follows the stream after a replay gets the same)."""
         return dump_chat_response(self.id, body, done=False, seq=seq, continuation=self.continuation)
+
+    def replay(self, *, join: bool = False) -> Replay:
+        """The chunks the stream has now, as one item a socket's writer renders at the client's
+        pace: however long the stream, it neither copies it nor counts as a backlog.
+
+        ``join``: the socket joins the live stream after it (``replayComplete``), and the same
+        item goes on with the chunks appended to the list meanwhile, as live frames, until the
+        writer has caught up; the live chunks the stream commits before that are not queued
+        for the socket (see ``ThinkChat._on_chunks``), so a replay the live stream outruns does
+        not pile them up as the client's backlog.
+        """
+        rid, continuation = self.id, self.continuation
+
+        def render(seq: int, body: str) -> str:
+            return dump_chat_response(rid, body, done=False, seq=seq, replay=True, continuation=continuation)
+
+        if not join:
+            return Replay(self.bodies, len(self.bodies), render)
+        complete = dump_chat_response(rid, "", done=False, replay=True, replay_complete=True,
+                                      continuation=continuation)
+        return Replay(self.bodies, len(self.bodies), render, complete, self.live_frame)
+
+    def terminal(self, event: OperationSettled, *, replay: bool = False) -> str:
+        """The frame that ends the stream, as ``event`` settled it."""
+        ids = list(event.message_ids) or None
+        if event.status == "error":
+            return dump_chat_response(self.id, describe_reason(event.reason), done=True, error=True,
+                                      continuation=self.continuation, outcome="error", message_ids=ids)
+        outcome = {"completed": "completed", "aborted": "aborted", "skipped": "skipped"}.get(event.status,
+                                                                                            "completed")
+        return dump_chat_response(self.id, "", done=True, replay=replay, continuation=self.continuation,
+                                  outcome=outcome, message_ids=ids)

@@ -311,3 +311,44 @@ async def test_positions_hold_across_a_restart(serve: Serve) -> None:
         for n, tail in tails.items():
             assert tail == full[n + 1:], f"from position {n}"
         assert full[:10] == seen
+
+
+# -- the chat socket's `resuming` race ------------------------------------------------------------
+
+
+async def test_a_socket_told_resuming_gets_the_replay_before_the_end_of_a_fast_continuation(serve: Serve) -> None:
+    """A client tool's result continues the turn with no model latency: the continuation can end
+    between `resuming` and the socket's ACK. Its end must wait for the ACK, or the hook closes the
+    stream at done:true and drops the replay that follows."""
+    srv = await serve()
+    ws = await Client.open(f"{srv.ws_base}/agents/{AGENT}/race")
+    try:
+        await ws.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages")
+        rid, frame, _ = chat_request("ask fast")
+        await ws.send(frame)
+        await ws.wait_for(is_done(rid))
+        call = next(x for x in chunks_of(ws, rid) if x["type"] == "tool-input-available")
+        await ws.send({"type": "cf_agent_tool_result", "toolCallId": call["toolCallId"], "toolName": "getLocation",
+                       "output": "Rome", "autoContinue": True})
+        resuming = await ws.wait_for(lambda f: f.get("type") == "cf_agent_stream_resuming")
+        cont = resuming["id"]
+        told = len(ws.frames)
+        # The continuation ends before this socket ACKs (the transcript of its end goes to every tab).
+        async with httpx.AsyncClient(base_url=srv.base, timeout=10) as c:
+            for _ in range(200):
+                r = await c.get(f"/agents/{AGENT}/race/get-messages")
+                if r.json()[-1]["parts"][-1].get("text") == "You are in Rome.":
+                    break
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+        assert not [f for f in ws.frames[told:] if is_done(cont)(f)], "the end went out before the ACK"
+        acked = len(ws.frames)
+        await ws.send({"type": "cf_agent_stream_resume_ack", "id": cont})
+        await ws.wait_for(is_done(cont), start=acked)
+        replayed = [json.loads(f["body"]) for f in ws.frames[acked:]
+                    if f.get("type") == "cf_agent_use_chat_response" and f.get("id") == cont and f.get("body")
+                    and not f.get("done")]
+        assert "".join(x.get("delta", "") for x in replayed if x["type"] == "text-delta") == "You are in Rome."
+        assert len([f for f in ws.frames if is_done(cont)(f)]) == 1
+    finally:
+        await ws.close()
