@@ -322,3 +322,13 @@ async def test_the_security_curl_lines_run(tmp_path: Path) -> None:
     assert json.loads(plain)["error"].startswith("expected a JSON body (Content-Type: application/json), got "
                                                  "Content-Type 'text/plain'")
     assert not (tmp_path / "data" / "agents" / "assistant").exists(), "a refused request made an instance"
+
+
+async def test_the_usechat_curl_lines_run(tmp_path: Path) -> None:
+    answer, idle, resumed, stopped = await served(tmp_path, sh_block("$B/chat/chat-1/stream"))
+    assert answer.startswith("id: ") and '"type":"start"' in answer and answer.endswith("data: [DONE]")
+    assert "Hello!" in "".join(json.loads(line[6:]).get("delta", "") for line in answer.splitlines()
+                               if line.startswith("data: {"))
+    assert idle == "204"
+    assert '"type":"start"' not in resumed and '"type":"finish"' in resumed and resumed.endswith("data: [DONE]")
+    assert json.loads(stopped) == {"stopped": False}
