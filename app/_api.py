@@ -387,7 +387,8 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         except BaseException:
             release_all(releases)
             raise
-        last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        last = (request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+                or request.query_params.get("after"))
         return Followed(log.follow(last), lambda: release_all(releases))
 
     async def schedules(request: Request) -> Response:

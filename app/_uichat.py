@@ -61,6 +61,7 @@ from ._api import Followed, Guard, Refused, client_of, guarded, open_stream, rea
 from ._offload import off_loop
 from ._sse import KEEPALIVE_S
 from ._thinkchat import ThinkChat
+from ._wirestream import Snapshot, stream_snapshot
 
 __all__ = ["UI_STREAM_HEADERS", "chat_routes", "parse_position"]
 
@@ -107,14 +108,6 @@ class _Watch:
         self.changed.set()
 
 
-@dataclass(slots=True)
-class _Snapshot:
-    bodies: list[str]  # the operation's chunks from seq 0, as far as they are known now
-    settled: OperationSettled | None
-    base: UIMessage | None = None  # a continuation's message as it was before it (a replay starts there)
-    rebuilt: bool = False  # the chunks were swept: ``bodies`` build the stored message instead
-
-
 def _outside(message: UIMessage | None, bodies: list[str]) -> list[str]:
     """A continuation's stream speaks only of the calls it made; the result of a call it continued
     from (an approved call, run as it began) reaches the socket as a message update. useChat has
@@ -158,35 +151,8 @@ def _frame(op_id: str, seq: int, body: str) -> str:
     return f"id: {op_id}:{seq}\ndata: {body}\n\n"
 
 
-async def _snapshot(chat: ThinkChat, op_id: str) -> _Snapshot | None:
-    """What is known of an operation's stream now: from memory while it runs, else from storage.
-    None if the session has no such operation."""
-    live = chat.live_stream(op_id)
-    if live is not None:
-        return _Snapshot(list(live.bodies), None, live.base)
-    session = chat.session
-    db = session.db
-    op = await db.read.operation(op_id)
-    if op is None or op.session_id != session.id:
-        return None
-    bodies: list[str] = []
-    for row in await db.read.streams_of_request(op_id):
-        if row.session_id == session.id:
-            del bodies[row.first_seq:]  # a model call a crash cut short, continued from where it was
-            bodies.extend(await db.read.chunk_bodies(row.id))
-    if op.status in ("pending", "running"):
-        return _Snapshot(bodies, None)
-    settled = OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
-    if bodies or op.target_message_id is None or op.status == "skipped":
-        return _Snapshot(bodies, settled)
-    expired = session.clock.now_ms() - session.stream_grace_ms
-    if op.completed_at is None or op.completed_at >= expired:
-        return _Snapshot(bodies, settled)  # it ended with no chunk of its own
-    stored = await db.read.message(session.id, op.target_message_id)
-    if stored is None:
-        return _Snapshot(bodies, settled)
-    message = parse_message(json.loads(stored.content))
-    return _Snapshot(message_chunks(message), settled, rebuilt=True)
+async def _snapshot(chat: ThinkChat, op_id: str) -> Snapshot | None:
+    return await stream_snapshot(chat.session, op_id, chat.live_stream(op_id))
 
 
 async def follow(chat: ThinkChat, op_id: str, after: int, *, replay: bool = False) -> AsyncIterator[str]:

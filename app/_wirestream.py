@@ -9,13 +9,14 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from think_server.harness import OperationSettled, describe_reason
-from think_server.protocol import UIMessage, dump_chat_response, is_unicode_text
+from think_server.harness import OperationSettled, Session, describe_reason
+from think_server.protocol import UIMessage, dump_chat_response, is_unicode_text, message_chunks, parse_message
 from think_server.storage import OperationRow
 
 from ._connection import Replay
 
-__all__ = ["Recent", "Stream", "answers_claimed", "error_frame", "retrieved", "settled_of"]
+__all__ = ["Recent", "Snapshot", "Stream", "answers_claimed", "error_frame", "retrieved", "settled_of",
+           "stream_snapshot"]
 
 #: What a client's copy of a call shows once the user answered it: an approval, or a client tool's result.
 _APPROVALS = ("approval-responded", "output-denied")
@@ -142,3 +143,40 @@ class Stream:
                                                                                             "completed")
         return dump_chat_response(self.id, "", done=True, replay=replay, continuation=self.continuation,
                                   outcome=outcome, message_ids=ids)
+
+
+@dataclass(slots=True)
+class Snapshot:
+    bodies: list[str]  # the operation's chunks from seq 0, as far as they are known now
+    settled: OperationSettled | None
+    base: UIMessage | None = None  # a continuation's message as it was before it (a replay starts there)
+    rebuilt: bool = False  # the chunks were swept: ``bodies`` build the stored message instead
+
+
+async def stream_snapshot(session: Session, op_id: str, live: Stream | None) -> Snapshot | None:
+    """What is known of an operation's stream now: from memory while it runs (``live``), else
+    from storage. None if the session has no such operation."""
+    if live is not None:
+        return Snapshot(list(live.bodies), None, live.base)
+    db = session.db
+    op = await db.read.operation(op_id)
+    if op is None or op.session_id != session.id:
+        return None
+    bodies: list[str] = []
+    for row in await db.read.streams_of_request(op_id):
+        if row.session_id == session.id:
+            del bodies[row.first_seq:]  # a model call a crash cut short, continued from where it was
+            bodies.extend(await db.read.chunk_bodies(row.id))
+    if op.status in ("pending", "running"):
+        return Snapshot(bodies, None)
+    settled = OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
+    if bodies or op.target_message_id is None or op.status == "skipped":
+        return Snapshot(bodies, settled)
+    expired = session.clock.now_ms() - session.stream_grace_ms
+    if op.completed_at is None or op.completed_at >= expired:
+        return Snapshot(bodies, settled)  # it ended with no chunk of its own
+    stored = await db.read.message(session.id, op.target_message_id)
+    if stored is None:
+        return Snapshot(bodies, settled)
+    message = parse_message(json.loads(stored.content))
+    return Snapshot(message_chunks(message), settled, rebuilt=True)

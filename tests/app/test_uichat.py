@@ -352,3 +352,44 @@ async def test_a_socket_told_resuming_gets_the_replay_before_the_end_of_a_fast_c
         assert len([f for f in ws.frames if is_done(cont)(f)]) == 1
     finally:
         await ws.close()
+
+
+# -- /events: a chunk's position survives a restart ----------------------------------------------
+
+
+async def follow_events(c: httpx.AsyncClient, name: str, last_id: str | None,
+                        until: Callable[[str, dict[str, Any]], bool]) -> list[tuple[str | None, str, dict[str, Any]]]:
+    """(id, event, data) of /events?session=c until ``until(event, data)``."""
+    headers = {"Last-Event-ID": last_id} if last_id else {}
+    got: list[tuple[str | None, str, dict[str, Any]]] = []
+    async with c.stream("GET", f"/agents/{AGENT}/{name}/events", params={"session": "c"}, headers=headers) as r:
+        assert r.status_code == 200
+        async for event_id, data in events_of(r):
+            parsed = json.loads(data)
+            got.append((event_id, parsed["type"], parsed))
+            if until(parsed["type"], parsed):
+                return got
+    raise AssertionError(f"the stream ended first: {got}")
+
+
+async def test_events_resume_from_a_chunk_after_a_restart(serve: Serve) -> None:
+    srv = await serve()
+    async with httpx.AsyncClient(base_url=srv.base, timeout=30) as c:
+        await post(c, "ev", body("c", [user("hi")]))  # the session exists; its events are followed
+        follower = asyncio.create_task(follow_events(
+            c, "ev", None, lambda kind, data: kind == "chunk" and data["seq"] == 9))
+        await asyncio.sleep(0.3)
+        submitted = await c.post(f"/agents/{AGENT}/ev/submit", params={"session": "c"}, json={"input": "slow"})
+        op = submitted.json()["operation_id"]
+        first = [e for e in await follower if e[1] == "chunk"]
+    assert [e[2]["seq"] for e in first] == list(range(10)) and all(e[2]["operation_id"] == op for e in first)
+    await srv.stop()
+    srv = await serve(data_dir=srv.data_dir)
+    async with httpx.AsyncClient(base_url=srv.base, timeout=30) as c:
+        for n in (0, 5, 9):
+            rest = await follow_events(c, "ev", first[n][0], lambda kind, data: kind == "run-end")
+            chunk_events = [e[2] for e in rest if e[1] == "chunk"]
+            assert [x["seq"] for x in chunk_events] == list(range(n + 1, n + 1 + len(chunk_events)))
+            text = "".join(x["chunk"].get("delta", "") for x in [e[2] for e in first[:n + 1]] + chunk_events)
+            assert text == "".join(f"w{i} " for i in range(50)), f"from chunk {n}"
+            assert [e[2]["status"] for e in rest if e[1] == "operation"] == ["completed"]
