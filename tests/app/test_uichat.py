@@ -393,3 +393,35 @@ async def test_events_resume_from_a_chunk_after_a_restart(serve: Serve) -> None:
             text = "".join(x["chunk"].get("delta", "") for x in [e[2] for e in first[:n + 1]] + chunk_events)
             assert text == "".join(f"w{i} " for i in range(50)), f"from chunk {n}"
             assert [e[2]["status"] for e in rest if e[1] == "operation"] == ["completed"]
+
+
+async def test_a_reload_mid_continuation_replays_the_message_it_continues(serve: Serve) -> None:
+    """useChat rebuilds the message from a replay: a continuation's own chunks only speak of what
+    it adds, so the replay starts with what the message held before it."""
+    from tests.e2e.usechat_app import SLOW_TAIL, agents
+
+    srv = await serve(agents)
+    async with httpx.AsyncClient(base_url=srv.base, timeout=30) as c:
+        await post(c, "cont", body("c", [user("approve")]))
+        messages = await transcript(c, "cont", "c")
+        part = next(p for p in messages[-1]["parts"] if p["type"] == "tool-transferFunds")
+        part.update(state="approval-responded", approval={"id": part["approval"]["id"], "approved": True})
+        seen: list[Event] = []
+        async with c.stream("POST", f"/agents/{AGENT}/cont/chat", json=body("c", messages)) as r:
+            async for event in events_of(r):
+                seen.append(event)
+                if text_of(seen).startswith("Sent. t0 t1 "):
+                    break
+        async with c.stream("GET", f"/agents/{AGENT}/cont/chat/c/stream") as r:
+            replay = [e async for e in events_of(r)]
+        got = chunks(replay)
+        assert got[0] == {"type": "start", "messageId": messages[-1]["id"]}
+        # What the message held: its step, the call and its approval (no position: not this stream's).
+        assert [x["type"] for x in got[1:4]] == ["start-step", "tool-input-available", "tool-approval-request"]
+        assert all(event_id is None for event_id, _ in replay[:5])
+        # Then this stream, from its first chunk after `start`, and the approved call's result.
+        op = (seen[0][0] or "").rpartition(":")[0]
+        ids = [event_id for event_id, _ in replay if event_id is not None]
+        assert ids[0] == f"{op}:1" and ids == [f"{op}:{n}" for n in range(1, len(ids) + 1)]
+        assert text_of(replay) == "Sent. " + "".join(SLOW_TAIL)
+        assert next(x for x in got if x["type"] == "tool-output-available")["output"]["to"] == "carol"

@@ -158,3 +158,31 @@ def test_a_server_killed_mid_stream_is_resumed_after_its_restart(e2e_client: E2E
         assert [m["id"] for m in shown] == [m["id"] for m in transcript(server.base, name, chat)]
     finally:
         server.stop()
+
+
+def test_a_reload_mid_continuation_keeps_the_call_and_its_answer(e2e_client: E2EClient, tmp_path: Path) -> None:
+    from .conftest import run_think_server
+    from .usechat_app import SLOW_TAIL
+
+    tail = "".join(SLOW_TAIL)
+    with run_think_server(tmp_path, app="tests.e2e.usechat_app:agents") as server:
+        name, chat = f"uc-{uuid.uuid4().hex[:6]}", "c1"
+        run = e2e_client.usechat(base=server.base, name=name, chat=chat, steps=[
+            {"mount": {}}, {"send": "approve"}, {"approve": True}, {"waitTextStarts": "Sent. t0 t1 "},
+            {"unmount": True}, {"mount": {"resume": True}},
+            {"waitText": "Sent. " + tail, "timeout": 15000}, {"waitStatus": "ready"},
+            {"waitPart": {"toolName": "transferFunds", "state": "output-available"}},
+            {"answerTool": {"toolName": "getLocation", "output": "Nice"}}, {"send": "ask"},
+            {"waitTextStarts": "You are in Nice. t0 "},
+            {"unmount": True}, {"mount": {"resume": True}},
+            {"waitText": "You are in Nice. " + tail, "timeout": 15000}, {"waitStatus": "ready"},
+            {"waitPart": {"toolName": "getLocation", "state": "output-available"}}, {"dump": True},
+        ], timeout_ms=60_000)
+        check(run, server.log_tail())
+        shown = last_dump(run)["messages"]
+        stored = transcript(server.base, name, chat)
+        assert [m["id"] for m in shown] == [m["id"] for m in stored]
+        assert texts(shown) == texts(stored) == [("user", "approve"), ("assistant", "Sent. " + tail),
+                                                 ("user", "ask"), ("assistant", "You are in Nice. " + tail)]
+        for m in (shown[1], shown[3]):
+            assert [p["state"] for p in m["parts"] if p["type"].startswith("tool-")] == ["output-available"]
