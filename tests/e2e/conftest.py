@@ -218,12 +218,14 @@ class E2EClient:
         log_path: Path | None = None,
         script: str = "drive.mjs",
         extra: list[str] | None = None,
+        session: str = "",
     ) -> DriverRun:
         """Run ``drive.mjs`` (or ``script``, with ``extra`` arguments) to completion and parse its JSON lines."""
         cmd = [
             str(self.node.node),
             str(self.dir / script),
             *(extra or []),
+            *(["--session", session] if session else []),
             "--base",
             base,
             "--agent",

@@ -186,3 +186,28 @@ def test_a_reload_mid_continuation_keeps_the_call_and_its_answer(e2e_client: E2E
                                                  ("user", "ask"), ("assistant", "You are in Nice. " + tail)]
         for m in (shown[1], shown[3]):
             assert [p["state"] for p in m["parts"] if p["type"].startswith("tool-")] == ["output-available"]
+
+
+def test_one_conversation_moves_between_use_chat_over_http_and_the_socket(e2e_client: E2EClient,
+                                                                          conformance_server: ThinkServer) -> None:
+    """useChat over HTTP, then the Agents hook on the socket's ``?session=`` of the same chat, then
+    useChat again: one conversation, whichever client carries it."""
+    base, name, chat = conformance_server.base, f"uc-{uuid.uuid4().hex[:6]}", "moving"
+    first = e2e_client.usechat(base=base, name=name, chat=chat, steps=[
+        {"mount": {}}, {"send": "hi"}, {"waitText": "Hello!"}, {"waitStatus": "ready"}])
+    check(first, conformance_server.log_tail())
+    socket = e2e_client.drive(base=base, name=name, agent=AGENT, session=chat, steps=[
+        {"waitSettled": True}, {"dump": True}, {"send": "over the socket"}, {"waitText": "You said: over the socket"},
+        {"waitStatus": "ready"}, {"dump": True}])
+    assert socket.ok and socket.of("error") == [], socket.timeline()
+    assert texts(socket.of("dump")[0]["messages"]) == [("user", "hi"), ("assistant", "Hello!")]
+    back = e2e_client.usechat(base=base, name=name, chat=chat, steps=[
+        {"mount": {"resume": True}}, {"send": "and back"}, {"waitText": "You said: and back"},
+        {"waitStatus": "ready"}, {"dump": True}])
+    check(back, conformance_server.log_tail())
+    shown = last_dump(back)["messages"]
+    assert texts(shown) == [("user", "hi"), ("assistant", "Hello!"), ("user", "over the socket"),
+                            ("assistant", "You said: over the socket"), ("user", "and back"),
+                            ("assistant", "You said: and back")]
+    assert [m["id"] for m in shown] == [m["id"] for m in transcript(base, name, chat)]
+    assert transcript(base, name, "") == [], "the root session saw none of it"
