@@ -7,11 +7,13 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tests.conftest import Client, RunningServer, chat_request, chunks_of, is_done
+from tests.serverproc import ServerProcess
 
 AGENT = "my-agent"
 Serve = Callable[..., Awaitable[RunningServer]]
@@ -425,3 +427,43 @@ async def test_a_reload_mid_continuation_replays_the_message_it_continues(serve:
         assert ids[0] == f"{op}:1" and ids == [f"{op}:{n}" for n in range(1, len(ids) + 1)]
         assert text_of(replay) == "Sent. " + "".join(SLOW_TAIL)
         assert next(x for x in got if x["type"] == "tool-output-available")["output"]["to"] == "carol"
+
+
+async def test_the_chat_routes_keep_the_rules_of_the_http_api(serve: Serve) -> None:
+    srv = await serve(auth_token="s3cret", max_messages_per_request=2)
+    async with httpx.AsyncClient(base_url=srv.base, timeout=20) as c:
+        url = f"/agents/{AGENT}/rules/chat"
+        assert (await c.post(url, json=body("c", [user("hi")]))).status_code == 401
+        assert (await c.get(f"{url}/c/stream")).status_code == 401
+        assert (await c.post(f"{url}/c/stop")).status_code == 401
+        auth = {"Authorization": "Bearer s3cret"}
+        r = await c.post(url, json=body("c", [user("hi")]), headers={**auth, "Origin": "https://evil.example"})
+        assert r.status_code == 403
+        r = await c.post(url, json=body("c", [user("a"), user("b"), user("c")]), headers=auth)
+        assert r.status_code == 422 and "over the limit" in r.json()["error"]
+        assert text_of(parse_sse((await c.post(url, json=body("c", [user("hi")]), headers=auth)).text)) == "Hello!"
+
+
+async def test_positions_hold_after_a_sigkill(tmp_path: Path) -> None:
+    server = ServerProcess(app="tests.conformance_app:agents", data_dir=tmp_path / "data",
+                           log_path=tmp_path / "server.log")
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.base, timeout=30) as c:
+            seen: list[Event] = []
+            async with c.stream("POST", f"/agents/{AGENT}/killed/chat", json=body("c", [user("slow")])) as r:
+                async for event in events_of(r):
+                    seen.append(event)
+                    if len(seen) == 10:
+                        break
+        assert server.kill()  # what was committed is on disk; the rest is streamed again by the next life
+        await server.start(banner="after SIGKILL")
+        async with httpx.AsyncClient(base_url=server.base, timeout=30) as c:
+            op = (seen[0][0] or "").rpartition(":")[0]
+            full = seen[:1] + await from_position(c, "killed", "c", f"{op}:0")
+            assert full[:10] == seen
+            assert full[-1] == (None, "[DONE]") and text_of(full) == "".join(f"w{i} " for i in range(50))
+            for n in range(len(full) - 1):
+                assert await from_position(c, "killed", "c", full[n][0] or "") == full[n + 1:], f"from {n}"
+    finally:
+        server.stop()
