@@ -61,7 +61,7 @@ from ._api import Followed, Guard, Refused, client_of, guarded, open_stream, rea
 from ._offload import off_loop
 from ._sse import KEEPALIVE_S
 from ._thinkchat import ThinkChat
-from ._wirestream import Snapshot, stream_snapshot
+from ._wirestream import Snapshot, continued_base, stream_snapshot
 
 __all__ = ["UI_STREAM_HEADERS", "chat_routes", "parse_position"]
 
@@ -173,9 +173,11 @@ async def follow(chat: ThinkChat, op_id: str, after: int, *, replay: bool = Fals
             # The chunks are gone: the stored message, whole, stands for them ("=" marks its positions).
             yield "".join(f"id: {op_id}:={n}\ndata: {b}\n\n" for n, b in enumerate(bodies)) + _DONE
             return
-        if replay and snap.base is not None and after == 0 and bodies and bodies[0].startswith('{"type":"start"'):
-            out += [f"data: {b}\n\n" for b in message_chunks(snap.base)[:-1]]
-            after = 1
+        if replay and after == 0 and bodies and bodies[0] == '{"type":"start"}':  # a continuation
+            base = snap.base or await continued_base(chat.session, op_id)
+            if base is not None:
+                out += [f"data: {b}\n\n" for b in message_chunks(base)[:-1]]
+                after = 1
         out += [_frame(op_id, seq, bodies[seq]) for seq in range(after, len(bodies))]
         next_seq = max(after, len(bodies))
         settled = snap.settled

@@ -10,13 +10,32 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from think_server.harness import OperationSettled, Session, describe_reason
-from think_server.protocol import UIMessage, dump_chat_response, is_unicode_text, message_chunks, parse_message
+from think_server.protocol import (
+    AssemblyError,
+    ProtocolError,
+    UIMessage,
+    assemble,
+    dump_chat_response,
+    is_unicode_text,
+    message_chunks,
+    parse_chunk,
+    parse_message,
+)
 from think_server.storage import OperationRow
 
 from ._connection import Replay
 
-__all__ = ["Recent", "Snapshot", "Stream", "answers_claimed", "error_frame", "retrieved", "settled_of",
-           "stream_snapshot"]
+__all__ = [
+    "Recent",
+    "Snapshot",
+    "Stream",
+    "answers_claimed",
+    "continued_base",
+    "error_frame",
+    "retrieved",
+    "settled_of",
+    "stream_snapshot",
+]
 
 #: What a client's copy of a call shows once the user answered it: an approval, or a client tool's result.
 _APPROVALS = ("approval-responded", "output-denied")
@@ -180,3 +199,30 @@ async def stream_snapshot(session: Session, op_id: str, live: Stream | None) -> 
         return Snapshot(bodies, settled)
     message = parse_message(json.loads(stored.content))
     return Snapshot(message_chunks(message), settled, rebuilt=True)
+
+
+async def continued_base(session: Session, op_id: str) -> UIMessage | None:
+    """The message a continuation continued, as it was before it, read from storage (after a
+    restart nothing in memory remembers it): the stored message without the parts this
+    operation's finished model calls added to it. None if that cannot be told."""
+    db = session.db
+    op = await db.read.operation(op_id)
+    if op is None or op.session_id != session.id or op.target_message_id is None:
+        return None
+    for _ in range(3):  # a model call that ends between the reads changes both: read again
+        done = [r.id for r in await db.read.streams_of_request(op_id) if r.status != "streaming"]
+        stored = await db.read.message(session.id, op.target_message_id)
+        if [r.id for r in await db.read.streams_of_request(op_id) if r.status != "streaming"] == done:
+            break
+    else:
+        return None
+    if stored is None:
+        return None
+    message = parse_message(json.loads(stored.content))
+    try:
+        added = assemble([parse_chunk(json.loads(b)) for r in done for b in await db.read.chunk_bodies(r)],
+                         message.id)
+    except (AssemblyError, ProtocolError, ValueError):
+        return None
+    keep = len(message.parts) - len(added.parts)
+    return message.model_copy(update={"parts": message.parts[:keep]}) if keep >= 0 else None

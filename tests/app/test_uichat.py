@@ -14,6 +14,7 @@ import httpx
 
 from tests.conftest import Client, RunningServer, chat_request, chunks_of, is_done
 from tests.serverproc import ServerProcess
+from think_server.protocol import ToolPart, assemble, message_text, parse_chunk
 
 AGENT = "my-agent"
 Serve = Callable[..., Awaitable[RunningServer]]
@@ -467,3 +468,34 @@ async def test_positions_hold_after_a_sigkill(tmp_path: Path) -> None:
                 assert await from_position(c, "killed", "c", full[n][0] or "") == full[n + 1:], f"from {n}"
     finally:
         server.stop()
+
+
+async def test_a_continuation_cut_by_a_restart_replays_from_the_message_it_continues(serve: Serve) -> None:
+    """After a restart nothing in memory remembers what the continued message held before the
+    continuation: it is the stored message without what the continuation's finished model calls
+    added. Assembled as useChat rebuilds a replay, the message holds its call once, and the text once."""
+    from tests.e2e.usechat_app import SLOW_TAIL, agents
+
+    srv = await serve(agents)
+    async with httpx.AsyncClient(base_url=srv.base, timeout=30) as c:
+        await post(c, "cut", body("c", [user("approve")]))
+        messages = await transcript(c, "cut", "c")
+        part = next(p for p in messages[-1]["parts"] if p["type"] == "tool-transferFunds")
+        part.update(state="approval-responded", approval={"id": part["approval"]["id"], "approved": True})
+        seen: list[Event] = []
+        async with c.stream("POST", f"/agents/{AGENT}/cut/chat", json=body("c", messages)) as r:
+            async for event in events_of(r):
+                seen.append(event)
+                if text_of(seen).startswith("Sent. t0 t1 t2 "):
+                    break
+    await srv.stop()
+    srv = await serve(agents, data_dir=srv.data_dir)
+    async with httpx.AsyncClient(base_url=srv.base, timeout=30) as c:
+        async with c.stream("GET", f"/agents/{AGENT}/cut/chat/c/stream") as r:
+            replay = [e async for e in events_of(r)]
+    got = chunks(replay)
+    assert got[0] == {"type": "start", "messageId": messages[-1]["id"]}
+    rebuilt = assemble([parse_chunk(x) for x in got], "unused")
+    calls = [p for p in rebuilt.parts if isinstance(p, ToolPart)]
+    assert [(p.toolCallId, p.state) for p in calls] == [(part["toolCallId"], "output-available")]
+    assert message_text(rebuilt) == "Sent. " + "".join(SLOW_TAIL)
