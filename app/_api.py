@@ -14,7 +14,7 @@ Reads of an instance that has no file answer 404 and create nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -62,7 +62,7 @@ from ._admission import AddressLimits, SocketCap
 from ._moved import moved_response
 from ._offload import off_loop
 
-__all__ = ["MAX_WAIT_S", "api_routes"]
+__all__ = ["MAX_WAIT_S", "Refused", "api_routes", "guarded", "open_stream", "read_body"]
 
 #: The longest ``?wait=`` a request may ask for; a client polls again after it.
 MAX_WAIT_S = 60.0
@@ -71,7 +71,7 @@ Guard = Callable[[Request], Response | None]
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """A request that cannot be served: its status and JSON error."""
 
     def __init__(self, status: int, error: str, field: str | None = None,
@@ -95,31 +95,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
     instances a minute over HTTP as over sockets, and an event stream takes a socket's place.
     """
 
-    def endpoint(handler: Handler) -> Handler:
-        async def run(request: Request) -> Response:
-            denied = guard(request)
-            if denied is not None:
-                return denied
-            agent, name = request.path_params["agent"], request.path_params["name"]
-            problem = check_address(agent, name)
-            if problem is not None:
-                return JSONResponse({"error": problem}, status_code=404 if agent not in harness.agents else 400)
-            try:
-                return await handler(request)
-            except _Refused as exc:
-                return exc.response()
-            except CapacityError as exc:
-                return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
-            except LeaseHeld as exc:
-                return moved_response(exc)
-            except StorageError as exc:
-                body = {"error": f"this agent instance cannot be used: {describe_problem(exc.problem)} ({exc})",
-                        "problem": exc.problem.value}
-                if exc.problem.transient:
-                    return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
-                return JSONResponse(body, status_code=500)
-
-        return run
+    endpoint = guarded(harness, guard, check_address)
 
     async def address(request: Request, *, read: bool) -> tuple[str, str]:
         """The instance a request names; a read of one that has no file is refused (404), and a
@@ -127,10 +103,10 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         agent, name = request.path_params["agent"], request.path_params["name"]
         if not await harness.exists(agent, name):
             if read:
-                raise _Refused(404, f"no agent instance {agent}/{name}")
+                raise Refused(404, f"no agent instance {agent}/{name}")
             if not limits.take_new_instance(client_of(request)):
                 on_refused("address_new_instances")
-                raise _Refused(429, f"this client address created {limits.max_new_per_minute} new agent instances "
+                raise Refused(429, f"this client address created {limits.max_new_per_minute} new agent instances "
                                     "in the last minute, the most it may (THINK_MAX_NEW_INSTANCES_PER_MINUTE); "
                                     "try again later", headers={"Retry-After": "60"})
         return agent, name
@@ -140,7 +116,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         try:
             sid = validate_session_id(request.query_params.get("session", ""))
         except SessionError as exc:
-            raise _Refused(400, str(exc), "session") from None
+            raise Refused(400, str(exc), "session") from None
         return await harness.session(agent, name, sid)
 
     async def body_of(request: Request, messages: str | None = None) -> dict[str, Any]:
@@ -151,35 +127,35 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         if kind is not None and not _is_json(kind):
             # A page of any site can make a browser POST text/plain or a form without asking first;
             # JSON it cannot. So a JSON route takes JSON only, whatever the body says.
-            raise _Refused(415, f"expected a JSON body (Content-Type: application/json), got Content-Type "
+            raise Refused(415, f"expected a JSON body (Content-Type: application/json), got Content-Type "
                                 f"{kind[:80]!r} (with curl: --json '{{...}}' or -H 'Content-Type: application/json')")
         raw = await read_body(request, max_body_bytes)
         if not raw:
             return {}
         if kind is None:
-            raise _Refused(415, "expected a JSON body with Content-Type: application/json; the request names no "
+            raise Refused(415, "expected a JSON body with Content-Type: application/json; the request names no "
                                 "Content-Type (with curl: --json '{...}')")
         try:
             value = await off_loop(len(raw), _decode, raw, messages, max_messages)
         except ProtocolError as exc:
             if messages is not None and "over the limit" in str(exc):  # counted: as the harness refuses it
-                raise _Refused(422, str(exc), messages) from None
-            raise _Refused(400, str(exc)) from None
+                raise Refused(422, str(exc), messages) from None
+            raise Refused(400, str(exc)) from None
         if not isinstance(value, dict):
-            raise _Refused(400, f"the body must be a JSON object, got {type(value).__name__}")
+            raise Refused(400, f"the body must be a JSON object, got {type(value).__name__}")
         return value
 
     def optional_str(body: dict[str, Any], key: str) -> str | None:
         value = body.get(key)
         if value is not None and (not isinstance(value, str) or not value):
-            raise _Refused(400, f"{key}: expected a non-empty string, got {type(value).__name__}", key)
+            raise Refused(400, f"{key}: expected a non-empty string, got {type(value).__name__}", key)
         return value
 
     async def submit(request: Request) -> Response:
         session = await session_of(request, read=False)
         body = await body_of(request, "input")
         if "input" not in body:
-            raise _Refused(400, "input: required (a string, a message, a list of messages, {\"parts\": [...]} "
+            raise Refused(400, "input: required (a string, a message, a list of messages, {\"parts\": [...]} "
                                 "or a tool answer)", "input")
         op_id = optional_str(body, "operation_id")
         field = "operation_id"
@@ -187,27 +163,27 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
             op_id, field = request.headers["idempotency-key"], "Idempotency-Key"
         problem = None if op_id is None else client_id_problem(op_id, new=True)
         if problem is not None:
-            raise _Refused(400, f"{field} {problem}", field)
+            raise Refused(400, f"{field} {problem}", field)
         auto = body.get("auto_continue", True)
         if not isinstance(auto, bool):
-            raise _Refused(400, "auto_continue: expected true or false", "auto_continue")
+            raise Refused(400, "auto_continue: expected true or false", "auto_continue")
         when_busy = body.get("when_busy")
         if when_busy is not None:
             try:
                 when_busy = check_when_busy(when_busy)
             except ValueError as exc:
-                raise _Refused(400, str(exc), "when_busy") from None
+                raise Refused(400, str(exc), "when_busy") from None
         try:
             receipt = await session.submit(body["input"], operation_id=op_id, auto_continue=auto, source="client",
                                            when_busy=when_busy, trace=trace_carrier(request.headers))
         except InputError as exc:
-            raise _Refused(400, str(exc), exc.field or "input") from None
+            raise Refused(400, str(exc), exc.field or "input") from None
         except AnswerRefused as exc:
-            raise _Refused(409, str(exc), "input") from None
+            raise Refused(409, str(exc), "input") from None
         except SessionBusy as exc:
-            raise _Refused(409, str(exc), "when_busy") from None
+            raise Refused(409, str(exc), "when_busy") from None
         except SubmitRefused as exc:
-            raise _Refused(422, str(exc), exc.field or "input") from None
+            raise Refused(422, str(exc), exc.field or "input") from None
         status = "queued"
         if not receipt.accepted:  # an id seen before (in this session or another): where that operation is now
             owner = session if receipt.session == session.id else await harness.session(
@@ -224,9 +200,9 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         try:
             value = float(raw)
         except ValueError:
-            raise _Refused(400, f"wait: expected a number of seconds, got {raw[:40]!r}", "wait") from None
+            raise Refused(400, f"wait: expected a number of seconds, got {raw[:40]!r}", "wait") from None
         if not math.isfinite(value) or value < 0:
-            raise _Refused(400, f"wait: expected a number of seconds (0-{MAX_WAIT_S:g}), got {raw[:40]!r}", "wait")
+            raise Refused(400, f"wait: expected a number of seconds (0-{MAX_WAIT_S:g}), got {raw[:40]!r}", "wait")
         return min(value, MAX_WAIT_S)
 
     async def operation(request: Request) -> Response:
@@ -235,7 +211,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         wait = wait_of(request) if request.method == "GET" else 0.0
         info = await session.inspect(op_id)
         if info is None:
-            raise _Refused(404, f"no operation {op_id!r} in session {session.id!r}")
+            raise Refused(404, f"no operation {op_id!r} in session {session.id!r}")
         if request.method == "DELETE":
             aborted = await session.abort(op_id) if not info.settled else False
             info = await session.inspect(op_id) or info
@@ -257,10 +233,10 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         session = await session_of(request, read=True)
         query = request.query_params.get("q", "")
         if not query.strip():
-            raise _Refused(400, "q: the words to search for, required", "q")
+            raise Refused(400, "q: the words to search for, required", "q")
         raw = request.query_params.get("limit", "20")
         if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_SEARCH_RESULTS:
-            raise _Refused(400, f"limit: expected a whole number from 1 to {MAX_SEARCH_RESULTS}, got {raw[:40]!r}",
+            raise Refused(400, f"limit: expected a whole number from 1 to {MAX_SEARCH_RESULTS}, got {raw[:40]!r}",
                            "limit")
         hits = await session.search(query, limit=int(raw))
         return JSONResponse({"session": session.id, "query": query, "results": [
@@ -274,9 +250,9 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         try:
             event = await session.compact()
         except SessionBusy as exc:
-            raise _Refused(409, str(exc)) from None
+            raise Refused(409, str(exc)) from None
         except CompactionError as exc:
-            raise _Refused(502, str(exc)) from None
+            raise Refused(502, str(exc)) from None
         if event is None:
             return JSONResponse({"session": session.id, "compacted": False})
         return JSONResponse({"session": session.id, "compacted": True, "compaction_id": event.compaction_id,
@@ -291,13 +267,13 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         body = await body_of(request)
         content = body.get("content")
         if not isinstance(content, str):
-            raise _Refused(400, f"content: expected a string, got {type(content).__name__}", "content")
+            raise Refused(400, f"content: expected a string, got {type(content).__name__}", "content")
         try:
             state = await session.set_memory(label, content)
         except UnknownBlock as exc:
-            raise _Refused(404, str(exc), "content") from None
+            raise Refused(404, str(exc), "content") from None
         except MemoryBlockError as exc:
-            raise _Refused(422, str(exc), "content") from None
+            raise Refused(422, str(exc), "content") from None
         return JSONResponse(state.to_json())
 
     async def files(request: Request) -> Response:
@@ -306,7 +282,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         try:
             listed = await harness.workspace(agent, name).list(glob or None)
         except WorkspaceError as exc:  # the glob
-            raise _Refused(400, str(exc), "glob") from None
+            raise Refused(400, str(exc), "glob") from None
         return JSONResponse({"files": [f.to_json() for f in listed]})
 
     async def file_item(request: Request) -> Response:
@@ -321,16 +297,16 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
                 return Response(content, media_type="application/octet-stream")
             if request.method == "DELETE":
                 if not await ws.delete(path):
-                    raise _Refused(404, f"no file {path!r} in the workspace")
+                    raise Refused(404, f"no file {path!r} in the workspace")
                 return JSONResponse({"deleted": True})
             body = await read_body(request, max_body_bytes)
             return JSONResponse((await ws.write(path, body)).to_json())
         except WorkspaceNotFound as exc:
-            raise _Refused(404, str(exc)) from None
+            raise Refused(404, str(exc)) from None
         except WorkspaceFull as exc:
-            raise _Refused(422, str(exc)) from None
+            raise Refused(422, str(exc)) from None
         except WorkspaceError as exc:  # the path
-            raise _Refused(400, str(exc), "path") from None
+            raise Refused(400, str(exc), "path") from None
 
     async def sessions(request: Request) -> Response:
         agent, name = await address(request, read=request.method == "GET")
@@ -340,20 +316,20 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         body = await body_of(request)
         sid, fork_from, at = optional_str(body, "id"), body.get("fork_from"), optional_str(body, "at_message")
         if fork_from is not None and not isinstance(fork_from, str):
-            raise _Refused(400, "fork_from: expected a session id (a string)", "fork_from")
+            raise Refused(400, "fork_from: expected a session id (a string)", "fork_from")
         try:
             if fork_from is not None:
                 made = await handle.fork(fork_from, at, id=sid)
             else:
                 if at is not None:
-                    raise _Refused(400, "at_message: only with fork_from", "at_message")
+                    raise Refused(400, "at_message: only with fork_from", "at_message")
                 made = await handle.create(sid)
         except SessionNotFound as exc:
-            raise _Refused(404, str(exc), exc.field or "fork_from") from None
+            raise Refused(404, str(exc), exc.field or "fork_from") from None
         except SessionExists as exc:
-            raise _Refused(409, str(exc), "id") from None
+            raise Refused(409, str(exc), "id") from None
         except SessionError as exc:
-            raise _Refused(400, str(exc), "id") from None
+            raise Refused(400, str(exc), "id") from None
         return JSONResponse(made.to_json(), status_code=201)
 
     async def session_item(request: Request) -> Response:
@@ -362,69 +338,59 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         if request.method == "PATCH":
             body = await body_of(request)
             if "title" not in body:
-                raise _Refused(400, "title: required (a string, or null to clear it)", "title")
+                raise Refused(400, "title: required (a string, or null to clear it)", "title")
             try:
                 renamed = await harness.sessions(agent, name).rename(sid, body["title"])
             except SessionNotFound as exc:
-                raise _Refused(404, str(exc)) from None
+                raise Refused(404, str(exc)) from None
             except SessionError as exc:
-                raise _Refused(400, str(exc), "title") from None
+                raise Refused(400, str(exc), "title") from None
             return JSONResponse(renamed.to_json())
         try:
             existed = await harness.sessions(agent, name).delete(sid)
         except SessionError as exc:
-            raise _Refused(400, str(exc), "session") from None
+            raise Refused(400, str(exc), "session") from None
         if not existed:
-            raise _Refused(404, f"no session {request.path_params['session_id']!r}")
+            raise Refused(404, f"no session {request.path_params['session_id']!r}")
         return JSONResponse({"deleted": True})
 
     async def messages(request: Request) -> Response:
         session = await session_of(request, read=False)
         body = await body_of(request, "messages")
         if "messages" not in body:
-            raise _Refused(400, "messages: required (a list of messages)", "messages")
+            raise Refused(400, "messages: required (a list of messages)", "messages")
         upsert = body.get("upsert", False)
         if not isinstance(upsert, bool):
-            raise _Refused(400, "upsert: expected true or false", "upsert")
+            raise Refused(400, "upsert: expected true or false", "upsert")
         try:
             written = await session.add_messages(body["messages"], parent_id=optional_str(body, "parent_id"),
                                                  upsert=upsert, source="client")
         except InputError as exc:
-            raise _Refused(400, str(exc), "messages") from None
+            raise Refused(400, str(exc), "messages") from None
         except SessionBusy as exc:
-            raise _Refused(409, str(exc), "messages") from None
+            raise Refused(409, str(exc), "messages") from None
         except SubmitRefused as exc:
-            raise _Refused(422, str(exc), exc.field or "messages") from None
+            raise Refused(422, str(exc), exc.field or "messages") from None
         return JSONResponse({"written": written})
 
     async def events(request: Request) -> Response:
         session = await session_of(request, read=True)
         # A stream is held as long as a socket and costs what one costs: it takes a place among the
         # sockets of its client address and of the server.
-        client = client_of(request)
-        if not streams.take():
-            on_refused("server_sockets")
-            raise _Refused(503, f"this server has {streams.open} chat sockets and event streams open, the most "
-                                f"{streams.why} allows; try again later", headers={"Retry-After": "5"})
-        if not limits.open_socket(client):
-            streams.release()
-            on_refused("address_sockets")
-            raise _Refused(429, f"this client address has {limits.max_sockets} chat sockets and event streams open, "
-                                "the most it may (THINK_MAX_SOCKETS_PER_ADDRESS); close one or try again later",
-                           headers={"Retry-After": "5"})
-        releases = [streams.release, lambda: limits.close_socket(client)]
+        releases = open_stream(request, streams, limits, on_refused)
         try:
             instance = await harness.instance(session.agent, session.name)
             # Watched, not held: a stream alone never keeps another instance from opening (README "Security").
             releases.append(instance.watch())
             if not await instance.has_session(session.id):
-                raise _Refused(404, f"no session {session.id!r}", "session")
+                raise Refused(404, f"no session {session.id!r}", "session")
             log = await host.actor(instance).events(session.id)
         except BaseException:
-            _release_all(releases)
+            release_all(releases)
             raise
-        last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-        return _Followed(log.follow(last), lambda: _release_all(releases))
+        last = (request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+                or request.query_params.get("after"))
+        return Followed(log.follow(last), lambda: release_all(releases))
 
     async def schedules(request: Request) -> Response:
         agent, name = await address(request, read=request.method == "GET")
@@ -434,21 +400,21 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         body = await body_of(request)
         unknown = sorted(set(body) - _SCHEDULE_FIELDS)
         if unknown:
-            raise _Refused(400, f"{unknown[0]}: not a field of a schedule (expected: "
+            raise Refused(400, f"{unknown[0]}: not a field of a schedule (expected: "
                                 f"{', '.join(sorted(_SCHEDULE_FIELDS))})", unknown[0])
         if "input" not in body:
-            raise _Refused(400, "input: required (a string, a message, a list of messages or {\"parts\": [...]})",
+            raise Refused(400, "input: required (a string, a message, a list of messages or {\"parts\": [...]})",
                            "input")
         try:
             made = await handle.create(body["input"], session=body.get("session", ""), id=body.get("id"),
                                        delay_s=body.get("delay_s"), at=body.get("at"), cron=body.get("cron"),
                                        source="client")
         except ScheduleExists as exc:
-            raise _Refused(409, str(exc), exc.field) from None
+            raise Refused(409, str(exc), exc.field) from None
         except ScheduleRefused as exc:
-            raise _Refused(422, str(exc), exc.field) from None
+            raise Refused(422, str(exc), exc.field) from None
         except ScheduleError as exc:
-            raise _Refused(400, str(exc), exc.field) from None
+            raise Refused(400, str(exc), exc.field) from None
         return JSONResponse(made.to_json(), status_code=201)
 
     async def schedule_item(request: Request) -> Response:
@@ -456,11 +422,11 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         handle, sid = harness.schedules(agent, name), request.path_params["schedule_id"]
         if request.method == "DELETE":
             if not await handle.cancel(sid):
-                raise _Refused(404, f"no schedule {sid!r}")
+                raise Refused(404, f"no schedule {sid!r}")
             return JSONResponse({"deleted": True})
         found = await handle.get(sid)
         if found is None:
-            raise _Refused(404, f"no schedule {sid!r}")
+            raise Refused(404, f"no schedule {sid!r}")
         return JSONResponse(found.to_json())
 
     base = "/agents/{agent}/{name}"
@@ -483,6 +449,57 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
     ]
 
 
+def guarded(harness: Harness, guard: Guard,
+            check_address: Callable[[str, str], str | None]) -> Callable[[Handler], Handler]:
+    """What every route of an instance does first (auth, the address) and how its refusals are told."""
+
+    def endpoint(handler: Handler) -> Handler:
+        async def run(request: Request) -> Response:
+            denied = guard(request)
+            if denied is not None:
+                return denied
+            agent, name = request.path_params["agent"], request.path_params["name"]
+            problem = check_address(agent, name)
+            if problem is not None:
+                return JSONResponse({"error": problem}, status_code=404 if agent not in harness.agents else 400)
+            try:
+                return await handler(request)
+            except Refused as exc:
+                return exc.response()
+            except CapacityError as exc:
+                return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+            except LeaseHeld as exc:
+                return moved_response(exc)
+            except StorageError as exc:
+                body = {"error": f"this agent instance cannot be used: {describe_problem(exc.problem)} ({exc})",
+                        "problem": exc.problem.value}
+                if exc.problem.transient:
+                    return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
+                return JSONResponse(body, status_code=500)
+
+        return run
+
+    return endpoint
+
+
+def open_stream(request: Request, streams: SocketCap, limits: AddressLimits,
+                on_refused: Callable[[str], None]) -> list[Callable[[], None]]:
+    """A place for a long-lived stream, held as long as a socket and costing what one costs: among
+    the sockets of its client address and of the server. The releases that give it back."""
+    client = client_of(request)
+    if not streams.take():
+        on_refused("server_sockets")
+        raise Refused(503, f"this server has {streams.open} chat sockets and event streams open, the most "
+                           f"{streams.why} allows; try again later", headers={"Retry-After": "5"})
+    if not limits.open_socket(client):
+        streams.release()
+        on_refused("address_sockets")
+        raise Refused(429, f"this client address has {limits.max_sockets} chat sockets and event streams open, "
+                           "the most it may (THINK_MAX_SOCKETS_PER_ADDRESS); close one or try again later",
+                      headers={"Retry-After": "5"})
+    return [streams.release, lambda: limits.close_socket(client)]
+
+
 def client_of(request: Request) -> str:
     """The client's address: the peer's, or the ``X-Forwarded-For`` of a trusted proxy."""
     return request.client.host if request.client is not None else ""
@@ -501,14 +518,14 @@ async def read_body(request: Request, limit: int) -> bytes:
     close = {"Connection": "close"}
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _Refused(413, f"the body has {declared} bytes, over the limit of {limit} (THINK_MAX_FRAME_BYTES)",
+        raise Refused(413, f"the body has {declared} bytes, over the limit of {limit} (THINK_MAX_FRAME_BYTES)",
                        headers=close)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _Refused(413, f"the body has more than {limit} bytes, over the limit (THINK_MAX_FRAME_BYTES)",
+            raise Refused(413, f"the body has more than {limit} bytes, over the limit (THINK_MAX_FRAME_BYTES)",
                            headers=close)
         chunks.append(chunk)
     return b"".join(chunks)
@@ -532,18 +549,19 @@ def _decode(raw: bytes, messages: str | None, limit: int) -> Any:
     return value
 
 
-def _release_all(releases: list[Callable[[], None]]) -> None:
+def release_all(releases: list[Callable[[], None]]) -> None:
     while releases:
         releases.pop()()
 
 
-class _Followed(StreamingResponse):
+class Followed(StreamingResponse):
     """An event stream that gives back what it holds when it ends, however it ends: a generator's
     ``finally`` would not run if the client left before the first frame."""
 
-    def __init__(self, frames: AsyncIterator[str], release: Callable[[], None]) -> None:
+    def __init__(self, frames: AsyncIterator[str], release: Callable[[], None],
+                 headers: Mapping[str, str] | None = None) -> None:
         super().__init__(frames, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                         headers=dict(headers or {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}))
         self._release = release
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -47,6 +47,7 @@ from ._metrics import CONTENT_TYPE_LATEST, Metrics
 from ._moved import moved_response
 from ._openapi import openapi
 from ._socket import SocketServices, serve_socket
+from ._uichat import chat_routes
 from ._web import web_routes
 from .demo import DEMO_SCRIPT
 from .settings import Settings
@@ -258,6 +259,9 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             *api_routes(harness, host, refused, check_address, settings.max_frame_bytes,
                         settings.max_messages_per_request, services.limits,
                         services.sockets, lambda reason: metrics.refusals.labels(reason).inc()),
+            *chat_routes(harness, host, refused, check_address, settings.max_frame_bytes,
+                         settings.max_messages_per_request, services.limits,
+                         services.sockets, lambda reason: metrics.refusals.labels(reason).inc()),
             Route("/agents/{agent}/{name}/{rest:path}", agent_http, methods=["GET", "POST", "HEAD"]),
             *web_routes(sorted(routed), dist=settings.web_dir, guard=refused),
         ],

@@ -8,6 +8,8 @@ from typing import Any
 from think_server.harness import WHEN_BUSY
 from think_server.protocol import MAX_CLIENT_ID_LENGTH, SERVER_ID_PREFIXES
 
+from ._uichat import chat_openapi
+
 __all__ = ["openapi"]
 
 _REF = "#/components/schemas/"
@@ -251,6 +253,7 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
                             "responses": {"200": {"description": "ready"}, "503": {"description": "not yet"}}}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},
     }
+    paths.update(chat_openapi(base, params, _errors))
     for path, item in paths.items():  # what the edge refuses before a route sees the request
         for method, operation in item.items():
             edge = [421] if not path.startswith("/agents/") else [403, 421]

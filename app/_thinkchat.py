@@ -60,13 +60,18 @@ from think_server.protocol import (
     MessageUpdated as MessageUpdatedFrame,
 )
 
-from ._connection import Connection, Later, Replay
+from ._connection import Connection, Later
 from ._offload import off_loop
 from ._wirestream import Recent, Stream, answers_claimed, error_frame, retrieved, settled_of
 
-__all__ = ["MAX_ACKED_PER_CONNECTION", "ThinkChat", "error_frame"]
+__all__ = ["MAX_ACKED_PER_CONNECTION", "RESUME_ACK_WAIT_S", "ThinkChat", "error_frame"]
 
 log = logging.getLogger("think_server.chat")
+
+#: How long the end of a stream that settled between a socket's `resuming` and its ACK waits for
+#: that ACK (a round trip: the hook ACKs at once). Sent first, the end would make the hook close
+#: the stream and drop the replay the ACK brings; a socket that never ACKs gets it after this.
+RESUME_ACK_WAIT_S = 2.0
 
 # Streams remembered per socket as replayed already. The ids come from the client, so
 # only the latest are kept; an older one ACKed again is replayed again, which the
@@ -80,6 +85,9 @@ class ThinkChat:
         self._now_ms = now_ms
         self.connections: dict[str, Connection] = {}
         self._awaiting_ack: set[str] = set()  # told `resuming`, excluded from live frames until they ACK
+        # Told `resuming` for a stream that ended before they ACKed: its end waits for their ACK
+        # (after the replay), or the hook would close the stream at done:true and drop the replay.
+        self._held: dict[str, tuple[Stream, OperationSettled, asyncio.TimerHandle]] = {}
         # Told `pending` (by the probe id they asked with, if any): told `resuming` when the stream
         # starts, or `none` when the work ends without one.
         self._parked: dict[str, str | None] = {}
@@ -89,10 +97,15 @@ class ThinkChat:
         self._answers: dict[str, str] = {}  # operations that answer a tool call (no request of their own) -> kind
         self._acked: dict[str, Recent] = {}  # connection id -> streams it was replayed (once each)
         self._recovering: str | None = None  # the operation being continued after an interruption
+        #: Called once when the adapter closes (its instance closed or its session went): followers end.
+        self.on_close: list[Callable[[], None]] = []
         self._unsubscribe = session.subscribe(self._on_event)
 
     def close(self) -> None:
         self._unsubscribe()
+        for callback in self.on_close:
+            callback()
+        self.on_close.clear()
 
     # -- connections ------------------------------------------------------------
 
@@ -113,6 +126,7 @@ class ThinkChat:
         self._acked.pop(conn.id, None)
         self._awaiting_ack.discard(conn.id)
         self._parked.pop(conn.id, None)
+        self._unhold(conn.id)
         active = self._active
         if active is not None and active.bodies and active.settled is None:
             # A stream is live: the transcript would clobber the in-flight answer it replays.
@@ -131,6 +145,7 @@ class ThinkChat:
             self._acked.pop(conn.id, None)
             self._awaiting_ack.discard(conn.id)
             self._parked.pop(conn.id, None)
+            self._unhold(conn.id)
 
     # -- frames from clients --------------------------------------------------------
 
@@ -260,7 +275,7 @@ class ThinkChat:
             conn.send(dump_chat_response(rid, "Invalid chat request: that request id belongs to another "
                                               "conversation", done=True, error=True, outcome="error"))
             return
-        conn.send(self._terminal_frame(Stream(rid, continuation=False), settled_of(op)))
+        conn.send(Stream(rid, continuation=False).terminal(settled_of(op)))
 
     async def _answer(self, conn: Connection, answer: Answer, auto_continue: bool,
                       client_tools: list[dict[str, object]] | None) -> None:
@@ -315,6 +330,15 @@ class ThinkChat:
         A finished stream is not kept in memory: its chunks are on disk (replayable for the
         stream grace), so the memory of a busy server does not climb with its throughput.
         """
+        held = self._unhold(conn.id)
+        if held is not None:
+            stream, settled = held
+            if stream.id == request_id:  # the ACK its end waited for: the replay, then the end
+                self._acked_by(conn).add(request_id)
+                conn.send_replay(stream.replay())
+                conn.send(stream.terminal(settled, replay=True))
+                return True
+            conn.send(stream.terminal(settled))  # it ACKed another: the end goes out now
         active = self._active
         if active is None or active.id == request_id or active.settled is not None:
             # Only the ACK of the running stream lets a socket join it (after its replay): an ACK
@@ -327,7 +351,7 @@ class ThinkChat:
         if active is not None and active.id == request_id and active.settled is None:
             # Replay and joining the live stream happen in one synchronous step.
             acked.add(request_id)
-            self._replay(conn, active, join=True)
+            conn.send_replay(active.replay(join=True))
             return True
         return False
 
@@ -346,12 +370,12 @@ class ThinkChat:
         op = await db.read.operation(request_id)
         terminal = self.session.last_terminal
         stream = Stream(request_id, continuation, bodies)
-        self._replay(conn, stream)
+        conn.send_replay(stream.replay())
         if terminal is not None and terminal.get("operationId") == request_id:
             conn.send(dump_chat_response(request_id, str(terminal.get("body") or "The turn failed."), done=True,
                                          error=True, continuation=continuation, outcome="error"))
         elif op is not None and op.status not in ("pending", "running"):
-            conn.send(self._terminal_frame(stream, settled_of(op), replay=True))
+            conn.send(stream.terminal(settled_of(op), replay=True))
         else:
             conn.send(dump_chat_response(request_id, "", done=True, replay=True))
 
@@ -361,27 +385,6 @@ class ThinkChat:
             acked = self._acked[conn.id] = Recent(MAX_ACKED_PER_CONNECTION)
         return acked
 
-    def _replay(self, conn: Connection, stream: Stream, *, join: bool = False) -> None:
-        """Queue the chunks the stream has now, as one item the socket's writer renders at the
-        client's pace: however long the stream, it neither copies it nor counts as a backlog.
-
-        ``join``: the socket joins the live stream after it (``replayComplete``), and the same
-        item goes on with the chunks appended to the list meanwhile, as live frames, until the
-        writer has caught up; the live chunks the stream commits before that are not queued
-        for the socket (see :meth:`_on_chunks`), so a replay the live stream outruns does not
-        pile them up as the client's backlog.
-        """
-        rid, continuation = stream.id, stream.continuation
-
-        def render(seq: int, body: str) -> str:
-            return dump_chat_response(rid, body, done=False, seq=seq, replay=True, continuation=continuation)
-
-        if not join:
-            conn.send_replay(Replay(stream.bodies, len(stream.bodies), render))
-            return
-        complete = dump_chat_response(rid, "", done=False, replay=True, replay_complete=True,
-                                      continuation=continuation)
-        conn.send_replay(Replay(stream.bodies, len(stream.bodies), render, complete, stream.live_frame))
 
     async def _on_clear(self, conn: Connection) -> None:
         self._clearing = conn.id
@@ -422,6 +425,11 @@ class ThinkChat:
     def _on_run_started(self, event: RunStarted) -> None:
         self._active = Stream(event.operation_id, event.continuation, list(event.prior),
                                message_id=event.message_id)
+        if event.continuation and not event.prior:
+            # What the continued message held before this stream: a replay over HTTP starts from it.
+            history = self.session.loaded_history
+            last = history.last() if history is not None else None
+            self._active.base = last if last is not None and last.id == event.message_id else None
         if event.prior:
             # A recovered stream already has chunks no socket here has seen: every live socket
             # resumes it (replay, then live), as one that connects now would.
@@ -471,12 +479,14 @@ class ThinkChat:
     def _on_settled(self, event: OperationSettled) -> None:
         active = self._active
         stream = active if active is not None and active.id == event.operation_id else None
+        told: set[str] = set()
         if stream is None:
             # Another operation (a queued one withdrawn, say): the active stream goes on.
             stream = Stream(event.operation_id, continuation=False)
         else:
             self._active = None
-            self._awaiting_ack.clear()  # so sockets that never ACKed still see the end
+            # Sockets told `resuming` get the end after their ACK's replay; it is held for them.
+            told, self._awaiting_ack = self._awaiting_ack, set()
         stream.settled = event
         requester = self._requesters.pop(event.operation_id, None)
         if stream.updated is not None:
@@ -484,14 +494,20 @@ class ThinkChat:
         if stream.bodies:
             if self._clearing is None and self.connections:  # a clear in progress empties every tab right after
                 self._broadcast_transcript()
-            self._broadcast(self._terminal_frame(stream, event))
+            terminal = stream.terminal(event)
+            for cid, target in self.connections.items():
+                if cid in told:
+                    timer = asyncio.get_running_loop().call_later(RESUME_ACK_WAIT_S, self._end_held, cid)
+                    self._held[cid] = (stream, event, timer)
+                else:
+                    target.send(terminal)
         elif requester is not None and event.operation_id not in self._answers:
             # A chat request that produced no stream still ends, for its sender only.
             conn = self.connections.get(requester)
             if conn is not None:
                 if event.reason == "superseded":  # its messages were never written: its tab drops them
                     conn.send_later(self._transcript_frame())
-                conn.send(self._terminal_frame(stream, event))
+                conn.send(stream.terminal(event))
         kind = self._answers.pop(event.operation_id, None)
         if kind is not None and event.status == "error" and requester is not None:
             # Accepted, then refused when its turn came (a new turn had ended the call meanwhile):
@@ -506,6 +522,21 @@ class ThinkChat:
         if not [op for op in self.session.pending() if op != event.operation_id]:
             self._release_parked()
 
+    def _unhold(self, conn_id: str) -> tuple[Stream, OperationSettled] | None:
+        held = self._held.pop(conn_id, None)
+        if held is None:
+            return None
+        held[2].cancel()
+        return held[0], held[1]
+
+    def _end_held(self, conn_id: str) -> None:
+        """A socket told `resuming` that did not ACK in time: it gets the end without a replay
+        (PROTOCOL §7.7.3: a tab that never ACKs still sees the end)."""
+        held = self._unhold(conn_id)
+        conn = self.connections.get(conn_id)
+        if held is not None and conn is not None:
+            conn.send(held[0].terminal(held[1]))
+
     def _release_parked(self) -> None:
         """The work a parked tab was told to wait for ended without a stream: it is idle now."""
         for cid, probe_id in self._parked.items():
@@ -519,6 +550,8 @@ class ThinkChat:
     def _on_reset(self) -> None:
         self._active = None
         self._awaiting_ack.clear()
+        for cid in list(self._held):
+            self._unhold(cid)
         self._release_parked()
         exclude = (self._clearing,) if self._clearing else ()
         self._broadcast(dump_frame(ChatClearFrame()), exclude=exclude)
@@ -545,21 +578,17 @@ class ThinkChat:
             for conn in targets:
                 conn.send_later(later)
 
-    def _terminal_frame(self, stream: Stream, event: OperationSettled, *, replay: bool = False) -> str:
-        ids = list(event.message_ids) or None
-        if event.status == "error":
-            return dump_chat_response(stream.id, describe_reason(event.reason), done=True, error=True,
-                                      continuation=stream.continuation, outcome="error", message_ids=ids)
-        outcome = {"completed": "completed", "aborted": "aborted", "skipped": "skipped"}.get(event.status,
-                                                                                            "completed")
-        return dump_chat_response(stream.id, "", done=True, replay=replay, continuation=stream.continuation,
-                                  outcome=outcome, message_ids=ids)
 
     def _broadcast(self, text: str, *, exclude: Iterable[str] = ()) -> None:
         skip = set(exclude)
         for cid, conn in self.connections.items():
             if cid not in skip:
                 conn.send(text)
+
+    def live_stream(self, operation_id: str) -> Stream | None:
+        """The wire stream of ``operation_id`` while it runs (its chunks so far), else None."""
+        active = self._active
+        return active if active is not None and active.id == operation_id and active.settled is None else None
 
     def in_flight(self) -> tuple[str, list[str]] | None:
         """The operation streaming now and every chunk body committed for it so far (in memory)."""

@@ -9,11 +9,33 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from think_server.harness import OperationSettled
-from think_server.protocol import UIMessage, dump_chat_response, is_unicode_text
+from think_server.harness import OperationSettled, Session, describe_reason
+from think_server.protocol import (
+    AssemblyError,
+    ProtocolError,
+    UIMessage,
+    assemble,
+    dump_chat_response,
+    is_unicode_text,
+    message_chunks,
+    parse_chunk,
+    parse_message,
+)
 from think_server.storage import OperationRow
 
-__all__ = ["Recent", "Stream", "answers_claimed", "error_frame", "retrieved", "settled_of"]
+from ._connection import Replay
+
+__all__ = [
+    "Recent",
+    "Snapshot",
+    "Stream",
+    "answers_claimed",
+    "continued_base",
+    "error_frame",
+    "retrieved",
+    "settled_of",
+    "stream_snapshot",
+]
 
 #: What a client's copy of a call shows once the user answered it: an approval, or a client tool's result.
 _APPROVALS = ("approval-responded", "output-denied")
@@ -102,7 +124,105 @@ class Stream:
     # the message taken when it asked; each chunk it applies writes that copy back, which would
     # undo an update told meanwhile.
     updated: UIMessage | None = None
+    # The continued message as it was when a continuation began (None for a new answer).
+    base: UIMessage | None = None
 
     def live_frame(self, seq: int, body: str) -> str:
         """Chunk ``seq`` as a live frame (a socket that follows the stream after a replay gets the same)."""
         return dump_chat_response(self.id, body, done=False, seq=seq, continuation=self.continuation)
+
+    def replay(self, *, join: bool = False) -> Replay:
+        """The chunks the stream has now, as one item a socket's writer renders at the client's
+        pace: however long the stream, it neither copies it nor counts as a backlog.
+
+        ``join``: the socket joins the live stream after it (``replayComplete``), and the same
+        item goes on with the chunks appended to the list meanwhile, as live frames, until the
+        writer has caught up; the live chunks the stream commits before that are not queued
+        for the socket (see ``ThinkChat._on_chunks``), so a replay the live stream outruns does
+        not pile them up as the client's backlog.
+        """
+        rid, continuation = self.id, self.continuation
+
+        def render(seq: int, body: str) -> str:
+            return dump_chat_response(rid, body, done=False, seq=seq, replay=True, continuation=continuation)
+
+        if not join:
+            return Replay(self.bodies, len(self.bodies), render)
+        complete = dump_chat_response(rid, "", done=False, replay=True, replay_complete=True,
+                                      continuation=continuation)
+        return Replay(self.bodies, len(self.bodies), render, complete, self.live_frame)
+
+    def terminal(self, event: OperationSettled, *, replay: bool = False) -> str:
+        """The frame that ends the stream, as ``event`` settled it."""
+        ids = list(event.message_ids) or None
+        if event.status == "error":
+            return dump_chat_response(self.id, describe_reason(event.reason), done=True, error=True,
+                                      continuation=self.continuation, outcome="error", message_ids=ids)
+        outcome = {"completed": "completed", "aborted": "aborted", "skipped": "skipped"}.get(event.status,
+                                                                                            "completed")
+        return dump_chat_response(self.id, "", done=True, replay=replay, continuation=self.continuation,
+                                  outcome=outcome, message_ids=ids)
+
+
+@dataclass(slots=True)
+class Snapshot:
+    bodies: list[str]  # the operation's chunks from seq 0, as far as they are known now
+    settled: OperationSettled | None
+    base: UIMessage | None = None  # a continuation's message as it was before it (a replay starts there)
+    rebuilt: bool = False  # the chunks were swept: ``bodies`` build the stored message instead
+
+
+async def stream_snapshot(session: Session, op_id: str, live: Stream | None) -> Snapshot | None:
+    """What is known of an operation's stream now: from memory while it runs (``live``), else
+    from storage. None if the session has no such operation."""
+    if live is not None:
+        return Snapshot(list(live.bodies), None, live.base)
+    db = session.db
+    op = await db.read.operation(op_id)
+    if op is None or op.session_id != session.id:
+        return None
+    bodies: list[str] = []
+    for row in await db.read.streams_of_request(op_id):
+        if row.session_id == session.id:
+            del bodies[row.first_seq:]  # a model call a crash cut short, continued from where it was
+            bodies.extend(await db.read.chunk_bodies(row.id))
+    if op.status in ("pending", "running"):
+        return Snapshot(bodies, None)
+    settled = OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
+    if bodies or op.target_message_id is None or op.status == "skipped":
+        return Snapshot(bodies, settled)
+    expired = session.clock.now_ms() - session.stream_grace_ms
+    if op.completed_at is None or op.completed_at >= expired:
+        return Snapshot(bodies, settled)  # it ended with no chunk of its own
+    stored = await db.read.message(session.id, op.target_message_id)
+    if stored is None:
+        return Snapshot(bodies, settled)
+    message = parse_message(json.loads(stored.content))
+    return Snapshot(message_chunks(message), settled, rebuilt=True)
+
+
+async def continued_base(session: Session, op_id: str) -> UIMessage | None:
+    """The message a continuation continued, as it was before it, read from storage (after a
+    restart nothing in memory remembers it): the stored message without the parts this
+    operation's finished model calls added to it. None if that cannot be told."""
+    db = session.db
+    op = await db.read.operation(op_id)
+    if op is None or op.session_id != session.id or op.target_message_id is None:
+        return None
+    for _ in range(3):  # a model call that ends between the reads changes both: read again
+        done = [r.id for r in await db.read.streams_of_request(op_id) if r.status != "streaming"]
+        stored = await db.read.message(session.id, op.target_message_id)
+        if [r.id for r in await db.read.streams_of_request(op_id) if r.status != "streaming"] == done:
+            break
+    else:
+        return None
+    if stored is None:
+        return None
+    message = parse_message(json.loads(stored.content))
+    try:
+        added = assemble([parse_chunk(json.loads(b)) for r in done for b in await db.read.chunk_bodies(r)],
+                         message.id)
+    except (AssemblyError, ProtocolError, ValueError):
+        return None
+    keep = len(message.parts) - len(added.parts)
+    return message.model_copy(update={"parts": message.parts[:keep]}) if keep >= 0 else None

@@ -49,6 +49,7 @@ from ._chunks import (
     dump_chunk,
     parse_chunk,
 )
+from ._disassembly import message_chunks
 from ._errors import AssemblyError, ProtocolError, describe_value
 from ._frames import (
     CHAT_CLEAR,
@@ -256,6 +257,7 @@ __all__ = [
     "json_string",
     "load_json",
     "load_json_object",
+    "message_chunks",
     "message_text",
     "normalize_tool_input",
     "parse_chat_request_body",

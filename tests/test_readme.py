@@ -351,3 +351,13 @@ async def test_the_cluster_example_serves_an_instance_on_one_node(tmp_path: Path
     script.write_text(python_block("async def two_nodes("))
     await runpy.run_path(str(script))["two_nodes"](postgres_url)
     assert capsys.readouterr().out.splitlines() == ["You said: hi", "a http://a.internal:8000"]
+
+
+async def test_the_usechat_curl_lines_run(tmp_path: Path) -> None:
+    answer, idle, resumed, stopped = await served(tmp_path, sh_block("$B/chat/chat-1/stream"))
+    assert answer.startswith("id: ") and '"type":"start"' in answer and answer.endswith("data: [DONE]")
+    assert "Hello!" in "".join(json.loads(line[6:]).get("delta", "") for line in answer.splitlines()
+                               if line.startswith("data: {"))
+    assert idle == "204"
+    assert '"type":"start"' not in resumed and '"type":"finish"' in resumed and resumed.endswith("data: [DONE]")
+    assert json.loads(stopped) == {"stopped": False}

@@ -321,7 +321,7 @@ async def test_events_stream_a_turn_after_a_sync(serve) -> None:
         assert kinds[:2] == ["operation", "run-start"] and records[0][2]["status"] == "queued"
         assert "message" in kinds and kinds[-2:] == ["operation", "run-end"]
         assert streamed_text(records) == "You said: echo live"
-        ids = [int(i.rsplit("-", 1)[1]) for i, _, _ in records]
+        ids = [int(i.partition("/")[0].rsplit("-", 1)[1]) for i, _, _ in records]  # a chunk: …/{op}:{seq}
         assert ids == list(range(ids[0], ids[0] + len(ids))), "numbered without a gap"
     registry = srv.app.state.harness.registry
     for _ in range(100):  # a client that left no longer holds the instance open
@@ -347,7 +347,7 @@ async def test_events_resume_from_last_event_id_without_a_gap(serve) -> None:
             rest = await Sse(r).until("run-end", operation_id=op)
         assert rest[0][1] != "sync", "resumed, not started over"
         records = first + rest
-        ids = [int(i.rsplit("-", 1)[1]) for i, _, _ in records]
+        ids = [int(i.partition("/")[0].rsplit("-", 1)[1]) for i, _, _ in records]  # a chunk: …/{op}:{seq}
         assert ids == list(range(ids[0], ids[0] + len(ids)))
         seqs = [r[2]["seq"] for r in records if r[1] == "chunk"]
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))

@@ -200,6 +200,13 @@ class E2EClient:
     node: NodeToolchain
     runs: list[DriverRun] = field(default_factory=list)
 
+    def usechat(self, *, base: str, name: str, chat: str, steps: list[dict[str, Any]], agent: str = "my-agent",
+                last_only: bool = False, timeout_ms: int = 30_000, log_path: Path | None = None) -> DriverRun:
+        """Run ``usechat.mjs`` (the AI SDK's ``useChat`` over HTTP) to completion."""
+        extra = ["--chat", chat, *(["--last-only"] if last_only else [])]
+        return self.drive(base=base, name=name, steps=steps, agent=agent, timeout_ms=timeout_ms, frames=False,
+                          log_path=log_path, script="usechat.mjs", extra=extra)
+
     def drive(
         self,
         *,
@@ -211,11 +218,16 @@ class E2EClient:
         step_timeout_ms: int = 10_000,
         frames: bool = True,
         log_path: Path | None = None,
+        script: str = "drive.mjs",
+        extra: list[str] | None = None,
+        session: str = "",
     ) -> DriverRun:
-        """Run ``drive.mjs`` to completion and parse its JSON lines."""
+        """Run ``drive.mjs`` (or ``script``, with ``extra`` arguments) to completion and parse its JSON lines."""
         cmd = [
             str(self.node.node),
-            str(self.dir / "drive.mjs"),
+            str(self.dir / script),
+            *(extra or []),
+            *(["--session", session] if session else []),
             "--base",
             base,
             "--agent",
@@ -279,7 +291,8 @@ def e2e_client(request: pytest.FixtureRequest) -> E2EClient:
     client_dir = CLIENTS[request.param]
     ensure_node_modules(client_dir, node)
     if client_dir != CLIENT_DIR:
-        shutil.copyfile(CLIENT_DIR / "drive.mjs", client_dir / "drive.mjs")
+        for script in ("drive.mjs", "usechat.mjs"):
+            shutil.copyfile(CLIENT_DIR / script, client_dir / script)
     return E2EClient(dir=client_dir, node=node)
 
 

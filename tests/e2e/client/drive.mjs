@@ -8,7 +8,7 @@
 //   node drive.mjs --base http://127.0.0.1:PORT --agent assistant --name NAME \
 //     --steps '[{"send":"hi"},{"waitText":"Hello!"},{"waitStatus":"ready"},
 //               {"remount":true},{"waitMessages":2},{"dump":true}]' \
-//     [--timeout 30000] [--step-timeout 10000] [--frames] [--root concurrent|legacy]
+//     [--timeout 30000] [--step-timeout 10000] [--frames] [--root concurrent|legacy] [--session ID]
 //
 // --timeout bounds the whole run, --step-timeout each waiting step; --frames
 // also prints every WebSocket frame; --root picks React's root type
@@ -147,7 +147,8 @@ try {
       timeout: { type: "string", default: "30000" },
       "step-timeout": { type: "string", default: "10000" },
       frames: { type: "boolean", default: false },
-      root: { type: "string", default: "concurrent" }
+      root: { type: "string", default: "concurrent" },
+      session: { type: "string", default: "" }
     },
     strict: true
   }));
@@ -453,9 +454,16 @@ function Fallback({ mount }) {
   return null;
 }
 
+async function sessionMessages() {
+  const origin = base.origin.replace(/^ws/, "http");
+  const url = `${origin}/agents/${args.agent}/${args.name}/get-messages?session=${encodeURIComponent(args.session)}`;
+  return (await fetch(url)).json();
+}
+
 function ChatView({ agent, mount }) {
   const chat = useAgentChat({
     agent,
+    ...(args.session ? { getInitialMessages: sessionMessages } : {}),
     onError: (e) => emit("error", { mount, source: "onError", ...errInfo(e) }),
     // AI SDK: once per response stream this tab consumed.
     onFinish: ({ message, isAbort, isDisconnect, isError, finishReason }) =>
@@ -568,6 +576,8 @@ function App({ mount }) {
   const agent = useAgent({
     agent: args.agent,
     name: args.name,
+    // --session: that session of the instance (`?session=`), its transcript loaded as the page does.
+    ...(args.session ? { query: { session: args.session } } : {}),
     host: base.host,
     protocol: secure ? "wss" : "ws",
     onOpen: () => {
