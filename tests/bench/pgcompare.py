@@ -11,7 +11,8 @@ same repetition (interleaved, so the shared machine's drift hits both), as media
 - the same for the server's process alone, and the database's share (information);
 - time to first chunk under the concurrent flood (p50: the target, at most 1.5x; p99: information).
 
-Exit status 1 if a target is missed on a workload it applies to.
+A missed target is printed, as tests/bench/extras.py prints its own, not an exit status: that
+says whether there was anything to compare (1: no paired runs in the file).
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     print("PostgreSQL over SQLite (ratios paired by repetition; above 1: PostgreSQL costs more)")
     print("\n".join(lines))
     print("\nall targets met" if not missed else "\ntargets missed:\n  " + "\n  ".join(missed))
-    return 1 if missed else 0
+    return 0
 
 
 if __name__ == "__main__":
