@@ -141,9 +141,10 @@ soak: $(STAMP)
 	$(PY) -m tests.soak.soak all $(SOAK_ARGS)
 
 # Benchmarks (not part of `make test`): tests/bench/kit's suite runs the workloads against our server
-# and the two baselines (a bare relay of pre-built frames; the same with batched aiosqlite writes),
+# (on SQLite, and on a throwaway PostgreSQL with production's durability and with synchronous_commit
+# off) and the two baselines (a bare relay of pre-built frames; the same with batched aiosqlite writes),
 # interleaved, REPS times, and prints medians (min-max), ratios to the baselines and the load
-# average; then 10,000 instances touched (RSS, fds, threads), and our turn cost with history, memory
+# average, and PostgreSQL over SQLite next to the issue's targets (tests/bench/pgcompare.py); then 10,000 instances touched (RSS, fds, threads), and our turn cost with history, memory
 # per idle instance and disk against the transcript, each next to its target. Raw figures and the
 # whole output go to test-artifacts/bench/. `make bench QUICK=1`: small sizes, a few minutes.
 # The bench extra adds psutil, uvloop and httptools (the baselines run on them; our server stays on
@@ -157,7 +158,7 @@ $(BENCH_STAMP): pyproject.toml constraints.txt
 	@$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
 	@touch $(BENCH_STAMP) $(STAMP) $(RUN_STAMP)
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) postgres-deps
 	$(PY) -m tests.bench.run --reps $(REPS) $(if $(QUICK),--quick)
 
 clean:

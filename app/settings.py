@@ -13,6 +13,7 @@ import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -159,7 +160,10 @@ class Settings(BaseModel):
     @classmethod
     def _database_url(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("postgresql://", "postgres://")):
-            raise ValueError("expected a PostgreSQL URL, postgresql://user:password@host:port/database")
+            # What came is named by its scheme only: the rest may hold a password (the value is a secret).
+            scheme = urlsplit(value).scheme
+            got = f"a URL of scheme {scheme!r}" if scheme else "no URL scheme"
+            raise ValueError(f"expected a PostgreSQL URL, postgresql://user:password@host:port/database; got {got}")
         return value
 
     @field_validator("node_url")
@@ -265,5 +269,8 @@ class Settings(BaseModel):
                     problems.append(f"{err['msg']}"[:300])
                     continue
                 got = "[redacted]" if field in _SECRETS else repr(err.get("input"))
+                if field in _SECRETS and "; got " in err["msg"]:  # its validator said what came, safely
+                    problems.append(f"{where}: {err['msg']}"[:300])
+                    continue
                 problems.append(f"{where}: {err['msg']}; got {got}"[:300])
             raise SettingsError("invalid settings: " + "; ".join(problems)) from None

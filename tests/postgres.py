@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -183,8 +183,8 @@ class PostgresServer:
             self._lock = None
 
 
-def _launch(bindir: Path, workdir: Path, port: int) -> subprocess.Popen[bytes]:
-    options = [a for k, v in SETTINGS.items() for a in ("-c", f"{k}={v}")]
+def _launch(bindir: Path, workdir: Path, port: int, settings: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    options = [a for k, v in settings.items() for a in ("-c", f"{k}={v}")]
     # The parent-death signal belongs to the thread that starts the server: start it from one that
     # outlives it (pytest's main thread does). SIGQUIT is PostgreSQL's immediate shutdown.
     setpriv = _as_owner() or ["setpriv"]
@@ -205,15 +205,18 @@ def _ready(workdir: Path) -> bool:
     return len(lines) > 7 and lines[7].strip() == "ready"
 
 
-def start(*, bin_root: Path = BIN_ROOT, ports: Iterable[int] | None = None, timeout: float = 30.0) -> PostgresServer:
-    """initdb a cluster in a new temp dir and start it on a free port (another one after a port
-    clash, three tries in all); raises with the server's log if it does not come up."""
+def start(*, bin_root: Path = BIN_ROOT, ports: Iterable[int] | None = None, timeout: float = 30.0,
+          settings: Mapping[str, str] = SETTINGS, base: Path | None = None) -> PostgresServer:
+    """initdb a cluster in a new temp dir (under ``base``, else the first of :func:`work_bases`) and
+    start it on a free port (another one after a port clash, three tries in all) with ``settings``;
+    raises with the server's log if it does not come up. (The bench passes durable settings and a
+    dir on disk: on /dev/shm an fsync costs nothing.)"""
     t0 = time.perf_counter()
     bindir = find_bindir(bin_root)
     owner = _as_owner()
-    for base in work_bases():
-        _remove_abandoned(base)
-    workdir = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=work_bases()[0]))
+    for tried_base in work_bases():
+        _remove_abandoned(tried_base)
+    workdir = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=base or work_bases()[0]))
     lock = (workdir / "lock").open("wb")
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
@@ -229,7 +232,7 @@ def start(*, bin_root: Path = BIN_ROOT, ports: Iterable[int] | None = None, time
         log_path = workdir / "log"
         for port in itertools.islice(iter(free_port, None) if ports is None else ports, 3):
             seen = log_path.stat().st_size if log_path.exists() else 0
-            process = _launch(bindir, workdir, port)
+            process = _launch(bindir, workdir, port, settings)
             deadline = time.monotonic() + timeout
             while process.poll() is None and not _ready(workdir):
                 if time.monotonic() > deadline:

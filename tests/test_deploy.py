@@ -13,6 +13,7 @@ import sys
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -68,12 +69,14 @@ def test_every_path_the_dockerfile_copies_exists() -> None:
                 assert (ROOT / src).exists(), f"Dockerfile copies {src}, which is not in the repository"
 
 
-def compose_config(*args: str) -> dict[str, Any]:
-    """The file as Docker Compose v2 reads it (``docker-compose config``, no engine needed)."""
+def compose_config(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The file as Docker Compose v2 reads it (``docker-compose config``, no engine needed); ``env``:
+    variables set for it (none of ours otherwise)."""
     binary = shutil.which("docker-compose") or str(Path(sys.executable).parent / "docker-compose")
+    ours = ("THINK_", "OLLAMA_", "POSTGRES_")
     out = subprocess.run([binary, "-f", str(ROOT / "docker-compose.yml"), *args, "config", "--format", "json"],
                          capture_output=True, text=True, cwd=ROOT, timeout=60,
-                         env={k: v for k, v in os.environ.items() if not k.startswith(("THINK_", "OLLAMA_"))})
+                         env={k: v for k, v in os.environ.items() if not k.startswith(ours)} | (env or {}))
     assert out.returncode == 0, out.stderr
     config: dict[str, Any] = json.loads(out.stdout)
     return config
@@ -139,6 +142,52 @@ def test_compose_with_the_cluster_profile_runs_three_nodes_on_postgres_behind_ha
     servers = [line.split()[2] for line in shipped.splitlines() if line.strip().startswith("server ")]
     assert servers == [f"{name}:8000" for name in CLUSTER_NODES]
     assert re.search(r"^\s*bind :8000$", shipped, re.M)
+
+
+def test_compose_without_a_profile_is_the_server_on_sqlite_alone() -> None:
+    config = compose_config()
+    assert set(config["services"]) == {"think"}, "no database, no other service by default"
+    think = config["services"]["think"]
+    assert not any(k.startswith("THINK_DATABASE_") for k in think["environment"]), "SQLite in the data volume"
+    assert "depends_on" not in think or set(think["depends_on"]) == {"ollama-pull"}
+    assert "postgres-data" not in config.get("volumes", {})
+
+
+def test_compose_with_the_postgres_profile_serves_from_a_pinned_healthy_postgres() -> None:
+    config = compose_config("--profile", "postgres")
+    services = config["services"]
+    assert set(services) == {"think", "think-postgres", "postgres"}
+    pg = services["postgres"]
+    assert re.fullmatch(r"postgres:\d+\.\d+-[a-z]+", pg["image"]), f"{pg['image']}: a pinned minor release"
+    assert any(v["source"] == "postgres-data" and v["target"] == "/var/lib/postgresql/data" for v in pg["volumes"])
+    assert "postgres-data" in config["volumes"]
+    assert "ports" not in pg, "the database is reached over the compose network only"
+    user, password, db = (pg["environment"][k] for k in ("POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB"))
+    # Over TCP (the image's initialising server listens on its socket only), as the user, on the database.
+    assert pg["healthcheck"]["test"] == ["CMD", "pg_isready", "-h", "127.0.0.1", "-U", user, "-d", db]
+
+    server = services["think-postgres"]
+    url = urlsplit(server["environment"]["THINK_DATABASE_URL"])
+    assert (url.scheme, url.hostname, url.port, url.username, url.password, url.path) == (
+        "postgresql", "postgres", 5432, user, password, f"/{db}")
+    assert server["depends_on"]["postgres"] == {"condition": "service_healthy", "required": True}
+    assert server["image"] == services["think"]["image"] and server["pull_policy"] == "build"
+    same = {k: v for k, v in server["environment"].items() if not k.startswith("THINK_DATABASE_")}
+    assert same == services["think"]["environment"], "the same settings as the SQLite server, but the store"
+    assert server["secrets"] == services["think"]["secrets"]
+    assert not any(v.get("source") == "think-data" for v in server.get("volumes", [])), "its data is in PostgreSQL"
+    (port,) = server["ports"]
+    assert (port["host_ip"], port["published"]) == ("127.0.0.1", "8001"), "beside the SQLite server's 8000"
+
+
+def test_compose_postgres_profile_takes_its_password_and_pool_size_from_the_environment() -> None:
+    config = compose_config("--profile", "postgres",
+                            env={"POSTGRES_PASSWORD": "pw-7f3a", "THINK_DATABASE_POOL_SIZE": "25"})
+    services = config["services"]
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "pw-7f3a"
+    server = services["think-postgres"]["environment"]
+    assert urlsplit(server["THINK_DATABASE_URL"]).password == "pw-7f3a"
+    assert server["THINK_DATABASE_POOL_SIZE"] == "25"
 
 
 def test_compose_takes_an_env_file_and_exposure_is_a_setting(tmp_path: Path) -> None:

@@ -21,7 +21,10 @@ import pytest
 import uvicorn
 
 from tests.conftest import free_port
+from tests.postgres import PostgresServer
 from tests.serverproc import ServerProcess
+from tests.test_deploy import compose_config
+from think_server.storage import store_location
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -361,3 +364,27 @@ async def test_the_usechat_curl_lines_run(tmp_path: Path) -> None:
     assert idle == "204"
     assert '"type":"start"' not in resumed and '"type":"finish"' in resumed and resumed.endswith("data: [DONE]")
     assert json.loads(stopped) == {"stopped": False}
+
+
+async def test_the_postgresql_example_runs(postgres: PostgresServer, postgres_url: str, tmp_path: Path) -> None:
+    command, said, compose = sh_block("db.example:5432/think think-server serve").splitlines()
+    setting, *argv = shlex.split(command)
+    variable, readme_url = setting.split("=", 1)
+    assert (variable, argv) == ("THINK_DATABASE_URL", ["think-server", "serve"])
+    url = postgres_url.replace("postgresql://postgres@", "postgresql://postgres:secret@", 1)  # trusted: any works
+    server = ServerProcess(app=None, data_dir=tmp_path / "data", log_path=tmp_path / "server.log",
+                           log_level="info", env={variable: url})
+    await server.start()
+    server.stop()
+    (ready,) = [line for line in server.log_tail(100_000).splitlines() if "think-server ready:" in line]
+    expected = (said.removeprefix("# ").replace("http://127.0.0.1:8000/", f"http://127.0.0.1:{server.port}/")
+                .replace(store_location("", readme_url), store_location("", url)))
+    assert ":***@" in expected and ready.endswith(expected), (ready, expected)
+
+    words = shlex.split(compose, comments=True)
+    assert words[:4] == ["docker", "compose", "--profile", "postgres"] and words[4:6] == ["up", "--build"]
+    (service,) = words[6:]
+    config = compose_config("--profile", "postgres")
+    (port,) = config["services"][service]["ports"]
+    assert f"http://127.0.0.1:{port['published']}" in compose
+    assert "THINK_DATABASE_URL" in config["services"][service]["environment"]

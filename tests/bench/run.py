@@ -5,9 +5,12 @@ own figures. Not part of `make test`.
     .venv/bin/python -m tests.bench.run --quick --reps 1  # make bench QUICK=1 (a few minutes)
 
 Steps, each printed as it runs (and all of it to test-artifacts/bench/<tag>.log):
-  1. tests/bench/kit/suite.py: targets bare, sqlite-batch and ours, the workloads interleaved,
-     the report (medians (min-max), ratios against sqlite-batch and bare); raw figures in
-     test-artifacts/bench/<tag>.jsonl
+  1. tests/bench/kit/suite.py: targets bare, sqlite-batch, ours (on SQLite), ours-pg (on
+     PostgreSQL, production's settings) and ours-pg-async (synchronous_commit=off), the workloads
+     interleaved, the report (medians (min-max), ratios against sqlite-batch and bare); raw figures
+     in test-artifacts/bench/<tag>.jsonl
+     then tests/bench/pgcompare.py: PostgreSQL over SQLite from that same run, paired by
+     repetition, next to the issue's targets (per-chunk CPU, first chunk under the flood: 1.5x)
   2. tests/soak/soak.py instances: 10,000 instances touched (1,000 open at most), peak RSS, fds
      and threads sampled (quick: 1,000 and 100)
   3. tests/bench/extras.py: turn cost with history, memory per open idle instance, disk against
@@ -27,6 +30,7 @@ from typing import TextIO
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "test-artifacts" / "bench"
+TARGETS = "bare,sqlite-batch,ours,ours-pg,ours-pg-async"
 
 
 def _load() -> str:
@@ -59,15 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test of the whole bench")
     parser.add_argument("--tag", default=time.strftime("%Y%m%d-%H%M%S"))
-    parser.add_argument("--targets", help="suite targets (default: the suite's, bare,sqlite-batch,ours)")
-    parser.add_argument("--skip", action="append", choices=["suite", "instances", "extras"], default=[])
+    parser.add_argument("--targets", default=TARGETS, help=f"suite targets (default: {TARGETS})")
+    parser.add_argument("--skip", action="append", choices=["suite", "postgres", "instances", "extras"], default=[])
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     py = sys.executable
     quick = ["--quick"] if args.quick else []
     steps = {
         "suite": [py, "tests/bench/kit/suite.py", "--reps", str(args.reps), "--tag", args.tag, *quick,
-                  *(["--targets", args.targets] if args.targets else [])],
+                  "--targets", args.targets],
+        "postgres": [py, "-m", "tests.bench.pgcompare", str(OUT / f"{args.tag}.jsonl")],
         "instances": [py, "-m", "tests.soak.soak", "instances",
                       *(["--count", "1000", "--max-actors", "100"] if args.quick else
                         ["--count", "10000", "--max-actors", "1000"])],
@@ -80,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print(head, end="", flush=True)
         log.write(head)
         for name, cmd in steps.items():
-            if name not in args.skip:
+            if name not in args.skip and (name != "postgres" or "ours-pg" in args.targets):
                 results[name] = step(name, cmd, log)
         summary = (f"\n######## bench {args.tag} done: "
                    + ", ".join(f"{k} {'ok' if v == 0 else f'FAILED (exit {v})'}" for k, v in results.items())

@@ -13,6 +13,10 @@ Built-in targets
                  (cwd: the project root; the venv's python; THINK_MAX_NEW_INSTANCES_PER_MINUTE=0,
                  as every instance comes from one loopback address). It runs on asyncio's loop
                  and h11 whatever is installed (app/cli.py), as the Docker image does.
+  ours-pg        the same on PostgreSQL (tests/bench/pgserve.py: a throwaway cluster with production's
+                 settings, on disk under the target's state dir, started as a child of the target so
+                 the database's CPU counts as the server's, as SQLite's does)
+  ours-pg-async  the same with synchronous_commit=off (closer to SQLite's WAL + synchronous=NORMAL)
   bare           baseline_server.py: bare uvicorn+Starlette relay, no persistence
   bare-asyncio   the same on the plain asyncio loop + h11 (no uvloop/httptools)
   sqlite-row     baseline + every chunk INSERTed (awaited), COMMIT every 10
@@ -61,8 +65,11 @@ if not os.path.exists(VENV_PY):
 BASE = [PY, os.path.join(HERE, "baseline_server.py"), "--port", "{port}"]
 SERVE = ["serve", "--app", "tests.conformance_app:agents", "--host", "127.0.0.1", "--port", "{port}",
          "--data-dir", "{state}", "--log-level", "warning"]
+PGSERVE = [VENV_PY, "-m", "tests.bench.pgserve", "--cluster-dir", "{state}"]
 TARGETS = {
     "ours": [VENV_PY, "-m", "think_server", *SERVE],
+    "ours-pg": [*PGSERVE, "--", *SERVE],
+    "ours-pg-async": [*PGSERVE, "--synchronous-commit", "off", "--", *SERVE],
     "bare": BASE,
     "bare-asyncio": [*BASE, "--loop", "asyncio", "--http", "h11"],
     "sqlite-row": [*BASE, "--sqlite", "{state}", "--sqlite-mode", "row"],
@@ -70,7 +77,7 @@ TARGETS = {
 }
 # Our targets run from the project root (the --app module), with these settings on top of the environment.
 OURS_ENV = {"THINK_MAX_NEW_INSTANCES_PER_MINUTE": "0"}
-TARGET_CWD_ENV = {"ours": (ROOT, OURS_ENV)}
+TARGET_CWD_ENV = {name: (ROOT, OURS_ENV) for name in ("ours", "ours-pg", "ours-pg-async")}
 
 # name -> load.py arguments; {tag} is the suite run tag
 WORKLOADS = {
