@@ -239,7 +239,9 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     ]
     if harness.registry.leases is not None:
         # A cluster: a request for an instance another node serves is relayed to it (app/_forward.py).
-        middleware.append(Middleware(Forwarder, locate=harness.serving_node, node_id=harness.node.id))
+        # An owner that answers nothing for longer than a lease has lost it by then: give up on it.
+        middleware.append(Middleware(Forwarder, locate=harness.serving_node, node_id=harness.node.id,
+                                     head_timeout_s=harness.node.lease_s + 5))
     if settings.cors_origins:
         middleware.append(Middleware(
             CORSMiddleware,

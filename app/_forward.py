@@ -68,11 +68,16 @@ def instance_of(scope: Scope) -> tuple[str, str] | None:
 class Forwarder:
     """ASGI middleware relaying requests for instances owned by another node to that node."""
 
-    def __init__(self, app: ASGIApp, *, locate: Locate, node_id: str, connect_timeout_s: float = 5.0) -> None:
+    def __init__(self, app: ASGIApp, *, locate: Locate, node_id: str, connect_timeout_s: float = 5.0,
+                 head_timeout_s: float = 15.0) -> None:
         self.app = app
         self.locate = locate
         self.node_id = node_id
         self.connect_timeout_s = connect_timeout_s
+        #: How long the owner may take to begin its answer (plus a long poll's own ``?wait=``): an owner
+        #: that accepts connections but answers nothing (stopped, hung) is given up on, and the client told
+        #: to come back; by then its lease has run out, and the next request is served here.
+        self.head_timeout_s = head_timeout_s
         # Streams (SSE) stay open as long as the client keeps them: no read timeout.
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=connect_timeout_s),
                                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
@@ -141,9 +146,10 @@ class Forwarder:
         request = self._http.build_request(scope["method"], self._target(owner, scope, socket=False),
                                            headers=self._headers(scope), content=body())
         try:
-            response = await self._http.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            log.warning("the owner %s of %s could not be reached: %s", owner, scope["path"], exc)
+            response = await asyncio.wait_for(self._http.send(request, stream=True),
+                                              self.head_timeout_s + _waits(scope))
+        except (httpx.HTTPError, TimeoutError) as exc:
+            log.warning("the owner %s of %s could not be reached: %s", owner, scope["path"], exc or "no answer")
             await _unreachable(send, owner)
             return
         try:
@@ -225,6 +231,18 @@ async def _pump(upstream: ClientConnection, receive: Receive, send: Send) -> Non
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, ConnectionClosed, OSError):
                 await task
+
+
+def _waits(scope: Scope) -> float:
+    """The seconds a long poll asks the owner to wait before it answers (``?wait=S``), at most two minutes."""
+    for pair in scope.get("query_string", b"").split(b"&"):
+        key, _, value = pair.partition(b"=")
+        if key == b"wait":
+            try:
+                return min(max(float(value), 0.0), 120.0)
+            except ValueError:
+                return 0.0
+    return 0.0
 
 
 async def _copy_body(response: httpx.Response, send: Send, owner: str, path: str) -> None:

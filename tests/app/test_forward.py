@@ -171,3 +171,37 @@ async def test_an_unreachable_owner_is_a_clear_answer(serve: Callable[..., Await
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 15)
+
+
+async def test_an_owner_that_never_answers_is_given_up_on(tmp_path: Path) -> None:
+    """A stopped owner: the kernel still accepts its connections, and nothing answers them."""
+    from tests.conformance_app import agents
+
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # read nothing, answer nothing
+
+    silent = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+
+    async def locate(agent: str, name: str) -> str | None:
+        return f"http://127.0.0.1:{port}"
+
+    base, server, task = await _serve_app(Forwarder(create_app(agents, Settings(data_dir=tmp_path / "d")),
+                                                    locate=locate, node_id="front", head_timeout_s=0.5))
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+            r = await http.get("/agents/my-agent/x/get-messages")
+            assert r.status_code == 503 and "cannot be reached" in r.json()["error"]
+            # A long poll is given its own wait on top.
+            started = asyncio.get_running_loop().time()
+            r = await http.get("/agents/my-agent/x/operations/op?wait=1")
+            assert r.status_code == 503 and asyncio.get_running_loop().time() - started >= 1.4
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 15)
+        for writer in held:
+            writer.close()
+        silent.close()
+        await silent.wait_closed()

@@ -19,11 +19,14 @@ from think_server import tool_call_key
 
 
 class KeyServer(ServerProcess):
-    def __init__(self, tmp_path: Path, database_url: str | None, *, world: Path | None = None) -> None:
+    def __init__(self, tmp_path: Path, database_url: str | None, *, world: Path | None = None,
+                 lease_s: float | None = None) -> None:
         """``world``: where the tool's log and gate are (default ``tmp_path``), shared by nodes."""
         self.key_log = (world or tmp_path) / "keys.log"
         self.gate = (world or tmp_path) / "gate"
         env = {"THINK_KEY_LOG": str(self.key_log), "THINK_KEY_GATE": str(self.gate)}
+        if lease_s is not None:
+            env["THINK_LEASE_S"] = str(lease_s)
         if database_url:
             env["THINK_DATABASE_URL"] = database_url
         super().__init__(app="tests.key_app:agents", data_dir=tmp_path / "data", log_path=tmp_path / "server.log",
@@ -53,7 +56,11 @@ async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
 async def settled(srv: ServerProcess, name: str, op_id: str) -> dict[str, object]:
     async with httpx.AsyncClient(base_url=srv.base, timeout=40) as http:
-        r = await http.get(f"/agents/payer/{name}/operations/{op_id}", params={"wait": "30"})
+        for _ in range(100):
+            r = await http.get(f"/agents/payer/{name}/operations/{op_id}", params={"wait": "30"})
+            if r.status_code != 503:  # 503: another node (a dead one) still holds the lease: it runs out
+                break
+            await asyncio.sleep(0.2)
         r.raise_for_status()
         info: dict[str, object] = r.json()
         return info
@@ -92,8 +99,9 @@ async def test_a_call_another_node_takes_up_has_the_same_key(tmp_path: Path, pos
     # finds the call cut short and runs it again: the key depends on no node.
     for node in ("a", "b"):
         (tmp_path / node).mkdir()
-    first_node = KeyServer(tmp_path / "a", postgres_url, world=tmp_path)
-    other = KeyServer(tmp_path / "b", postgres_url, world=tmp_path)
+    # Another node (its own id) takes the call over once the dead node's lease ran out: a short one.
+    first_node = KeyServer(tmp_path / "a", postgres_url, world=tmp_path, lease_s=2)
+    other = KeyServer(tmp_path / "b", postgres_url, world=tmp_path, lease_s=2)
     op_id = f"order-{uuid.uuid4()}"
     await first_node.start()
     try:

@@ -103,7 +103,8 @@ def test_problems_have_words_a_user_can_act_on() -> None:
     assert problem_of(OSError(24, "Too many open files")) is Problem.CANNOT_OPEN
     assert problem_of(ValueError("x")) is None
     assert [p for p in Problem if p.transient] == [Problem.DISK_FULL, Problem.READ_ONLY, Problem.IO_ERROR,
-                                                   Problem.CANNOT_OPEN, Problem.BUSY, Problem.UNREACHABLE]
+                                                   Problem.CANNOT_OPEN, Problem.BUSY, Problem.UNREACHABLE,
+                                                   Problem.MOVED]
 
 
 # -- files that are not ours, or not whole -------------------------------------------------
