@@ -17,7 +17,6 @@ exit status says only whether there was anything to compare (1: no paired runs i
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +25,7 @@ from tests.bench.pgcompare import Run, _cell, load
 
 REF = "ours-pg"
 CLUSTERS = ("cluster-1", "cluster-3")
-#: process name (psutil's) -> what it is, in the CPU split
+#: process name (psutil's) -> what it is, in the CPU split (ours-pg's one server counts as its "nodes")
 PARTS = {"python": "nodes", "haproxy": "HAProxy", "postgres": "PostgreSQL"}
 
 
@@ -65,18 +64,17 @@ def rows_of(workload: str) -> list[tuple[str, Callable[[Run], float | None], str
 
 
 def split(runs: dict[int, Run]) -> str:
-    """The share of each kind of process in the target's CPU, median over the repetitions."""
-    shares: dict[str, list[float]] = {}
+    """The share of each kind of process in the target's CPU, over all its repetitions together (a
+    part that used no CPU tick in a run is absent from that run's figures)."""
+    total = sum(float(run.get("server_cpu_s") or 0.0) for run in runs.values())
+    if total <= 0:
+        return ""
+    used: dict[str, float] = {}
     for run in runs.values():
-        total = float(run.get("server_cpu_s") or 0.0)
-        if total <= 0:
-            continue
-        by_name = run.get("server_cpu_by_name") or {}
-        for name, label in PARTS.items():
-            if any(k.startswith(name) for k in by_name):  # a part that used no CPU tick is not listed
-                used = sum(v for k, v in by_name.items() if k.startswith(name))
-                shares.setdefault(label, []).append(100 * used / total)
-    return ", ".join(f"{label} {statistics.median(v):.0f} %" for label, v in shares.items())
+        for name, cpu in (run.get("server_cpu_by_name") or {}).items():
+            label = next((label for prefix, label in PARTS.items() if name.startswith(prefix)), name)
+            used[label] = used.get(label, 0.0) + float(cpu)
+    return ", ".join(f"{label} {100 * cpu / total:.0f} %" for label, cpu in sorted(used.items(), key=lambda kv: -kv[1]))
 
 
 def report(by: dict[str, dict[str, dict[int, Run]]]) -> list[str]:
