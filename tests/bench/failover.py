@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,9 +224,10 @@ def _s(x: float | None) -> str:
 
 def said(r: dict[str, Any], count: int) -> str:
     verdict = "ok" if not r["problems"] else "FAILED: " + "; ".join(r["problems"])
+    tries = ", ".join(f"{how} x{n}" if n > 1 else how for how, n in Counter(r["attempts"]).items())
     return (f"lease {r['lease_s']:g} s, {r['schedule']} backoff, round {r['round'] + 1}/{count}: killed {r['killed']} "
             f"after {r['seen_before_kill']} chunks; first unseen chunk {_s(r['first_unseen_chunk_s'])}, first live "
-            f"chunk {_s(r['first_live_chunk_s'])} ({r['connections']} connections: {', '.join(r['attempts'])}); "
+            f"chunk {_s(r['first_live_chunk_s'])} ({r['connections']} connections: {tries}); "
             f"now on {r['new_owner']}; {verdict}")
 
 
