@@ -10,6 +10,10 @@ one, so "server CPU" is everything the cluster spends, as pgserve.py counts its 
 launcher starts them and then only waits (the nodes and HAProxy as tests/cluster.py starts them for
 the cluster tests; the database as pgserve.py does, with production's settings on disk under DIR).
 
+Its own process counts too: idle, no CPU, but about 70 MB of RSS (tests/cluster.py brings the
+tests' conftest, and with it the server's modules; pgserve.py's launcher is about 28 MB), so read
+peak RSS across targets with that in mind.
+
 HAProxy's port opens once every node is ready, so the suite's readiness poll meets a whole
 cluster. SIGTERM (the suite's stop) stops HAProxy, then the nodes (SIGTERM each), then the database.
 """
