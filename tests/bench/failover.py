@@ -234,9 +234,10 @@ def said(r: dict[str, Any], count: int) -> str:
 async def bench(leases: list[float], rounds: dict[str, int], json_out: Path | None, keep: bool) -> int:
     where = Path(tempfile.mkdtemp(prefix="failover-", dir=tempfile.gettempdir()))
     where.chmod(0o755)  # the database's own dir goes inside, and as root it runs as `postgres`
-    pg = start(settings=PRODUCTION, base=where)
     results: list[dict[str, Any]] = []
+    pg = None
     try:
+        pg = start(settings=PRODUCTION, base=where)
         for lease_s in leases:
             db_name = f"failover_{str(lease_s).replace('.', '_')}"
             pg.sql(f"CREATE DATABASE {db_name}")
@@ -261,7 +262,8 @@ async def bench(leases: list[float], rounds: dict[str, int], json_out: Path | No
                 await db.close()
                 await cluster.close()
     finally:
-        pg.stop()
+        if pg is not None:
+            pg.stop()
         if not keep:
             shutil.rmtree(where, ignore_errors=True)
     print(f"\nFrom a SIGKILL of the owner to the next chunk at the resumed client, through HAProxy, 3 nodes "
