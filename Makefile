@@ -144,8 +144,10 @@ soak: $(STAMP)
 # (on SQLite, and on a throwaway PostgreSQL with production's durability and with synchronous_commit
 # off) and the two baselines (a bare relay of pre-built frames; the same with batched aiosqlite writes),
 # interleaved, REPS times, and prints medians (min-max), ratios to the baselines and the load
-# average, and PostgreSQL over SQLite next to the issue's targets (tests/bench/pgcompare.py); then 10,000 instances touched (RSS, fds, threads), and our turn cost with history, memory
-# per idle instance and disk against the transcript, each next to its target. Raw figures and the
+# average, and PostgreSQL over SQLite next to the issue's targets (tests/bench/pgcompare.py), and 1 and 3
+# nodes behind HAProxy over one node (tests/bench/clustercompare.py); then 10,000 instances touched (RSS, fds,
+# threads), and our turn cost with history, memory per idle instance and disk against the transcript, each
+# next to its target; then the failover time after a SIGKILL (tests/bench/failover.py). Raw figures and the
 # whole output go to test-artifacts/bench/. `make bench QUICK=1`: small sizes, a few minutes.
 # The bench extra adds psutil, uvloop and httptools (the baselines run on them; our server stays on
 # asyncio and h11, as shipped: app/cli.py fixes them).
@@ -158,7 +160,7 @@ $(BENCH_STAMP): pyproject.toml constraints.txt
 	@$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
 	@touch $(BENCH_STAMP) $(STAMP) $(RUN_STAMP)
 
-bench: $(BENCH_STAMP) postgres-deps
+bench: $(BENCH_STAMP) postgres-deps haproxy-deps
 	$(PY) -m tests.bench.run --reps $(REPS) $(if $(QUICK),--quick)
 
 clean:

@@ -274,3 +274,35 @@ async def make_cluster(postgres_url: str, tmp_path: Path) -> AsyncIterator[MakeC
 async def cluster(make_cluster: MakeCluster) -> Cluster:
     """Three nodes of the demo agent behind HAProxy, on the test's own database."""
     return await make_cluster()
+
+
+async def start_cluster(database_url: str, where: Path, *, nodes: int = 3, app: str | None = None,
+                        env: Mapping[str, str] | None = None, port: int | None = None,
+                        log_level: str | None = None) -> Cluster:
+    """What ``make_cluster`` makes, outside pytest (the bench's cluster targets and its failover
+    script): ``nodes`` nodes on ``database_url`` with their data dirs and logs in ``where`` (made),
+    HAProxy in front on ``port`` (a free one if None) with the shipped config; returns once HAProxy
+    sees every node up. The caller stops it (:meth:`Cluster.close`). ``log_level``: the nodes' (the
+    tests run them at ``info``). A missing HAProxy raises :class:`HAProxyMissing`."""
+    binary = find_haproxy()
+    where.mkdir(parents=True, exist_ok=True)
+    members = {}
+    for i in range(1, nodes + 1):
+        name = f"n{i}"
+        members[name] = Node(name, app=app, data_dir=where / name, log_path=where / f"{name}.log",
+                             env={**(env or {}), "THINK_DATABASE_URL": database_url})
+        if log_level is not None:
+            members[name].log_level = log_level
+    config, stats, port = where / "haproxy.cfg", where / "haproxy.sock", port or free_port()
+    config.write_text(config_for(SHIPPED_CONFIG.read_text(), port=port,
+                                 nodes={n.name: n.port for n in members.values()}, stats_socket=stats))
+    cluster = Cluster(members, HAProxy(binary, config, port, stats, where / "haproxy.log"), database_url)
+    try:
+        await asyncio.gather(*(node.start() for node in members.values()))
+        await asyncio.gather(*(node.ready() for node in members.values()))
+        await cluster.haproxy.start()
+        await cluster.wait_up()
+    except BaseException:
+        await cluster.close()
+        raise
+    return cluster

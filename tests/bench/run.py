@@ -6,15 +6,21 @@ own figures. Not part of `make test`.
 
 Steps, each printed as it runs (and all of it to test-artifacts/bench/<tag>.log):
   1. tests/bench/kit/suite.py: targets bare, sqlite-batch, ours (on SQLite), ours-pg (on
-     PostgreSQL, production's settings) and ours-pg-async (synchronous_commit=off), the workloads
+     PostgreSQL, production's settings), ours-pg-async (synchronous_commit=off), cluster-1 and
+     cluster-3 (1 and 3 nodes behind HAProxy on PostgreSQL as ours-pg), the workloads
      interleaved, the report (medians (min-max), ratios against sqlite-batch and bare); raw figures
      in test-artifacts/bench/<tag>.jsonl
      then tests/bench/pgcompare.py: PostgreSQL over SQLite from that same run, paired by
      repetition, next to the issue's targets (per-chunk CPU, first chunk under the flood: 1.5x)
+     then tests/bench/clustercompare.py: the cluster over ours-pg from that same run, paired by
+     repetition, and how each cluster's CPU splits between the nodes, HAProxy and PostgreSQL
   2. tests/soak/soak.py instances: 10,000 instances touched (1,000 open at most), peak RSS, fds
      and threads sampled (quick: 1,000 and 100)
   3. tests/bench/extras.py: turn cost with history, memory per open idle instance, disk against
      the transcript, each next to its target; raw figures in test-artifacts/bench/<tag>-extras.jsonl
+  4. tests/bench/failover.py: three nodes behind HAProxy, the owner of a streaming answer
+     SIGKILLed, rounds at the default lease (10 s) and at 2 s: from the kill to the next chunk at
+     the resumed client, against the lease plus 2 s; raw figures in test-artifacts/bench/<tag>-failover.jsonl
 A step that fails does not stop the next ones; the exit status says whether all passed.
 """
 
@@ -30,7 +36,7 @@ from typing import TextIO
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "test-artifacts" / "bench"
-TARGETS = "bare,sqlite-batch,ours,ours-pg,ours-pg-async"
+TARGETS = "bare,sqlite-batch,ours,ours-pg,ours-pg-async,cluster-1,cluster-3"
 
 
 def _load() -> str:
@@ -64,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test of the whole bench")
     parser.add_argument("--tag", default=time.strftime("%Y%m%d-%H%M%S"))
     parser.add_argument("--targets", default=TARGETS, help=f"suite targets (default: {TARGETS})")
-    parser.add_argument("--skip", action="append", choices=["suite", "postgres", "instances", "extras"], default=[])
+    parser.add_argument("--skip", action="append", default=[],
+                        choices=["suite", "postgres", "cluster", "instances", "extras", "failover"])
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     py = sys.executable
@@ -73,10 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         "suite": [py, "tests/bench/kit/suite.py", "--reps", str(args.reps), "--tag", args.tag, *quick,
                   "--targets", args.targets],
         "postgres": [py, "-m", "tests.bench.pgcompare", str(OUT / f"{args.tag}.jsonl")],
+        "cluster": [py, "-m", "tests.bench.clustercompare", str(OUT / f"{args.tag}.jsonl")],
         "instances": [py, "-m", "tests.soak.soak", "instances",
                       *(["--count", "1000", "--max-actors", "100"] if args.quick else
                         ["--count", "10000", "--max-actors", "1000"])],
         "extras": [py, "-m", "tests.bench.extras", *quick, "--json-out", str(OUT / f"{args.tag}-extras.jsonl")],
+        "failover": [py, "-m", "tests.bench.failover", *quick, "--json-out", str(OUT / f"{args.tag}-failover.jsonl")],
     }
     log_path = OUT / f"{args.tag}.log"
     results = {}
@@ -85,13 +94,14 @@ def main(argv: list[str] | None = None) -> int:
         print(head, end="", flush=True)
         log.write(head)
         for name, cmd in steps.items():
-            if name not in args.skip and (name != "postgres" or "ours-pg" in args.targets):
+            compares = {"postgres": "ours-pg", "cluster": "cluster-"}  # run only when their targets did
+            if name not in args.skip and (name not in compares or compares[name] in args.targets):
                 results[name] = step(name, cmd, log)
         summary = (f"\n######## bench {args.tag} done: "
                    + ", ".join(f"{k} {'ok' if v == 0 else f'FAILED (exit {v})'}" for k, v in results.items())
                    + f"\nload average at end: {_load()}\n"
                    + f"output: {log_path.relative_to(ROOT)}; raw: test-artifacts/bench/{args.tag}.jsonl, "
-                   + f"test-artifacts/bench/{args.tag}-extras.jsonl\n")
+                   + f"test-artifacts/bench/{args.tag}-extras.jsonl, test-artifacts/bench/{args.tag}-failover.jsonl\n")
         print(summary, end="", flush=True)
         log.write(summary)
     return 0 if all(v == 0 for v in results.values()) else 1

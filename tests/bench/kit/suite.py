@@ -17,6 +17,9 @@ Built-in targets
                  settings, on disk under the target's state dir, started as a child of the target so
                  the database's CPU counts as the server's, as SQLite's does)
   ours-pg-async  the same with synchronous_commit=off (closer to SQLite's WAL + synchronous=NORMAL)
+  cluster-1      ours behind HAProxy (the shipped config) on PostgreSQL as ours-pg: 1 node
+  cluster-3      the same with 3 nodes (tests/bench/clusterserve.py: the nodes, HAProxy and the
+                 database are all children of the target, metered as one)
   bare           baseline_server.py: bare uvicorn+Starlette relay, no persistence
   bare-asyncio   the same on the plain asyncio loop + h11 (no uvloop/httptools)
   sqlite-row     baseline + every chunk INSERTed (awaited), COMMIT every 10
@@ -66,10 +69,14 @@ BASE = [PY, os.path.join(HERE, "baseline_server.py"), "--port", "{port}"]
 SERVE = ["serve", "--app", "tests.conformance_app:agents", "--host", "127.0.0.1", "--port", "{port}",
          "--data-dir", "{state}", "--log-level", "warning"]
 PGSERVE = [VENV_PY, "-m", "tests.bench.pgserve", "--cluster-dir", "{state}"]
+CLUSTER = [VENV_PY, "-m", "tests.bench.clusterserve", "--port", "{port}", "--cluster-dir", "{state}",
+           "--app", "tests.conformance_app:agents", "--log-level", "warning", "--nodes"]
 TARGETS = {
     "ours": [VENV_PY, "-m", "think_server", *SERVE],
     "ours-pg": [*PGSERVE, "--", *SERVE],
     "ours-pg-async": [*PGSERVE, "--synchronous-commit", "off", "--", *SERVE],
+    "cluster-1": [*CLUSTER, "1"],
+    "cluster-3": [*CLUSTER, "3"],
     "bare": BASE,
     "bare-asyncio": [*BASE, "--loop", "asyncio", "--http", "h11"],
     "sqlite-row": [*BASE, "--sqlite", "{state}", "--sqlite-mode", "row"],
@@ -77,7 +84,7 @@ TARGETS = {
 }
 # Our targets run from the project root (the --app module), with these settings on top of the environment.
 OURS_ENV = {"THINK_MAX_NEW_INSTANCES_PER_MINUTE": "0"}
-TARGET_CWD_ENV = {name: (ROOT, OURS_ENV) for name in ("ours", "ours-pg", "ours-pg-async")}
+TARGET_CWD_ENV = {name: (ROOT, OURS_ENV) for name in ("ours", "ours-pg", "ours-pg-async", "cluster-1", "cluster-3")}
 
 # name -> load.py arguments; {tag} is the suite run tag
 WORKLOADS = {
