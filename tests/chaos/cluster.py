@@ -191,7 +191,12 @@ class ClusterChaos(Checks):
             await self.restart(died, rng)
         else:
             kind = rng.choices(["kill", "stop"], [55, 45])[0]
-            node = self.cluster[rng.choice(sorted(name for name, nd in self.cluster.nodes.items() if nd.alive))]
+            live = sorted(name for name, nd in self.cluster.nodes.items() if nd.alive)
+            if kind == "stop":
+                # A node with work open, when one has some: its stop tests a takeover of that work.
+                busy = [name for name in live if await self.fences.held_with_open_work(name)]
+                live = busy or live
+            node = self.cluster[rng.choice(live)]
             if kind == "kill":
                 node.kill()
                 # Shorter than the lease, its next life takes its leases back; longer, other nodes take them.
@@ -240,7 +245,7 @@ class ClusterChaos(Checks):
     async def restart(self, node: Node, rng: random.Random, *, armed: bool | None = None) -> None:
         """A new life of the node, armed with the switch now and then; returns once it is ready (or dead)."""
         if armed is None:
-            armed = self.in_tx and rng.random() < 0.4
+            armed = self.in_tx and rng.random() < 0.5
         faults = None
         if armed:
             target = rng.choice(TARGETS)

@@ -167,10 +167,14 @@ class Driver:
     async def clear(self, conv: Conversation, rng: random.Random) -> None:
         tab = self._tab(conv, rng)
         conv.epoch += 1  # before sending: whatever came before may be wiped from now on
-        if await tab.send({"type": "cf_agent_chat_clear"}):
-            tab.messages = []
-            self.stats["clears sent"] += 1
-            await self._probe(tab)  # frames of a socket are handled in order: the answer means it is done
+        conv.clearing += 1
+        try:
+            if await tab.send({"type": "cf_agent_chat_clear"}):
+                tab.messages = []
+                self.stats["clears sent"] += 1
+                await self._probe(tab)  # frames of a socket are handled in order: the answer means it is done
+        finally:
+            conv.clearing -= 1
 
     async def reconnect(self, conv: Conversation, rng: random.Random) -> None:
         await self.resume(self._tab(conv, rng))
