@@ -48,7 +48,7 @@ READY_S = 30.0
 
 
 @dataclass
-class Front:
+class ThroughHAProxy:
     """HAProxy as the checks and the tabs see it (see :class:`tests.chaos.run.Front`)."""
 
     work: Path
@@ -82,7 +82,7 @@ class Front:
 class Load:
     """What the tabs' loop asks: they act while the round lasts, whichever node is down."""
 
-    front: Front
+    front: ThroughHAProxy
     running: bool = True
 
     @property
@@ -118,9 +118,9 @@ class ClusterChaos(Checks):
     def __init__(self, work: Path, *, seed: int, faults: int, nodes: int, conversations: int, grace_s: float,
                  db: DbChoice, lease_s: float, in_tx: bool, stop_on_failure: bool = True, log: bool = True) -> None:
         assert db.url is not None, "a cluster runs on PostgreSQL"
-        self.front_ = Front(work)
-        self.load_state = Load(self.front_)
-        super().__init__(work, self.front_, seed=seed, conversations=conversations, grace_s=grace_s, db=db,
+        self.entry = ThroughHAProxy(work)
+        self.load_state = Load(self.entry)
+        super().__init__(work, self.entry, seed=seed, conversations=conversations, grace_s=grace_s, db=db,
                          stop_on_failure=stop_on_failure, log=log, reconnect=True, target=self.load_state)
         self.report = ClusterReport(seed, nodes=nodes, lease_s=lease_s)
         self.driver.stats = self.report.stats
@@ -135,8 +135,8 @@ class ClusterChaos(Checks):
 
     @property
     def cluster(self) -> Cluster:
-        assert self.front_.cluster is not None
-        return self.front_.cluster
+        assert self.entry.cluster is not None
+        return self.entry.cluster
 
     def kill_log(self, node: Node) -> Path:
         return self.work / f"kills-{node.name}.log"
@@ -149,9 +149,9 @@ class ClusterChaos(Checks):
         made: list[Cluster] = []
         watcher: asyncio.Task[None] | None = None
         try:
-            self.front_.cluster = await start_cluster(
+            self.entry.cluster = await start_cluster(
                 self.work / "cluster", self.db.url, nodes=self.n_nodes, app=APP,
-                env={**chaos_env(self.front_.tool_log, self.grace_s), "THINK_LEASE_S": str(self.lease_s),
+                env={**chaos_env(self.entry.tool_log, self.grace_s), "THINK_LEASE_S": str(self.lease_s),
                      "THINK_DATABASE_POOL_SIZE": "4"},
                 node_env={n: {"THINK_DATABASE_URL": url_as(self.db.url, n)} for n in names}, started=made)
             await install_audit(self.db.url)
@@ -307,7 +307,7 @@ class ClusterChaos(Checks):
                         await self.restart(node, rng, armed=False)
             await self.cluster.wait_up()
             await self.driver.reconnect_all(self.report.lives)
-            if not self.front_.alive:
+            if not self.entry.alive:
                 continue
             if await self.reach_idle():
                 if final:
