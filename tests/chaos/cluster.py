@@ -132,6 +132,7 @@ class ClusterChaos(Checks):
         self.fences = Fences(db.url)
         self.kills_logged: Counter[str] = Counter()  # per node: lines its switch wrote so far
         self.armed: dict[str, str] = {}  # node -> the THINK_FAULTS spec of its current life
+        self.watcher: asyncio.Task[None] | None = None
 
     @property
     def cluster(self) -> Cluster:
@@ -147,7 +148,6 @@ class ClusterChaos(Checks):
         names = [f"n{i}" for i in range(1, self.n_nodes + 1)]
         await make_roles(self.db.url, names)
         made: list[Cluster] = []
-        watcher: asyncio.Task[None] | None = None
         try:
             self.entry.cluster = await start_cluster(
                 self.work / "cluster", self.db.url, nodes=self.n_nodes, app=APP,
@@ -155,7 +155,7 @@ class ClusterChaos(Checks):
                      "THINK_DATABASE_POOL_SIZE": "4"},
                 node_env={n: {"THINK_DATABASE_URL": url_as(self.db.url, n)} for n in names}, started=made)
             await install_audit(self.db.url)
-            watcher = asyncio.create_task(self.fences.watch())
+            self.watcher = asyncio.create_task(self.fences.watch())
             while self.report.total_kills < self.target and not self.failed:
                 await self.round()
             if not self.failed:
@@ -165,9 +165,9 @@ class ClusterChaos(Checks):
             for conv in self.convs:
                 for tab in conv.tabs:
                     await tab.close()
-            if watcher is not None:
-                watcher.cancel()
-                await asyncio.gather(watcher, return_exceptions=True)
+            if self.watcher is not None:
+                self.watcher.cancel()
+                await asyncio.gather(self.watcher, return_exceptions=True)
             for cluster in made:
                 await cluster.close()
             self.report.elapsed_s = time.monotonic() - started
@@ -321,6 +321,8 @@ class ClusterChaos(Checks):
             self.fail_report([v])
 
     async def check_cluster(self) -> None:
+        if self.watcher is not None and self.watcher.done():
+            self.watcher.result()  # the sampling of the leases broke: say why rather than check less
         await self.fences.check_writes()
         self.report.checks.update({k: v for k, v in self.fences.checked.items() if k != "takeover-settles"})
         self.fences.checked.clear()
