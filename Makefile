@@ -135,7 +135,7 @@ KILLS ?= 200
 SEED ?=
 CLUSTER ?=
 chaos: $(STAMP) $(if $(or $(CLUSTER),$(filter postgres,$(DB))),postgres-deps) $(if $(CLUSTER),haproxy-deps)
-	$(PY) -m tests.chaos.run --kills $(KILLS) $(if $(SEED),--seed $(SEED)) --db $(DB) \
+	$(PY) -m tests.chaos.run --kills $(KILLS) $(if $(SEED),--seed $(SEED)) --db $(if $(CLUSTER),postgres,$(DB)) \
 		$(if $(CLUSTER),--cluster $(CLUSTER)) --quiet
 
 # Load and abuse at full size (not part of `make test`, which runs them small): a 10-minute
