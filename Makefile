@@ -129,10 +129,14 @@ test: lint typecheck unit
 # restart; prints the counts. Minutes, not seconds: not part of `make test` (CI runs 20 kills in
 # tests/e2e/test_chaos.py, on each store). A failure prints its seed: `make chaos SEED=<seed>` replays its
 # choices. `make chaos DB=postgres`: the same on a throwaway PostgreSQL (tests/postgres.py) started for the run.
+# `make chaos CLUSTER=3`: three nodes on one PostgreSQL behind HAProxy, random nodes SIGKILLed and
+# SIGSTOPped past their leases under load (tests/chaos/cluster.py; implies DB=postgres; KILLS counts faults).
 KILLS ?= 200
 SEED ?=
-chaos: $(STAMP) $(if $(filter postgres,$(DB)),postgres-deps)
-	$(PY) -m tests.chaos.run --kills $(KILLS) $(if $(SEED),--seed $(SEED)) --db $(DB) --quiet
+CLUSTER ?=
+chaos: $(STAMP) $(if $(or $(CLUSTER),$(filter postgres,$(DB))),postgres-deps) $(if $(CLUSTER),haproxy-deps)
+	$(PY) -m tests.chaos.run --kills $(KILLS) $(if $(SEED),--seed $(SEED)) --db $(if $(CLUSTER),postgres,$(DB)) \
+		$(if $(CLUSTER),--cluster $(CLUSTER)) --quiet
 
 # Load and abuse at full size (not part of `make test`, which runs them small): a 10-minute
 # chat soak of 500 sockets, a client that never reads, a reconnect storm of 200, 10,000

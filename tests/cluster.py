@@ -16,6 +16,7 @@ to (:meth:`Cluster.route`, from the ``X-Think-Node`` header the shipped config a
 view of each node (:meth:`HAProxy.states`, :meth:`HAProxy.wait_state`, through its stats socket).
 
 A missing HAProxy fails the tests that ask for it (naming ``make haproxy-deps``), never skips them.
+Outside pytest, :func:`start_cluster` makes the same cluster (the chaos run's ``--cluster``).
 """
 
 from __future__ import annotations
@@ -233,6 +234,37 @@ class Cluster:
 MakeCluster = Callable[..., Awaitable[Cluster]]
 
 
+async def start_cluster(where: Path, database_url: str, *, nodes: int = 3, app: str | None = None,
+                        env: Mapping[str, str] | None = None,
+                        node_env: Mapping[str, Mapping[str, str]] | None = None,
+                        started: list[Cluster] | None = None) -> Cluster:
+    """``nodes`` nodes (``n1``...) on ``database_url`` behind HAProxy, their files in ``where``; returns
+    once HAProxy sees every node up. Usable outside pytest (``tests/chaos``); :class:`HAProxyMissing`
+    if there is no HAProxy. ``node_env`` adds to one node's environment (by name); ``started`` gets
+    the cluster before it is waited for, so a caller can stop it however the start ends."""
+    binary = find_haproxy()
+    where.mkdir(parents=True, exist_ok=True)
+    members = {}
+    for i in range(1, nodes + 1):
+        name = f"n{i}"
+        members[name] = Node(name, app=app, data_dir=where / name, log_path=where / f"{name}.log",
+                             env={**(env or {}), "THINK_DATABASE_URL": database_url,
+                                  **(node_env or {}).get(name, {})})
+    config, stats, port = where / "haproxy.cfg", where / "haproxy.sock", free_port()
+    config.write_text(config_for(SHIPPED_CONFIG.read_text(), port=port,
+                                 nodes={n.name: n.port for n in members.values()}, stats_socket=stats))
+    proxy = HAProxy(binary, config, port, stats, where / "haproxy.log")
+    cluster = Cluster(members, proxy, database_url)
+    if started is not None:
+        started.append(cluster)
+    # All at once, as a deployment starts them: the schema is migrated under a lock, once.
+    await asyncio.gather(*(node.start() for node in members.values()))
+    await asyncio.gather(*(node.ready() for node in members.values()))
+    await proxy.start()
+    await cluster.wait_up()
+    return cluster
+
+
 @pytest.fixture
 async def make_cluster(postgres_url: str, tmp_path: Path) -> AsyncIterator[MakeCluster]:
     """``await make_cluster(nodes=3, app=None, env=None)``: see the module docstring."""
@@ -240,28 +272,11 @@ async def make_cluster(postgres_url: str, tmp_path: Path) -> AsyncIterator[MakeC
 
     async def make(nodes: int = 3, app: str | None = None, env: Mapping[str, str] | None = None) -> Cluster:
         try:
-            binary = find_haproxy()
+            find_haproxy()
         except HAProxyMissing as exc:
             pytest.fail(str(exc), pytrace=False)
-        where = tmp_path / f"cluster-{len(made) + 1}"
-        where.mkdir()
-        members = {}
-        for i in range(1, nodes + 1):
-            name = f"n{i}"
-            members[name] = Node(name, app=app, data_dir=where / name, log_path=where / f"{name}.log",
-                                 env={**(env or {}), "THINK_DATABASE_URL": postgres_url})
-        config, stats, port = where / "haproxy.cfg", where / "haproxy.sock", free_port()
-        config.write_text(config_for(SHIPPED_CONFIG.read_text(), port=port,
-                                     nodes={n.name: n.port for n in members.values()}, stats_socket=stats))
-        proxy = HAProxy(binary, config, port, stats, where / "haproxy.log")
-        cluster = Cluster(members, proxy, postgres_url)
-        made.append(cluster)
-        # All at once, as a deployment starts them: the schema is migrated under a lock, once.
-        await asyncio.gather(*(node.start() for node in members.values()))
-        await asyncio.gather(*(node.ready() for node in members.values()))
-        await proxy.start()
-        await cluster.wait_up()
-        return cluster
+        return await start_cluster(tmp_path / f"cluster-{len(made) + 1}", postgres_url, nodes=nodes, app=app,
+                                   env=env, started=made)
 
     try:
         yield make

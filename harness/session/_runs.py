@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 
 from think_server.protocol import UIMessage, message_text, parse_message
-from think_server.storage import CompactionRow, Database, OperationRow, Tx
+from think_server.storage import CompactionRow, Database, LeaseLost, OperationRow, Tx
 
 from .._answers import (
     WAITING_STATES,
@@ -366,6 +366,8 @@ class OperationRuns:
         try:
             async with self.db.transaction() as tx:
                 await self.write_settlement(tx, op_id, outcome)
+        except LeaseLost:
+            return  # another node serves the instance now and carries the operation on: its end is not ours
         except Exception as again:
             self._end_unsettled(op_id, outcome, again)
             return

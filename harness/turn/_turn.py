@@ -548,6 +548,10 @@ class Turn(TurnTools):
         outcome = Outcome(status, "unanswered", reason, message_text(self._assembler.message))
         try:
             await asyncio.shield(self._commit(stream_status=stream_status, outcome=outcome, tool_records=records))
+        except LeaseLost:
+            # Another node serves the instance now and carries the operation on: this end is not
+            # the operation's, and is neither written (the fence refused it) nor told.
+            raise
         except Exception as exc:
             self._state = TurnState.SETTLED
             if reason == INTERNAL_ERROR:

@@ -56,9 +56,12 @@ class Conversation:
     sent: dict[str, Sent] = field(default_factory=dict)
     epoch: int = 0
     born: dict[str, int] = field(default_factory=dict)  # request id -> epoch it was first sent or seen in
+    #: Clears sent that the server may not have handled yet: a stream first seen meanwhile (one an
+    #: answer sent before the clear started) may be wiped by it, so it counts as born before it.
+    clearing: int = 0
 
     def note(self, rid: str) -> None:
-        self.born.setdefault(rid, self.epoch)
+        self.born.setdefault(rid, self.epoch - self.clearing)
 
     def cleared_after(self, rid: str) -> bool:
         """A clear was sent after this request was sent or its stream first seen (so a reset may have wiped it)."""

@@ -15,11 +15,10 @@ import asyncio
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from tests.chaos.app import AGENT, CLIENT_TOOL, RULES
 from tests.chaos.client import RESPONSE, Conversation, Sent, Tab, is_done
-from tests.chaos.server import ChaosServer
 
 WAIT_S = 15.0  # a bound on any one wait; a healthy server answers in well under a second
 
@@ -29,11 +28,27 @@ def _continuation_end(f: dict[str, Any]) -> bool:
         f.get("type") == "cf_agent_stream_resume_none" and "probeId" not in f)
 
 
+class Target(Protocol):
+    """What the tabs talk to: one server (:class:`tests.chaos.server.ChaosServer`), or HAProxy in
+    front of a cluster's nodes (:mod:`tests.chaos.cluster`)."""
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def ws_base(self) -> str: ...
+
+
 class Driver:
-    def __init__(self, server: ChaosServer, conversations: list[Conversation], stats: Counter[str]) -> None:
+    """``reconnect``: a tab whose socket closed opens it again before its next action, as the hook
+    does (behind a load balancer the tab's next socket goes to a node that is up)."""
+
+    def __init__(self, server: Target, conversations: list[Conversation], stats: Counter[str], *,
+                 reconnect: bool = False) -> None:
         self.server = server
         self.conversations = conversations
         self.stats = stats
+        self.reconnect_closed = reconnect
         self.life = 0
 
     # -- after a restart --------------------------------------------------------------------------
@@ -92,6 +107,11 @@ class Driver:
         weights = [w for w, _ in actions]
         life = self.life
         while self.server.alive and self.life == life:
+            if self.reconnect_closed:
+                for tab in conv.tabs:
+                    if not tab.connected:
+                        self.stats["reconnects after a close"] += 1
+                        await self.resume(tab)
             action = rng.choices([a for _, a in actions], weights)[0]
             self.stats[f"action {action.__name__}"] += 1
             await action(conv, rng)
@@ -147,10 +167,14 @@ class Driver:
     async def clear(self, conv: Conversation, rng: random.Random) -> None:
         tab = self._tab(conv, rng)
         conv.epoch += 1  # before sending: whatever came before may be wiped from now on
-        if await tab.send({"type": "cf_agent_chat_clear"}):
-            tab.messages = []
-            self.stats["clears sent"] += 1
-            await self._probe(tab)  # frames of a socket are handled in order: the answer means it is done
+        conv.clearing += 1
+        try:
+            if await tab.send({"type": "cf_agent_chat_clear"}):
+                tab.messages = []
+                self.stats["clears sent"] += 1
+                await self._probe(tab)  # frames of a socket are handled in order: the answer means it is done
+        finally:
+            conv.clearing -= 1
 
     async def reconnect(self, conv: Conversation, rng: random.Random) -> None:
         await self.resume(self._tab(conv, rng))

@@ -36,6 +36,11 @@ The invariants (names as printed in the counts):
 ``ops-terminal``
     Once idle, every operation is terminal with a consistent outcome (``completed`` with
     ``done``/``unanswered``, anything else ``unanswered``) and a completion time.
+``told-as-stored``
+    A request a tab was told ended with an error (a terminal frame with outcome ``error``, of the
+    request itself, not a continuation) did not go on to complete: its operation, if it has a row,
+    is not stored ``completed`` or ``aborted`` (a node that lost an instance to another must not
+    tell its clients an end the new owner does not reach).
 ``streams-replayable``
     No stream is still ``streaming``; segments are gap-free and counts match; the model calls of
     one operation continue each other's seq; no chunk row is orphaned; an operation's stream has
@@ -82,8 +87,8 @@ from think_server.protocol import (
 #: The server tools of the chaos agent (a call to any other waits for the client).
 SERVER_TOOLS: dict[str, Tool] = {t.name: t for a in agents.values() for t in a.tool_map().values() if not t.is_client}
 
-INVARIANTS = ("accepted-kept", "one-answer", "tools-once", "ops-terminal", "streams-replayable", "words-kept",
-              "frames-match-store")
+INVARIANTS = ("accepted-kept", "one-answer", "tools-once", "ops-terminal", "told-as-stored", "streams-replayable",
+              "words-kept", "frames-match-store")
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,7 @@ class Checker:
 
     def run(self) -> None:
         self.ops_terminal()
+        self.told_as_stored()
         self.accepted_kept()
         self.one_answer()
         self.tools_once()
@@ -178,6 +184,21 @@ class Checker:
                                           f"at {op.completed_at}")
             else:
                 self.ok("ops-terminal")
+
+    def told_as_stored(self) -> None:
+        for tab in self.conv.tabs:
+            for _, f in tab.frames:
+                if not (f.get("type") == RESPONSE and f.get("done") and f.get("outcome") == "error"
+                        and not f.get("continuation")):
+                    continue
+                op = self.store.ops.get(f.get("id", ""))
+                if op is None or not op.terminal:
+                    continue
+                if op.status in ("completed", "aborted"):
+                    self.fail("told-as-stored", f"tab {tab.pk} was told request {op.id} failed "
+                                                f"({f.get('body')!r}), but it is stored {op.status}/{op.outcome}")
+                else:
+                    self.ok("told-as-stored")
 
     def accepted_kept(self) -> None:
         accepted = set()

@@ -1,6 +1,7 @@
 """The chaos loop: load the real server, SIGKILL it, start it again on the same data, check, repeat.
 
     python -m tests.chaos.run --kills 200 --seed 7 [--db postgres]
+    python -m tests.chaos.run --cluster 3 --kills 40 --seed 7    (tests/chaos/cluster.py)
 
 Each life of the server is either armed with the test-only kill switch (``THINK_FAULTS``:
 it SIGKILLs itself inside a transaction, at a point and in a kind of transaction the seed
@@ -31,12 +32,13 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 
 from tests.chaos.app import AGENT
 from tests.chaos.client import Conversation, Tab, is_done
-from tests.chaos.driver import Driver
+from tests.chaos.driver import Driver, Target
 from tests.chaos.invariants import INVARIANTS, Checker, Violation, read_tool_runs
 from tests.chaos.server import ChaosServer
 from tests.chaos.store import Store, open_operations, read_store
@@ -123,30 +125,155 @@ class Report:
         return "\n".join(lines)
 
 
-class Chaos:
-    def __init__(self, work: Path, *, seed: int, kills: int, conversations: int, grace_s: float,
-                 db: DbChoice, stop_on_failure: bool = True, log: bool = True) -> None:
+class Front(Protocol):
+    """What the checks read and the tabs talk to: one server, or HAProxy in front of a cluster."""
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def base(self) -> str: ...
+
+    @property
+    def ws_base(self) -> str: ...
+
+    @property
+    def data_dir(self) -> Path: ...
+
+    @property
+    def tool_log(self) -> Path: ...
+
+
+def conversations_of(n: int) -> list[Conversation]:
+    """``n`` conversations (instances), every other one open in two tabs."""
+    convs = []
+    for i in range(n):
+        conv = Conversation(f"c{i}")
+        conv.tabs = [Tab(conv, f"c{i}-tab{t}") for t in range(2 if i % 2 == 0 else 1)]
+        convs.append(conv)
+    return convs
+
+
+class Checks:
+    """The conversations, their load and the invariant checks, whatever serves them (:attr:`front`)."""
+
+    def __init__(self, work: Path, front: Front, *, seed: int, conversations: int, grace_s: float, db: DbChoice,
+                 stop_on_failure: bool, log: bool, reconnect: bool = False, target: Target | None = None) -> None:
+        """``target``: what the tabs' loop asks whether to go on (default: ``front``)."""
         self.work = work
+        self.front = front
         self.seed = seed
-        self.target = kills
         self.db = db
-        self.server = ChaosServer(work, stream_grace_s=grace_s, database_url=db.url)
         self.grace_ms = int(grace_s * 1000)
         self.report = Report(seed)
         self.stop_on_failure = stop_on_failure
         self.log = log
-        self.convs = []
-        for i in range(conversations):
-            conv = Conversation(f"c{i}")
-            conv.tabs = [Tab(conv, f"c{i}-tab{t}") for t in range(2 if i % 2 == 0 else 1)]
-            self.convs.append(conv)
-        self.driver = Driver(self.server, self.convs, self.report.stats)
+        self.convs = conversations_of(conversations)
+        self.driver = Driver(target or front, self.convs, self.report.stats, reconnect=reconnect)
         self.history: list[str] = []  # how each life ended, for the evidence
-        self.kills_logged = 0  # lines the switch wrote to its kill log so far
 
     def say(self, text: str) -> None:
         if self.log:
             print(text, flush=True)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.report.violations) and self.stop_on_failure
+
+    async def stop_load(self, task: asyncio.Task[None]) -> None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        for conv in self.convs:
+            for tab in conv.tabs:
+                await tab.close()
+
+    async def read_store(self, name: str) -> Store | None:
+        return await read_store(self.db, self.front.data_dir, AGENT, name)
+
+    async def reach_idle(self) -> bool:
+        """Wait until no operation is open in any instance; False if the server died first."""
+        deadline = time.monotonic() + IDLE_TIMEOUT_S
+        while self.front.alive:
+            open_ops = {c.name: await open_operations(self.db, self.front.data_dir, AGENT, c.name)
+                        for c in self.convs}
+            if not any(open_ops.values()):
+                return True
+            if time.monotonic() > deadline:
+                stuck = Violation("ops-terminal", "*", f"open {IDLE_TIMEOUT_S:.0f} s after the restart: {open_ops}")
+                self.report.violations.append(stuck)
+                self.fail_report([stuck])
+                return False
+            await asyncio.sleep(0.05)
+        return False
+
+    async def check(self) -> None:
+        # A replay through the real protocol: one tab ACKs a finished stream; its frames are checked below.
+        for conv in self.convs:
+            tab = conv.tabs[0]
+            seen = [rid for rid in tab.chunks if rid in conv.sent]
+            if seen and tab.connected:
+                mark = len(tab.frames)
+                rid = random.Random(f"{self.seed}/{self.report.lives}").choice(seen)
+                await tab.ack(rid)
+                await tab.wait_for(is_done(rid), 5, start=mark)
+        new: list[Violation] = []
+        swept_before = int(time.time() * 1000) - self.grace_ms + 2000
+        stores = {conv.name: await self.read_store(conv.name) for conv in self.convs}
+        starts, ends = read_tool_runs(self.front.tool_log)  # after the store: no run recorded there is missed
+        async with httpx.AsyncClient(timeout=10) as http:
+            for conv in self.convs:
+                store = stores[conv.name]
+                if store is None:
+                    continue
+                try:
+                    served = (await http.get(f"{self.front.base}/agents/{AGENT}/{conv.name}/get-messages")).json()
+                except httpx.HTTPError:
+                    if self.front.alive:
+                        raise
+                    return  # the switch killed it while idle (a sweep, say): the next life checks
+                checker = Checker(conv, store, starts, ends, served, swept_before_ms=swept_before)
+                checker.run()
+                self.report.checks.update(checker.checked)
+                new.extend(v for v in checker.violations if v not in self.report.violations)
+        self.report.checked_lives += 1
+        if new:
+            self.report.violations.extend(new)
+            self.fail_report(new)
+
+    def fail_report(self, violations: list[Violation]) -> None:
+        print(f"\nINVARIANT VIOLATED (seed {self.seed}, after life {self.report.lives}); the lives before it:")
+        for line in self.history[-5:]:
+            print(f"  {line}")
+        for v in violations:
+            print(f"  {v}")
+        for conv in self.convs:
+            for tab in conv.tabs:  # every frame each tab got, with the life it came in
+                with (self.work / f"frames-{tab.pk}.jsonl").open("w") as f:
+                    f.writelines(json.dumps({"life": life, **frame}) + "\n" for life, frame in tab.frames)
+        print(f"  data dir, tool log, server log and each tab's frames (frames-*.jsonl): {self.work}", flush=True)
+
+    async def count_turns(self) -> None:
+        recovered = {f["id"] for conv in self.convs for tab in conv.tabs for _, f in tab.frames
+                     if f.get("type") == "cf_agent_chat_recovering" and f.get("recovering")}
+        for conv in self.convs:
+            store = await self.read_store(conv.name)
+            if store is None:
+                continue
+            done = {op.id for op in store.ops.values() if op.status == "completed" and op.outcome == "done"}
+            self.report.finished += len(done)
+            self.report.recovered += len(done & recovered)
+
+
+class Chaos(Checks):
+    """One server, SIGKILLed and started again (see the module)."""
+
+    def __init__(self, work: Path, *, seed: int, kills: int, conversations: int, grace_s: float,
+                 db: DbChoice, stop_on_failure: bool = True, log: bool = True) -> None:
+        self.server = ChaosServer(work, stream_grace_s=grace_s, database_url=db.url)
+        super().__init__(work, self.server, seed=seed, conversations=conversations, grace_s=grace_s, db=db,
+                         stop_on_failure=stop_on_failure, log=log)
+        self.target = kills
+        self.kills_logged = 0  # lines the switch wrote to its kill log so far
 
     async def run(self) -> Report:
         started = time.monotonic()
@@ -234,89 +361,6 @@ class Chaos:
         self.history.append(f"{how} -> killed {kind}: {where}")
         self.say(f"  kill {self.report.total_kills:4d}  {how} -> {kind} [{where}]")
 
-    async def stop_load(self, task: asyncio.Task[None]) -> None:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        for conv in self.convs:
-            for tab in conv.tabs:
-                await tab.close()
-
-    async def read_store(self, name: str) -> Store | None:
-        return await read_store(self.db, self.server.data_dir, AGENT, name)
-
-    async def reach_idle(self) -> bool:
-        """Wait until no operation is open in any instance; False if the server died first."""
-        deadline = time.monotonic() + IDLE_TIMEOUT_S
-        while self.server.alive:
-            open_ops = {c.name: await open_operations(self.db, self.server.data_dir, AGENT, c.name)
-                        for c in self.convs}
-            if not any(open_ops.values()):
-                return True
-            if time.monotonic() > deadline:
-                stuck = Violation("ops-terminal", "*", f"open {IDLE_TIMEOUT_S:.0f} s after the restart: {open_ops}")
-                self.report.violations.append(stuck)
-                self.fail_report([stuck])
-                return False
-            await asyncio.sleep(0.05)
-        return False
-
-    async def check(self) -> None:
-        # A replay through the real protocol: one tab ACKs a finished stream; its frames are checked below.
-        for conv in self.convs:
-            tab = conv.tabs[0]
-            seen = [rid for rid in tab.chunks if rid in conv.sent]
-            if seen and tab.connected:
-                mark = len(tab.frames)
-                rid = random.Random(f"{self.seed}/{self.report.lives}").choice(seen)
-                await tab.ack(rid)
-                await tab.wait_for(is_done(rid), 5, start=mark)
-        new: list[Violation] = []
-        swept_before = int(time.time() * 1000) - self.grace_ms + 2000
-        stores = {conv.name: await self.read_store(conv.name) for conv in self.convs}
-        starts, ends = read_tool_runs(self.server.tool_log)  # after the store: no run recorded there is missed
-        async with httpx.AsyncClient(timeout=10) as http:
-            for conv in self.convs:
-                store = stores[conv.name]
-                if store is None:
-                    continue
-                try:
-                    served = (await http.get(f"{self.server.base}/agents/{AGENT}/{conv.name}/get-messages")).json()
-                except httpx.HTTPError:
-                    if self.server.alive:
-                        raise
-                    return  # the switch killed it while idle (a sweep, say): the next life checks
-                checker = Checker(conv, store, starts, ends, served, swept_before_ms=swept_before)
-                checker.run()
-                self.report.checks.update(checker.checked)
-                new.extend(v for v in checker.violations if v not in self.report.violations)
-        self.report.checked_lives += 1
-        if new:
-            self.report.violations.extend(new)
-            self.fail_report(new)
-
-    def fail_report(self, violations: list[Violation]) -> None:
-        print(f"\nINVARIANT VIOLATED (seed {self.seed}, after life {self.report.lives}); the lives before it:")
-        for line in self.history[-5:]:
-            print(f"  {line}")
-        for v in violations:
-            print(f"  {v}")
-        for conv in self.convs:
-            for tab in conv.tabs:  # every frame each tab got, with the life it came in
-                with (self.work / f"frames-{tab.pk}.jsonl").open("w") as f:
-                    f.writelines(json.dumps({"life": life, **frame}) + "\n" for life, frame in tab.frames)
-        print(f"  data dir, tool log, server log and each tab's frames (frames-*.jsonl): {self.work}", flush=True)
-
-    async def count_turns(self) -> None:
-        recovered = {f["id"] for conv in self.convs for tab in conv.tabs for _, f in tab.frames
-                     if f.get("type") == "cf_agent_chat_recovering" and f.get("recovering")}
-        for conv in self.convs:
-            store = await self.read_store(conv.name)
-            if store is None:
-                continue
-            done = {op.id for op in store.ops.values() if op.status == "completed" and op.outcome == "done"}
-            self.report.finished += len(done)
-            self.report.recovered += len(done & recovered)
-
 
 async def chaos(work: Path, *, seed: int, kills: int, conversations: int = 4, grace_s: float = 30.0,
                 log: bool = True, keep_going: bool = False, db: DbChoice | None = None) -> Report:
@@ -357,13 +401,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no line per kill")
     parser.add_argument("--db", choices=DBS, default="sqlite",
                         help="the server's store: SQLite files in the work dir (default), or a throwaway PostgreSQL")
+    parser.add_argument("--cluster", type=int, default=0, metavar="NODES",
+                        help="run NODES nodes behind HAProxy and kill and stop them (tests/chaos/cluster.py; "
+                             "implies --db postgres; --kills counts faults)")
+    parser.add_argument("--lease", type=float, default=2.0, help="with --cluster: the nodes' lease time, seconds")
+    parser.add_argument("--no-in-tx", action="store_true", help="with --cluster: no kills inside transactions")
     args = parser.parse_args(argv)
+    if args.cluster:
+        args.db = "postgres"
     seed = args.seed if args.seed is not None else random.randrange(10**6)
     work = args.work or Path(tempfile.mkdtemp(prefix=f"think-chaos-{seed}-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"chaos: seed {seed}, {args.kills} kills, {args.conversations} conversations, {args.db}, work dir {work}",
           flush=True)
     with store_for_run(args.db) as db:
+        if args.cluster:
+            from tests.chaos.cluster import cluster_chaos
+
+            print(f"chaos: a cluster of {args.cluster} nodes behind HAProxy, leases of {args.lease:g} s", flush=True)
+            cluster_report = asyncio.run(cluster_chaos(
+                work, seed=seed, faults=args.kills, nodes=args.cluster, conversations=args.conversations,
+                grace_s=args.grace, lease_s=args.lease, in_tx=not args.no_in_tx, log=not args.quiet,
+                keep_going=args.keep_going, db=db))
+            print(cluster_report.render())
+            return 1 if cluster_report.violations else 0
         report = asyncio.run(chaos(work, seed=seed, kills=args.kills, conversations=args.conversations,
                                    grace_s=args.grace, log=not args.quiet, keep_going=args.keep_going, db=db))
     print(report.render())
