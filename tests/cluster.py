@@ -237,11 +237,14 @@ MakeCluster = Callable[..., Awaitable[Cluster]]
 async def start_cluster(where: Path, database_url: str, *, nodes: int = 3, app: str | None = None,
                         env: Mapping[str, str] | None = None,
                         node_env: Mapping[str, Mapping[str, str]] | None = None,
-                        started: list[Cluster] | None = None) -> Cluster:
+                        started: list[Cluster] | None = None, port: int | None = None,
+                        log_level: str | None = None) -> Cluster:
     """``nodes`` nodes (``n1``...) on ``database_url`` behind HAProxy, their files in ``where``; returns
     once HAProxy sees every node up. Usable outside pytest (``tests/chaos``); :class:`HAProxyMissing`
     if there is no HAProxy. ``node_env`` adds to one node's environment (by name); ``started`` gets
-    the cluster before it is waited for, so a caller can stop it however the start ends."""
+    the cluster before it is waited for, so a caller can stop it however the start ends (else a start
+    that fails stops what it started). ``port``: HAProxy's (a free one if None); ``log_level``: the
+    nodes' (the tests run them at ``info``). The bench's cluster targets and failover script use it too."""
     binary = find_haproxy()
     where.mkdir(parents=True, exist_ok=True)
     members = {}
@@ -250,18 +253,25 @@ async def start_cluster(where: Path, database_url: str, *, nodes: int = 3, app: 
         members[name] = Node(name, app=app, data_dir=where / name, log_path=where / f"{name}.log",
                              env={**(env or {}), "THINK_DATABASE_URL": database_url,
                                   **(node_env or {}).get(name, {})})
-    config, stats, port = where / "haproxy.cfg", where / "haproxy.sock", free_port()
+        if log_level is not None:
+            members[name].log_level = log_level
+    config, stats, port = where / "haproxy.cfg", where / "haproxy.sock", port or free_port()
     config.write_text(config_for(SHIPPED_CONFIG.read_text(), port=port,
                                  nodes={n.name: n.port for n in members.values()}, stats_socket=stats))
     proxy = HAProxy(binary, config, port, stats, where / "haproxy.log")
     cluster = Cluster(members, proxy, database_url)
     if started is not None:
         started.append(cluster)
-    # All at once, as a deployment starts them: the schema is migrated under a lock, once.
-    await asyncio.gather(*(node.start() for node in members.values()))
-    await asyncio.gather(*(node.ready() for node in members.values()))
-    await proxy.start()
-    await cluster.wait_up()
+    try:
+        # All at once, as a deployment starts them: the schema is migrated under a lock, once.
+        await asyncio.gather(*(node.start() for node in members.values()))
+        await asyncio.gather(*(node.ready() for node in members.values()))
+        await proxy.start()
+        await cluster.wait_up()
+    except BaseException:
+        if started is None:
+            await cluster.close()
+        raise
     return cluster
 
 
@@ -289,35 +299,3 @@ async def make_cluster(postgres_url: str, tmp_path: Path) -> AsyncIterator[MakeC
 async def cluster(make_cluster: MakeCluster) -> Cluster:
     """Three nodes of the demo agent behind HAProxy, on the test's own database."""
     return await make_cluster()
-
-
-async def start_cluster(database_url: str, where: Path, *, nodes: int = 3, app: str | None = None,
-                        env: Mapping[str, str] | None = None, port: int | None = None,
-                        log_level: str | None = None) -> Cluster:
-    """What ``make_cluster`` makes, outside pytest (the bench's cluster targets and its failover
-    script): ``nodes`` nodes on ``database_url`` with their data dirs and logs in ``where`` (made),
-    HAProxy in front on ``port`` (a free one if None) with the shipped config; returns once HAProxy
-    sees every node up. The caller stops it (:meth:`Cluster.close`). ``log_level``: the nodes' (the
-    tests run them at ``info``). A missing HAProxy raises :class:`HAProxyMissing`."""
-    binary = find_haproxy()
-    where.mkdir(parents=True, exist_ok=True)
-    members = {}
-    for i in range(1, nodes + 1):
-        name = f"n{i}"
-        members[name] = Node(name, app=app, data_dir=where / name, log_path=where / f"{name}.log",
-                             env={**(env or {}), "THINK_DATABASE_URL": database_url})
-        if log_level is not None:
-            members[name].log_level = log_level
-    config, stats, port = where / "haproxy.cfg", where / "haproxy.sock", port or free_port()
-    config.write_text(config_for(SHIPPED_CONFIG.read_text(), port=port,
-                                 nodes={n.name: n.port for n in members.values()}, stats_socket=stats))
-    cluster = Cluster(members, HAProxy(binary, config, port, stats, where / "haproxy.log"), database_url)
-    try:
-        await asyncio.gather(*(node.start() for node in members.values()))
-        await asyncio.gather(*(node.ready() for node in members.values()))
-        await cluster.haproxy.start()
-        await cluster.wait_up()
-    except BaseException:
-        await cluster.close()
-        raise
-    return cluster

@@ -40,7 +40,7 @@ async def serve(nodes: int, port: int, where: Path, app: str, log_level: str, sy
     pg = start(settings=settings, base=where)
     try:
         pg.sql("CREATE DATABASE think")
-        cluster = await start_cluster(pg.url_of("think"), where / "nodes", nodes=nodes, app=app, port=port,
+        cluster = await start_cluster(where / "nodes", pg.url_of("think"), nodes=nodes, app=app, port=port,
                                       log_level=log_level)
         try:
             print(f"PostgreSQL {pg.version} in {pg.workdir}, settings {settings}; {nodes} node(s) "

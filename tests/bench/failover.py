@@ -242,7 +242,7 @@ async def bench(leases: list[float], rounds: dict[str, int], json_out: Path | No
             db_name = f"failover_{str(lease_s).replace('.', '_')}"
             pg.sql(f"CREATE DATABASE {db_name}")
             url = pg.url_of(db_name)
-            cluster = await start_cluster(url, where / db_name, nodes=3, app="tests.lease_app:agents",
+            cluster = await start_cluster(where / db_name, url, nodes=3, app="tests.lease_app:agents",
                                           env={"THINK_LEASE_S": str(lease_s)}, log_level="info")
             db = await asyncpg.connect(url)
             try:
