@@ -55,6 +55,8 @@ _WS_OWN = frozenset({b"sec-websocket-key", b"sec-websocket-version", b"sec-webso
 # The owner could not be reached: the client should come back (1013: try again later).
 _CLOSE_TRY_AGAIN = 1013
 _CLOSE_ABNORMAL = 1006
+#: How often a request held for a dead owner's lease asks whether it ran out.
+_LEASE_POLL_S = 0.2
 
 
 def instance_of(scope: Scope) -> tuple[str, str] | None:
@@ -91,12 +93,27 @@ class Forwarder:
         address = instance_of(scope) if scope["type"] in ("http", "websocket") else None
         if address is not None and not any(key == FORWARDED_BY for key, _ in scope["headers"]):
             owner = await self.locate(*address)
-        if owner is None:
+        if owner is None or address is None:
             await self.app(scope, receive, send)
         elif scope["type"] == "http":
-            await self._relay_http(owner, scope, receive, send)
+            await self._relay_http(owner, address, scope, receive, send)
         else:
-            await self._relay_socket(owner, scope, receive, send)
+            await self._relay_socket(owner, address, scope, receive, send)
+
+    async def _lease_ran_out(self, address: tuple[str, str], owner: str) -> bool:
+        """After ``owner`` could not be reached: wait (at most the head timeout: a lease and then some)
+        until nobody holds the instance, and say whether that came (then this node serves it). A dead
+        owner's lease runs out unrenewed; a client held meanwhile is served at once when it does,
+        instead of being sent away to retry on its own schedule (the hook's backoff: 3, 7, 12 s)."""
+        deadline = asyncio.get_running_loop().time() + self.head_timeout_s
+        while asyncio.get_running_loop().time() < deadline:
+            now = await self.locate(*address)
+            if now is None:
+                return True
+            if now != owner:
+                return False  # another node took it: the client comes back and is relayed there
+            await asyncio.sleep(_LEASE_POLL_S)
+        return False
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def sent(message: Message) -> None:
@@ -127,10 +144,12 @@ class Forwarder:
         query: bytes = scope.get("query_string", b"")
         return base + path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
 
-    async def _relay_http(self, owner: str, scope: Scope, receive: Receive, send: Send) -> None:
-        disconnected, read = asyncio.Event(), asyncio.Event()
+    async def _relay_http(self, owner: str, address: tuple[str, str], scope: Scope, receive: Receive,
+                          send: Send) -> None:
+        disconnected, read, begun = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
         async def body() -> AsyncIterator[bytes]:
+            begun.set()
             try:
                 while True:
                     message = await receive()
@@ -150,6 +169,10 @@ class Forwarder:
                                               self.head_timeout_s + _waits(scope))
         except (httpx.HTTPError, TimeoutError) as exc:
             log.warning("the owner %s of %s could not be reached: %s", owner, scope["path"], exc or "no answer")
+            # Served here once the owner's lease runs out, if nothing of the request was read yet.
+            if not begun.is_set() and isinstance(exc, httpx.ConnectError) and await self._lease_ran_out(address, owner):
+                await self.app(scope, receive, send)
+                return
             await _unreachable(send, owner)
             return
         try:
@@ -170,7 +193,8 @@ class Forwarder:
         finally:
             await response.aclose()
 
-    async def _relay_socket(self, owner: str, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _relay_socket(self, owner: str, address: tuple[str, str], scope: Scope, receive: Receive,
+                            send: Send) -> None:
         first = await receive()
         if first["type"] != "websocket.connect":
             return
@@ -186,13 +210,38 @@ class Forwarder:
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             status = exc.response.status_code if isinstance(exc, InvalidStatus) else None
             log.warning("the owner %s of %s refused or could not take a socket: %s", owner, scope["path"], exc)
-            await send({"type": "websocket.accept"})
+            await send({"type": "websocket.accept"})  # the hook gives up on a handshake that takes 4 s
+            if status is None and await self._lease_ran_out(address, owner):
+                # The dead owner's lease ran out: this node serves the socket it holds open (its frames
+                # wait in the socket until the app reads them), as if it had just come.
+                await self.app(scope, _replaying(first, receive), _accepted(send))
+                return
             await send({"type": "websocket.close", "code": _CLOSE_TRY_AGAIN,
                         "reason": close_reason(f"owner node unreachable ({status or 'no answer'})")})
             return
         async with upstream:
             await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
             await _pump(upstream, receive, send)
+
+
+def _replaying(first: Message, receive: Receive) -> Receive:
+    """``receive`` with ``first`` (the connect event, already read) given again first."""
+    pending = [first]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
+
+
+def _accepted(send: Send) -> Send:
+    """``send`` to a socket accepted already: the app's own accept is dropped."""
+
+    async def forward(message: Message) -> None:
+        if message["type"] != "websocket.accept":
+            await send(message)
+
+    return forward
 
 
 async def _pump(upstream: ClientConnection, receive: Receive, send: Send) -> None:

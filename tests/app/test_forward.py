@@ -158,7 +158,7 @@ async def test_an_unreachable_owner_is_a_clear_answer(serve: Callable[..., Await
         return gone
 
     base, server, task = await _serve_app(Forwarder(create_app(agents, Settings(data_dir=tmp_path / "d")),
-                                                    locate=locate, node_id="front"))
+                                                    locate=locate, node_id="front", head_timeout_s=0.5))
     try:
         async with httpx.AsyncClient(base_url=base) as http:
             r = await http.get("/agents/my-agent/x/get-messages")
@@ -205,3 +205,36 @@ async def test_an_owner_that_never_answers_is_given_up_on(tmp_path: Path) -> Non
             writer.close()
         silent.close()
         await silent.wait_closed()
+
+
+async def test_a_client_of_a_dead_owner_is_held_until_its_lease_runs_out_then_served_here(tmp_path: Path) -> None:
+    """The owner died: its lease runs out unrenewed. A request that came meanwhile waits for that and
+    is served by this node, rather than sent away to come back on its own schedule."""
+    from tests.conformance_app import agents
+
+    gone = f"http://127.0.0.1:{free_port()}"
+    asked: list[str] = []
+
+    async def locate(agent: str, name: str) -> str | None:
+        asked.append(name)
+        return gone if asked.count(name) <= 3 else None  # the lease runs out at the third question
+
+    inner = create_app(agents, Settings(data_dir=tmp_path / "d"))
+    base, server, task = await _serve_app(Forwarder(inner, locate=locate, node_id="front", head_timeout_s=10))
+    try:
+        async with httpx.AsyncClient(base_url=base) as http:
+            r = await http.post("/agents/my-agent/held/submit", json={"input": "hi"})
+            assert r.status_code == 202, r.text
+        assert await inner.state.harness.store.exists("my-agent", "held")
+        client = await Client.open("ws" + base[4:] + "/agents/my-agent/held-socket")
+        try:
+            rid, frame, _ = chat_request("hello")
+            await client.send(frame)  # sent while the socket is held: read once it is served here
+            await client.wait_for(is_done(rid), timeout=20)
+            assert client.of_type("cf_agent_identity"), "served by the app, as any new socket"
+        finally:
+            await client.close()
+        assert await inner.state.harness.store.exists("my-agent", "held-socket")
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 15)
