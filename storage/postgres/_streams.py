@@ -9,7 +9,7 @@ from typing import Any
 from .._streams import StreamRow
 from ._base import Access
 
-__all__ = ["PostgresStreamReads", "PostgresStreamWrites"]
+__all__ = ["FOLDS", "GROUPED", "PostgresStreamReads", "PostgresStreamWrites"]
 
 _COLUMNS = ("id, session_id, operation_id, request_id, message_id, is_continuation, first_seq, status, "
             "chunk_count, created_at, completed_at")
@@ -24,6 +24,36 @@ _APPEND = """WITH moved AS (
 INSERT INTO stream_chunks (instance, stream_id, segment, first_chunk, body, created_at)
 SELECT $1, $2, segment, first_chunk, $5, $4 FROM moved
 """
+
+
+_INSERT = ("INSERT INTO streams (instance, id, session_id, operation_id, request_id, message_id, is_continuation, "
+           "first_seq, status, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'streaming', $9)")
+
+# A stream's first chunks, kept right after its insert (a model call's first commit): the row made
+# with its first segment counted, and the segment, in one statement. (The chunk's foreign key is
+# checked at the statement's end, when the stream's row is there.)
+_START = """WITH started AS (
+  INSERT INTO streams (instance, id, session_id, operation_id, request_id, message_id, is_continuation, first_seq,
+                       status, created_at, next_segment, chunk_count, last_chunk_at)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'streaming', $9, 1, $10, $11)
+  RETURNING instance, id
+)
+INSERT INTO stream_chunks (instance, stream_id, segment, first_chunk, body, created_at)
+SELECT instance, id, 0, 0, $12, $11 FROM started
+"""
+
+
+def _start(insert: tuple[Any, ...], append: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]] | None:
+    """The insert of a stream and the append that follows it as one statement, if it appends to it."""
+    if insert[1] != append[1]:
+        return None
+    return _START, (*insert, append[2], append[3], append[4])
+
+
+#: Kept writes that, one right after the other, make one statement (``TxLink.defer``).
+FOLDS = {(_INSERT, _APPEND): _start}
+#: The lone writes the store commits with other instances' (``_group``): a turn's chunk groups.
+GROUPED = frozenset({_APPEND, _START})
 
 
 def _row(r: Any) -> StreamRow:
@@ -58,10 +88,8 @@ class PostgresStreamReads(Access):
 class PostgresStreamWrites(Access):
     async def insert_stream(self, stream_id: str, session_id: str, operation_id: str, request_id: str,
                             message_id: str, is_continuation: bool, first_seq: int, now: int) -> None:
-        self._defer(
-            "INSERT INTO streams (instance, id, session_id, operation_id, request_id, message_id, is_continuation, "
-            "first_seq, status, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'streaming', $9)",
-            stream_id, session_id, operation_id, request_id, message_id, is_continuation, first_seq, now)
+        self._defer(_INSERT, stream_id, session_id, operation_id, request_id, message_id, is_continuation, first_seq,
+                    now)
 
     async def append_chunks(self, stream_id: str, bodies: list[str], now: int) -> None:
         """Store a batch of chunk JSON texts as one segment row, in one round trip."""

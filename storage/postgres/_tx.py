@@ -11,7 +11,11 @@ of one statement: a group of chunks appended. So a transaction talks to the data
 - at the end, a transaction that sent nothing and kept one write runs that write alone, which
   PostgreSQL commits by itself (one round trip: atomic as any single statement is); one that
   kept several, or sent anything, sends what it kept and ``COMMIT``. One that did nothing sends
-  nothing.
+  nothing;
+- a lone write of a turn's chunks (``_streams.GROUPED``) commits with those of other instances
+  ready at the same moment, one round trip and one commit for them all (``_group``);
+- two kept writes that one statement can do (``_streams.FOLDS``: a stream's insert and its first
+  chunks) are kept as that statement.
 
 What that changes for a caller: a kept write's error (a constraint it breaks) is raised by the
 next statement that is sent, or by the commit, inside the same ``async with``; nothing is
@@ -37,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import asyncpg
@@ -45,11 +49,15 @@ import asyncpg
 from .._leases import Lease
 from .._problems import Problem, StorageError
 from ._base import lost_in_transaction
+from ._group import GroupCommit
 from ._leases import is_fence_error, stale
 from ._pool import Pool, is_connection_lost
 from ._schema import SCHEMA
 
-__all__ = ["TxLink", "fenced_write"]
+__all__ = ["TxLink", "fenced_write", "group_commit"]
+
+#: Two kept writes as one statement, or None if these two cannot be.
+Fold = Callable[[tuple[Any, ...], tuple[Any, ...]], "tuple[str, tuple[Any, ...]] | None"]
 
 #: Times a transaction's first message is tried again on a new connection when the one taken turned out
 #: to be gone before it was sent (nothing of the transaction has run: trying again is safe).
@@ -73,6 +81,12 @@ class TxLink:
         self._kept: list[tuple[str, tuple[Any, ...]]] = []
         #: The lease the transactions are fenced by (None: not fenced; a store without leases).
         self.lease: Lease | None = None
+        #: The store's committer of lone writes, and the statements it takes (``_group``): a lone kept
+        #: write of one of them commits with those of other instances ready at the same moment.
+        self.group: GroupCommit | None = None
+        self.grouped: frozenset[str] = frozenset()
+        #: Pairs of kept writes that make one statement when the second follows the first (``_streams``).
+        self.folds: Mapping[tuple[str, str], Fold] = {}
 
     def check_lease(self) -> None:
         """Refuse a transaction of a lease known lost, before it talks to the database."""
@@ -82,6 +96,13 @@ class TxLink:
     def defer(self, sql: str, args: tuple[Any, ...]) -> None:
         if not self.open:
             raise RuntimeError("a statement of a transaction that has ended")
+        if self._kept:
+            last_sql, last_args = self._kept[-1]
+            fold = self.folds.get((last_sql, sql))
+            folded = None if fold is None else fold(last_args, args)
+            if folded is not None:
+                self._kept[-1] = folded
+                return
         self._kept.append((sql, args))
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
@@ -112,8 +133,11 @@ class TxLink:
         if self.conn is None and len(self._kept) <= 1:
             if self._kept:
                 sql, args = self._kept.pop()
+                grouped = self.group is not None and sql in self.grouped
                 if self.lease is not None:
                     sql, args = fenced_write(sql, args, self.lease.epoch)
+                if grouped and self.group is not None and await self._fenced(self.group.commit(sql, args)) is None:
+                    return  # committed in its batch (else the batch was refused: this one goes alone)
                 await self._fenced(_to_its_end(_first(self.pool, lambda conn: conn.execute(sql, *args),
                                                       lost=_not_known)))
             return
@@ -147,6 +171,11 @@ class TxLink:
         conn, self.conn = self.conn, None
         if conn is not None:
             self.pool.release(conn)
+
+
+def group_commit(pool: Pool) -> GroupCommit:
+    """A committer of lone writes over ``pool``: each batch sent as a lone write is (``_first``)."""
+    return GroupCommit(lambda send: _first(pool, send, lost=_not_known))
 
 
 def fenced_write(sql: str, args: tuple[Any, ...], epoch: int) -> tuple[str, tuple[Any, ...]]:
