@@ -24,6 +24,7 @@ from ._base import ReadLink
 from ._blocks import PostgresBlockReads, PostgresBlockWrites
 from ._compactions import PostgresCompactionReads, PostgresCompactionWrites
 from ._faultylink import FaultyLink
+from ._folds import FOLDS
 from ._group import GroupCommit
 from ._messages import PostgresMessageReads, PostgresMessageWrites
 from ._operations import PostgresOperationReads, PostgresOperationWrites
@@ -31,7 +32,7 @@ from ._pool import Pool
 from ._schedules import PostgresScheduleReads, PostgresScheduleWrites
 from ._search import PostgresSearchReads
 from ._sessions import PostgresSessionReads, PostgresSessionWrites
-from ._streams import FOLDS, GROUPED, PostgresStreamReads, PostgresStreamWrites
+from ._streams import GROUPED, PostgresStreamReads, PostgresStreamWrites
 from ._tool_calls import PostgresToolCallReads, PostgresToolCallWrites
 from ._tx import TxLink
 from ._workspace import PostgresWorkspaceReads, PostgresWorkspaceWrites

@@ -14,8 +14,8 @@ of one statement: a group of chunks appended. So a transaction talks to the data
   nothing;
 - a lone write of a turn's chunks (``_streams.GROUPED``) commits with those of other instances
   ready at the same moment, one round trip and one commit for them all (``_group``);
-- two kept writes that one statement can do (``_streams.FOLDS``: a stream's insert and its first
-  chunks) are kept as that statement.
+- a kept write and the statement after it that one statement can do (``_folds``: a stream's
+  insert and its first chunks, say) go as that statement.
 
 What that changes for a caller: a kept write's error (a constraint it breaks) is raised by the
 next statement that is sent, or by the commit, inside the same ``async with``; nothing is
@@ -49,15 +49,13 @@ import asyncpg
 from .._leases import Lease
 from .._problems import Problem, StorageError
 from ._base import lost_in_transaction
+from ._folds import Fold
 from ._group import GroupCommit
 from ._leases import is_fence_error, stale
 from ._pool import Pool, is_connection_lost
 from ._schema import SCHEMA
 
 __all__ = ["TxLink", "fenced_write", "group_commit"]
-
-#: Two kept writes as one statement, or None if these two cannot be.
-Fold = Callable[[tuple[Any, ...], tuple[Any, ...]], "tuple[str, tuple[Any, ...]] | None"]
 
 #: Times a transaction's first message is tried again on a new connection when the one taken turned out
 #: to be gone before it was sent (nothing of the transaction has run: trying again is safe).
@@ -85,8 +83,8 @@ class TxLink:
         #: write of one of them commits with those of other instances ready at the same moment.
         self.group: GroupCommit | None = None
         self.grouped: frozenset[str] = frozenset()
-        #: Pairs of kept writes that make one statement when the second follows the first (``_streams``).
-        self.folds: Mapping[tuple[str, str], Fold] = {}
+        #: Statements that make one with the write kept before them, by their SQL (``_folds``).
+        self.folds: Mapping[str, Fold] = {}
 
     def check_lease(self) -> None:
         """Refuse a transaction of a lease known lost, before it talks to the database."""
@@ -96,21 +94,28 @@ class TxLink:
     def defer(self, sql: str, args: tuple[Any, ...]) -> None:
         if not self.open:
             raise RuntimeError("a statement of a transaction that has ended")
-        if self._kept:
-            last_sql, last_args = self._kept[-1]
-            fold = self.folds.get((last_sql, sql))
-            folded = None if fold is None else fold(last_args, args)
-            if folded is not None:
-                self._kept[-1] = folded
-                return
-        self._kept.append((sql, args))
+        self._kept.append(self._folded(sql, args))
+
+    def _folded(self, sql: str, args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
+        """``sql`` with ``args``, or, if it makes one statement with the last write kept, that one
+        (the kept write then taken back)."""
+        fold = self.folds.get(sql)
+        if fold is None or not self._kept:
+            return sql, args
+        folded = fold(*self._kept[-1], args)
+        if folded is None:
+            return sql, args
+        self._kept.pop()
+        return folded
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        sql, args = self._folded(sql, args)
         conn = await self._sent()
         rows: list[asyncpg.Record] = await _in_transaction(conn.fetch(sql, *args))
         return rows
 
     async def execute(self, sql: str, *args: Any) -> str:
+        sql, args = self._folded(sql, args)
         conn = await self._sent()
         status: str = await _in_transaction(conn.execute(sql, *args))
         return status
