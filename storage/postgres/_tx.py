@@ -180,7 +180,7 @@ class TxLink:
 
 def group_commit(pool: Pool) -> GroupCommit:
     """A committer of lone writes over ``pool``: each batch sent as a lone write is (``_first``)."""
-    return GroupCommit(lambda send: _first(pool, send, lost=_not_known))
+    return GroupCommit(lambda send: _first(pool, send, lost=_not_known, urgent=True))
 
 
 def fenced_write(sql: str, args: tuple[Any, ...], epoch: int) -> tuple[str, tuple[Any, ...]]:
@@ -212,13 +212,14 @@ def _not_known(exc: BaseException | None = None) -> StorageError:
 
 
 async def _first(pool: Pool, send: Callable[[asyncpg.Connection], Awaitable[Any]],
-                 lost: Callable[[BaseException | None], StorageError], *, harmless: bool = False) -> Any:
+                 lost: Callable[[BaseException | None], StorageError], *, harmless: bool = False,
+                 urgent: bool = False) -> Any:
     """Take a pooled connection and ``send`` the transaction's first message on it: tried again on a new
     one if the one taken was gone before it was sent, or (``harmless``: a BEGIN) whenever it was lost.
     Returns the connection if ``send`` began a transaction on it (the caller releases it then), else
     ``send``'s answer (the connection is back in the pool)."""
     for attempt in range(RETRIES + 1):
-        conn = await pool.acquire()
+        conn = await pool.acquire(urgent=urgent)
         try:
             answer = await send(conn)
         except BaseException as exc:

@@ -18,6 +18,7 @@ import pytest
 
 from think_server.storage import Database, LeaseLost, Node
 from think_server.storage.postgres import PostgresStore
+from think_server.storage.postgres._pool import Pool
 
 INSTANCES = 6
 
@@ -163,3 +164,30 @@ async def test_a_caller_cancelled_before_its_batch_is_sent_saves_nothing(
     assert store.group is not None and (store.group.batches, store.group.writes) == (2, 2), "sent: the first, kept"
     await _append(dbs[1], "after")  # its transaction ended cleanly: the next one works
     assert await _chunks(admin, dbs[1]) == ["after"]
+
+
+async def test_the_group_commit_takes_the_next_free_connection_before_transactions_waiting(postgres_url: str) -> None:
+    pool = Pool(postgres_url, 1)
+    try:
+        held = await pool.acquire()
+        order: list[str] = []
+
+        async def take(name: str, *, urgent: bool = False) -> None:
+            conn = await pool.acquire(urgent=urgent)
+            order.append(name)
+            await asyncio.sleep(0.01)
+            pool.release(conn)
+
+        waiting = [asyncio.create_task(take("transaction 1")), asyncio.create_task(take("transaction 2"))]
+        await asyncio.sleep(0.05)
+        withdrawn = asyncio.create_task(take("cancelled", urgent=True))
+        waiting.append(asyncio.create_task(take("group commit", urgent=True)))
+        await asyncio.sleep(0.05)
+        withdrawn.cancel()
+        pool.release(held)
+        await asyncio.gather(*waiting)
+        assert order == ["group commit", "transaction 1", "transaction 2"]
+        async with asyncio.timeout(5):  # every slot back: the one connection is free again (not: a hang)
+            pool.release(await pool.acquire())
+    finally:
+        await pool.close()
