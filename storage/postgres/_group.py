@@ -7,8 +7,7 @@ the row it writes. A transaction that is one such append (``_tx``: a lone kept w
 not) is handed to the store's :class:`GroupCommit`: the first goes at once; those that arrive
 while it is in flight wait for it, and then go together, as one ``executemany`` of their common
 statement (asyncpg pipelines it, one round trip, and runs it as one transaction: all or nothing).
-No timer: an idle store sends each at once, a busy one batches by itself. (A batch larger than
-:data:`MAX_BATCH` goes as several, side by side.)
+No timer: an idle store sends each at once, a busy one batches by itself.
 
 Each caller learns its own batch's outcome (chunks are stored before any client sees them). A batch
 the database refuses (one instance's fence found its epoch stale, one row broke a constraint, a
@@ -28,13 +27,7 @@ import asyncpg
 
 from ._pool import is_connection_lost
 
-__all__ = ["ALONE", "MAX_BATCH", "GroupCommit", "Send"]
-
-#: Writes in one batch at most: more go as several, side by side on as many connections. One
-#: batch runs in one database process, one statement after the other: with all the chunk groups of
-#: 200 trickling sessions in one, that process was the bottleneck (the bench's paced-200), while a
-#: commit shared by 32 costs each write a few µs.
-MAX_BATCH = 32
+__all__ = ["ALONE", "GroupCommit", "Send"]
 
 #: Sends one message on a pooled connection and returns its answer (see ``GroupCommit.__init__``).
 Send = Callable[[Callable[[asyncpg.Connection], Awaitable[Any]]], Awaitable[Any]]
@@ -60,8 +53,7 @@ class _Write:
 
 
 class GroupCommit:
-    """The store's committer of lone writes (see the module): what is ready goes while nothing of it
-    is in flight (in one batch, or several side by side), what gets ready meanwhile waits for it."""
+    """The store's committer of lone writes (see the module); one batch in flight at a time."""
 
     def __init__(self, send_first: Send) -> None:
         # How a lone write is sent (``_tx``: a pooled connection, tried again if it was gone before
@@ -104,8 +96,7 @@ class GroupCommit:
             for write in batch:
                 write.taken = True
                 groups.setdefault(write.sql, []).append(write)
-            await asyncio.gather(*(self._send(sql, writes[n:n + MAX_BATCH]) for sql, writes in groups.items()
-                                   for n in range(0, len(writes), MAX_BATCH)))
+            await asyncio.gather(*(self._send(sql, writes) for sql, writes in groups.items()))
 
     async def _send(self, sql: str, writes: list[_Write]) -> None:
         self.batches += 1

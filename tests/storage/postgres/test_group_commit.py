@@ -18,7 +18,6 @@ import pytest
 
 from think_server.storage import Database, LeaseLost, Node
 from think_server.storage.postgres import PostgresStore
-from think_server.storage.postgres._group import MAX_BATCH
 from think_server.storage.postgres._pool import Pool
 
 INSTANCES = 6
@@ -35,10 +34,10 @@ async def _append(db: Database, body: str) -> None:
         await tx.append_chunks("st", [json.dumps(body)], 2)
 
 
-async def _opened(store: PostgresStore, node: Node | None = None, count: int = INSTANCES) -> list[Database]:
+async def _opened(store: PostgresStore, node: Node | None = None) -> list[Database]:
     leases = store.leases(node) if node is not None else None
     await store.start()
-    dbs = [await store.open("agent", f"i{n}") for n in range(count)]
+    dbs = [await store.open("agent", f"i{n}") for n in range(INSTANCES)]
     for db in dbs:
         if leases is not None:
             await leases.take(db)
@@ -112,21 +111,6 @@ async def test_appends_of_many_instances_ready_at_once_commit_in_one_transaction
     for db in dbs[1:]:
         await _append(db, "again")
     assert len(await _writers(admin, dbs[1:])) == INSTANCES
-
-
-async def test_more_than_a_batch_holds_go_as_several_side_by_side(
-        admin: asyncpg.Connection, postgres_url: str) -> None:
-    store = PostgresStore(postgres_url)
-    try:
-        dbs = await _opened(store, count=MAX_BATCH + 9)
-        outcomes = await _while_one_waits(admin, dbs, [_append(db, f"chunk of {n}") for n, db in enumerate(dbs[1:], 1)])
-        assert outcomes == [None] * (MAX_BATCH + 8)
-        for n, db in enumerate(dbs[1:], 1):
-            assert await _chunks(admin, db) == [f"chunk of {n}"]
-        assert len(await _writers(admin, dbs[1:])) == 2
-        assert store.group is not None and (store.group.batches, store.group.writes) == (3, MAX_BATCH + 9)
-    finally:
-        await store.close()
 
 
 async def test_a_stale_instance_in_a_batch_fails_alone_and_the_others_commit(
