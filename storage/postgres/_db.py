@@ -24,13 +24,15 @@ from ._base import ReadLink
 from ._blocks import PostgresBlockReads, PostgresBlockWrites
 from ._compactions import PostgresCompactionReads, PostgresCompactionWrites
 from ._faultylink import FaultyLink
+from ._folds import FOLDS
+from ._group import GroupCommit
 from ._messages import PostgresMessageReads, PostgresMessageWrites
 from ._operations import PostgresOperationReads, PostgresOperationWrites
 from ._pool import Pool
 from ._schedules import PostgresScheduleReads, PostgresScheduleWrites
 from ._search import PostgresSearchReads
 from ._sessions import PostgresSessionReads, PostgresSessionWrites
-from ._streams import PostgresStreamReads, PostgresStreamWrites
+from ._streams import GROUPED, PostgresStreamReads, PostgresStreamWrites
 from ._tool_calls import PostgresToolCallReads, PostgresToolCallWrites
 from ._tx import TxLink
 from ._workspace import PostgresWorkspaceReads, PostgresWorkspaceWrites
@@ -53,7 +55,7 @@ class PostgresDatabase(Database):
     """One instance's rows, ``instance`` the id every one of them is keyed by."""
 
     def __init__(self, pool: Pool, instance: int, agent: str, name: str, *, fresh: bool,
-                 needs_lease: bool = False) -> None:
+                 needs_lease: bool = False, group: GroupCommit | None = None) -> None:
         self.pool = pool
         #: The instance's id (its row in ``instances``): the first column of every key.
         self.instance = instance
@@ -61,6 +63,9 @@ class PostgresDatabase(Database):
         self.name = name
         self.read: Reader = PostgresReader(ReadLink(self))
         self._link = TxLink(pool, instance)
+        self._link.folds = FOLDS
+        if group is not None:  # (the store's: a chunk group commits with other instances')
+            self._link.group, self._link.grouped = group, GROUPED
         plan = FAULTS  # None unless THINK_FAULTS is set (tests only)
         self._faulty = None if plan is None else FaultyLink(self._link, plan)
         self._tx: Tx = PostgresTx(self._faulty or self._link)

@@ -3,8 +3,9 @@
 instance's id (what the index promises: :class:`~think_server.storage.WorkIndex`).
 
 An instance the index names gets its row in ``instances`` if it has none yet (the index is
-told of an instance that is open, so it has one; the statement makes sure). Writes made while
-another is in flight wait for it and then go together, in order, in one transaction.
+told of an instance that is open, so it has one; the statement makes sure). Each write is one
+statement, one round trip; writes made while another is in flight wait for it and then go
+together, in order, in one transaction.
 """
 
 from __future__ import annotations
@@ -22,13 +23,19 @@ from ._pool import Pool
 
 __all__ = ["PostgresWorkIndex"]
 
-_ENSURE = "INSERT INTO instances (agent, name, created_at) VALUES ($1, $2, $3) ON CONFLICT (agent, name) DO NOTHING"
+# Each write is one statement. One that adds a row makes the instance's row first if it has none
+# (``$4``: when), in the same statement: the row it made, else the one there (the SELECT does not see
+# a row the INSERT makes; nor one another server made after the statement began: then the instance
+# is NULL, the statement fails, and the batch is tried again, as every write here may be).
 _ID = "(SELECT id FROM instances WHERE agent = $1 AND name = $2)"
-# Each write: the statement, and whether the instance's row must be made first (a write that adds a row).
-_MARK = (f"INSERT INTO active_instances (instance, marked_at) VALUES ({_ID}, $3) ON CONFLICT (instance) DO NOTHING",
-         True)
+_MADE = ("WITH made AS (INSERT INTO instances (agent, name, created_at) VALUES ($1, $2, $4) "
+         "ON CONFLICT (agent, name) DO NOTHING RETURNING id) ")
+_EITHER = f"coalesce((SELECT id FROM made), {_ID})"
+# Each write: the statement, and whether it adds a row (then it takes ``$4``, the time).
+_MARK = (f"{_MADE}INSERT INTO active_instances (instance, marked_at) SELECT {_EITHER}, $3 "
+         "ON CONFLICT (instance) DO NOTHING", True)
 _UNMARK = (f"DELETE FROM active_instances WHERE instance = {_ID}", False)
-_SET_WAKE = (f"INSERT INTO wakes (instance, wake_at) VALUES ({_ID}, $3) "
+_SET_WAKE = (f"{_MADE}INSERT INTO wakes (instance, wake_at) SELECT {_EITHER}, $3 "
              "ON CONFLICT (instance) DO UPDATE SET wake_at = excluded.wake_at", True)
 _CLEAR_WAKE = (f"DELETE FROM wakes WHERE instance = {_ID}", False)
 
@@ -102,13 +109,27 @@ class PostgresWorkIndex(WorkIndex):
                         done.set_result(None)
 
     async def _commit(self, batch: list[_Write]) -> None:
-        async with self._pool.connection() as conn, conn.transaction():
-            for (sql, adds), same in groupby(batch, key=lambda write: write[0]):
-                rows = [params for _, params, _ in same]
-                if adds:
-                    now = int(time.time() * 1000)
-                    await conn.executemany(_ENSURE, [(params[0], params[1], now) for params in rows])
-                await conn.executemany(sql, rows)
+        """The batch in order: one statement, or one pipelined run of one (``executemany``, atomic), needs
+        no transaction of its own; several kinds go in one. Tried once more if an instance's row was
+        made meanwhile by another server (see ``_MARK``): every write here can be run twice."""
+        now = int(time.time() * 1000)
+        runs = [(sql, [(*params, now) if adds else params for _, params, _ in same])
+                for (sql, adds), same in groupby(batch, key=lambda write: write[0])]
+        for attempt in range(2):
+            try:
+                async with self._pool.connection() as conn:
+                    if len(runs) == 1 and len(runs[0][1]) == 1:
+                        await conn.execute(runs[0][0], *runs[0][1][0])
+                    elif len(runs) == 1:
+                        await conn.executemany(*runs[0])
+                    else:
+                        async with conn.transaction():
+                            for sql, rows in runs:
+                                await conn.executemany(sql, rows)
+                return
+            except asyncpg.NotNullViolationError:
+                if attempt:
+                    raise
 
     def __repr__(self) -> str:
         return "PostgresWorkIndex()"

@@ -8,13 +8,17 @@ from typing import Any
 from .._operations import OperationRow
 from ._base import Access, free_text
 
-__all__ = ["PostgresOperationReads", "PostgresOperationWrites"]
+__all__ = ["INSERT", "PostgresOperationReads", "PostgresOperationWrites"]
 
 _COLUMNS = (
     "seq, id, session_id, kind, source, status, outcome, reason, input_json, options_json, "
     "target_message_id, result_text, attempts, created_at, started_at, completed_at, next_attempt_at, "
     "crash_strikes, runs"
 )
+
+
+INSERT = ("INSERT INTO operations (instance, id, session_id, kind, source, status, input_json, options_json, "
+          "created_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8) ON CONFLICT (instance, id) DO NOTHING")
 
 
 def _row(r: Any) -> OperationRow:
@@ -64,10 +68,7 @@ class PostgresOperationWrites(Access):
 
     async def insert_operation(self, operation_id: str, session_id: str, kind: str, source: str, input_json: str,
                                options_json: str | None, now: int) -> bool:
-        changed = await self._execute(
-            "INSERT INTO operations (instance, id, session_id, kind, source, status, input_json, options_json, "
-            "created_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8) ON CONFLICT (instance, id) DO NOTHING",
-            operation_id, session_id, kind, source, input_json, options_json, now)
+        changed = await self._execute(INSERT, operation_id, session_id, kind, source, input_json, options_json, now)
         return changed > 0
 
     async def start_operation(self, operation_id: str, target_message_id: str | None, now: int) -> bool:

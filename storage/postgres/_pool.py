@@ -10,6 +10,7 @@ is noticed when taken (asyncpg reads the server's goodbye) and replaced by a new
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -62,7 +63,11 @@ class Pool:
         if idle_in_transaction_s is not None:
             self._settings["idle_in_transaction_session_timeout"] = str(int(idle_in_transaction_s * 1000))
         self._idle: list[asyncpg.Connection] = []
-        self._slots = asyncio.Semaphore(size)
+        self._free = size
+        # Those waiting for a connection, in order; the urgent ones (the group commit of every
+        # instance's chunks, ``_group``) before the rest.
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed = False
 
     async def connect(self) -> asyncpg.Connection:
@@ -76,10 +81,11 @@ class Pool:
                                Problem.UNREACHABLE) from exc
         return conn
 
-    async def acquire(self) -> asyncpg.Connection:
+    async def acquire(self, *, urgent: bool = False) -> asyncpg.Connection:
+        """A connection, once one of the ``size`` is free; ``urgent``: before those who wait without."""
         if self._closed:
             raise StorageError("the database's connections are closed", Problem.UNREACHABLE)
-        await self._slots.acquire()
+        await self._slot(urgent)
         try:
             while self._idle:
                 conn = self._idle.pop()
@@ -87,8 +93,34 @@ class Pool:
                     return conn
             return await self.connect()
         except BaseException:
-            self._slots.release()
+            self._give_back()
             raise
+
+    async def _slot(self, urgent: bool) -> None:
+        if self._free > 0 and not self._urgent and (urgent or not self._waiting):
+            self._free -= 1
+            return
+        queue = self._urgent if urgent else self._waiting
+        handed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue.append(handed)
+        try:
+            await handed
+        except asyncio.CancelledError:
+            if handed.done() and not handed.cancelled():
+                self._give_back()  # handed over just as the waiter was cancelled: the next one's
+            else:
+                queue.remove(handed)
+            raise
+
+    def _give_back(self) -> None:
+        """A slot given up: handed to the first waiting (urgent first), else free."""
+        for queue in (self._urgent, self._waiting):
+            while queue:
+                handed = queue.popleft()
+                if not handed.done():
+                    handed.set_result(None)
+                    return
+        self._free += 1
 
     def release(self, conn: asyncpg.Connection) -> None:
         """Take a connection back: kept if it is idle and open, else closed (never another's transaction)."""
@@ -98,7 +130,7 @@ class Pool:
             else:
                 self._idle.append(conn)
         finally:
-            self._slots.release()
+            self._give_back()
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:

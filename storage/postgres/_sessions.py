@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+
 from .._blocks import session_scope
 from .._sessions import SessionInfoRow, SessionRow
 from ._base import Access
 
-__all__ = ["PostgresSessionReads", "PostgresSessionWrites"]
+__all__ = ["ENSURE", "PostgresSessionReads", "PostgresSessionWrites", "set_fields"]
 
 # One round trip for everything a session holds: its messages and compactions go with its row
 # (their foreign keys cascade), the rest is named here.
@@ -18,6 +20,18 @@ WITH schedules_gone AS (DELETE FROM schedules WHERE instance = $1 AND session_id
      blocks_gone AS (DELETE FROM context_blocks WHERE instance = $1 AND scope = $3)
 DELETE FROM sessions WHERE instance = $1 AND id = $2
 """
+
+
+ENSURE = ("INSERT INTO sessions (instance, id, created_at, updated_at) VALUES ($1, $2, $3, $3) "
+          "ON CONFLICT (instance, id) DO NOTHING")
+
+
+@functools.cache
+def set_fields(columns: tuple[str, ...]) -> str:
+    """The update of a session's ``columns`` (``$2``...), its ``updated_at`` and then its id the last two."""
+    sets = ", ".join(f"{c} = ${n}" for n, c in enumerate(columns, 2))
+    return (f"UPDATE sessions SET {sets}, updated_at = ${len(columns) + 2} "
+            f"WHERE instance = $1 AND id = ${len(columns) + 3}")
 
 
 class PostgresSessionReads(Access):
@@ -43,8 +57,7 @@ class PostgresSessionReads(Access):
 
 class PostgresSessionWrites(Access):
     async def ensure_session(self, session_id: str, now: int) -> None:
-        self._defer("INSERT INTO sessions (instance, id, created_at, updated_at) VALUES ($1, $2, $3, $3) "
-                    "ON CONFLICT (instance, id) DO NOTHING", session_id, now)
+        self._defer(ENSURE, session_id, now)
 
     async def create_session(self, session_id: str, now: int) -> bool:
         changed = await self._execute(
@@ -61,18 +74,13 @@ class PostgresSessionWrites(Access):
         return changed > 0
 
     async def set_client_tools(self, session_id: str, client_tools_json: str | None, now: int) -> None:
-        self._defer(
-            "UPDATE sessions SET client_tools_json = $2, updated_at = $3 WHERE instance = $1 AND id = $4",
-            client_tools_json, now, session_id)
+        self._defer(set_fields(("client_tools_json",)), client_tools_json, now, session_id)
 
     async def set_last_body(self, session_id: str, last_body_json: str | None, now: int) -> None:
-        self._defer("UPDATE sessions SET last_body_json = $2, updated_at = $3 WHERE instance = $1 AND id = $4",
-                    last_body_json, now, session_id)
+        self._defer(set_fields(("last_body_json",)), last_body_json, now, session_id)
 
     async def set_last_terminal(self, session_id: str, last_terminal_json: str | None, now: int) -> None:
-        self._defer(
-            "UPDATE sessions SET last_terminal_json = $2, updated_at = $3 WHERE instance = $1 AND id = $4",
-            last_terminal_json, now, session_id)
+        self._defer(set_fields(("last_terminal_json",)), last_terminal_json, now, session_id)
 
     async def reset_session(self, session_id: str, now: int) -> None:
         self._defer(

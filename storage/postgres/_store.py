@@ -14,10 +14,12 @@ from .._names import validate_agent_name, validate_instance_name
 from .._problems import StorageError
 from .._store import Database, Store, WorkIndex
 from ._db import PostgresDatabase
+from ._group import GroupCommit
 from ._index import PostgresWorkIndex
 from ._leases import PostgresLeases
 from ._pool import Pool, safe_url
 from ._schema import migrate
+from ._tx import group_commit
 
 __all__ = ["DEFAULT_POOL_SIZE", "PostgresStore"]
 
@@ -52,6 +54,8 @@ class PostgresStore(Store):
         self.url = url
         self.pool_size = pool_size
         self._pool: Pool | None = None
+        #: Commits the lone chunk-group appends of every instance together (``_group``).
+        self.group: GroupCommit | None = None
         self._starting = asyncio.Lock()
         self._node: Node | None = None
         self._leases: PostgresLeases | None = None
@@ -85,6 +89,7 @@ class PostgresStore(Store):
                 await pool.close()
                 raise
             self._pool = pool
+            self.group = group_commit(pool)
             if node is not None:
                 self._leases = PostgresLeases(pool, node)
 
@@ -105,7 +110,7 @@ class PostgresStore(Store):
             rows = await pool.fetch(_OPEN, agent, name, int(time.time() * 1000))
             if rows:
                 return PostgresDatabase(pool, int(rows[0][0]), agent, name, fresh=bool(rows[0][1]),
-                                        needs_lease=self._node is not None)
+                                        needs_lease=self._node is not None, group=self.group)
         raise StorageError(f"the row of {agent}/{name} was made by another server, and then not found")
 
     async def exists(self, agent: str, name: str) -> bool:

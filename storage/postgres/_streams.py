@@ -9,14 +9,14 @@ from typing import Any
 from .._streams import StreamRow
 from ._base import Access
 
-__all__ = ["PostgresStreamReads", "PostgresStreamWrites"]
+__all__ = ["APPEND", "GROUPED", "INSERT", "START", "PostgresStreamReads", "PostgresStreamWrites"]
 
 _COLUMNS = ("id, session_id, operation_id, request_id, message_id, is_continuation, first_seq, status, "
             "chunk_count, created_at, completed_at")
 
 # The hot path of a turn: one statement, one round trip, whatever the batch's size. The segment
 # number and the count come from the stream's row, which the same statement moves on.
-_APPEND = """WITH moved AS (
+APPEND = """WITH moved AS (
   UPDATE streams SET next_segment = next_segment + 1, chunk_count = chunk_count + $3, last_chunk_at = $4
   WHERE instance = $1 AND id = $2
   RETURNING next_segment - 1 AS segment, chunk_count - $3 AS first_chunk
@@ -24,6 +24,27 @@ _APPEND = """WITH moved AS (
 INSERT INTO stream_chunks (instance, stream_id, segment, first_chunk, body, created_at)
 SELECT $1, $2, segment, first_chunk, $5, $4 FROM moved
 """
+
+
+INSERT = ("INSERT INTO streams (instance, id, session_id, operation_id, request_id, message_id, is_continuation, "
+           "first_seq, status, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'streaming', $9)")
+
+# A stream's first chunks, kept right after its insert (a model call's first commit: ``_folds``): the
+# row made with its first segment counted, and the segment, in one statement. (The chunk's foreign key is
+# checked at the statement's end, when the stream's row is there.)
+START = """WITH started AS (
+  INSERT INTO streams (instance, id, session_id, operation_id, request_id, message_id, is_continuation, first_seq,
+                       status, created_at, next_segment, chunk_count, last_chunk_at)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'streaming', $9, 1, $10, $11)
+  RETURNING instance, id
+)
+INSERT INTO stream_chunks (instance, stream_id, segment, first_chunk, body, created_at)
+SELECT instance, id, 0, 0, $12, $11 FROM started
+"""
+
+
+#: The lone writes the store commits with other instances' (``_group``): a turn's chunk groups.
+GROUPED = frozenset({APPEND, START})
 
 
 def _row(r: Any) -> StreamRow:
@@ -58,16 +79,14 @@ class PostgresStreamReads(Access):
 class PostgresStreamWrites(Access):
     async def insert_stream(self, stream_id: str, session_id: str, operation_id: str, request_id: str,
                             message_id: str, is_continuation: bool, first_seq: int, now: int) -> None:
-        self._defer(
-            "INSERT INTO streams (instance, id, session_id, operation_id, request_id, message_id, is_continuation, "
-            "first_seq, status, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'streaming', $9)",
-            stream_id, session_id, operation_id, request_id, message_id, is_continuation, first_seq, now)
+        self._defer(INSERT, stream_id, session_id, operation_id, request_id, message_id, is_continuation, first_seq,
+                    now)
 
     async def append_chunks(self, stream_id: str, bodies: list[str], now: int) -> None:
         """Store a batch of chunk JSON texts as one segment row, in one round trip."""
         if not bodies:
             return
-        self._defer(_APPEND, stream_id, len(bodies), now, "[" + ",".join(bodies) + "]")
+        self._defer(APPEND, stream_id, len(bodies), now, "[" + ",".join(bodies) + "]")
 
     async def finish_stream(self, stream_id: str, status: str, now: int) -> None:
         self._defer(

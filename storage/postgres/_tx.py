@@ -11,7 +11,11 @@ of one statement: a group of chunks appended. So a transaction talks to the data
 - at the end, a transaction that sent nothing and kept one write runs that write alone, which
   PostgreSQL commits by itself (one round trip: atomic as any single statement is); one that
   kept several, or sent anything, sends what it kept and ``COMMIT``. One that did nothing sends
-  nothing.
+  nothing;
+- a lone write of a turn's chunks (``_streams.GROUPED``) commits with those of other instances
+  ready at the same moment, one round trip and one commit for them all (``_group``);
+- a kept write and the statement after it that one statement can do (``_folds``: a stream's
+  insert and its first chunks, say) go as that statement.
 
 What that changes for a caller: a kept write's error (a constraint it breaks) is raised by the
 next statement that is sent, or by the commit, inside the same ``async with``; nothing is
@@ -37,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import asyncpg
@@ -45,11 +49,13 @@ import asyncpg
 from .._leases import Lease
 from .._problems import Problem, StorageError
 from ._base import lost_in_transaction
+from ._folds import Fold
+from ._group import GroupCommit
 from ._leases import is_fence_error, stale
 from ._pool import Pool, is_connection_lost
 from ._schema import SCHEMA
 
-__all__ = ["TxLink", "fenced_write"]
+__all__ = ["TxLink", "fenced_write", "group_commit"]
 
 #: Times a transaction's first message is tried again on a new connection when the one taken turned out
 #: to be gone before it was sent (nothing of the transaction has run: trying again is safe).
@@ -73,6 +79,12 @@ class TxLink:
         self._kept: list[tuple[str, tuple[Any, ...]]] = []
         #: The lease the transactions are fenced by (None: not fenced; a store without leases).
         self.lease: Lease | None = None
+        #: The store's committer of lone writes, and the statements it takes (``_group``): a lone kept
+        #: write of one of them commits with those of other instances ready at the same moment.
+        self.group: GroupCommit | None = None
+        self.grouped: frozenset[str] = frozenset()
+        #: Statements that make one with the write kept before them, by their SQL (``_folds``).
+        self.folds: Mapping[str, Fold] = {}
 
     def check_lease(self) -> None:
         """Refuse a transaction of a lease known lost, before it talks to the database."""
@@ -82,14 +94,28 @@ class TxLink:
     def defer(self, sql: str, args: tuple[Any, ...]) -> None:
         if not self.open:
             raise RuntimeError("a statement of a transaction that has ended")
-        self._kept.append((sql, args))
+        self._kept.append(self._folded(sql, args))
+
+    def _folded(self, sql: str, args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
+        """``sql`` with ``args``, or, if it makes one statement with the last write kept, that one
+        (the kept write then taken back)."""
+        fold = self.folds.get(sql)
+        if fold is None or not self._kept:
+            return sql, args
+        folded = fold(*self._kept[-1], args)
+        if folded is None:
+            return sql, args
+        self._kept.pop()
+        return folded
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        sql, args = self._folded(sql, args)
         conn = await self._sent()
         rows: list[asyncpg.Record] = await _in_transaction(conn.fetch(sql, *args))
         return rows
 
     async def execute(self, sql: str, *args: Any) -> str:
+        sql, args = self._folded(sql, args)
         conn = await self._sent()
         status: str = await _in_transaction(conn.execute(sql, *args))
         return status
@@ -112,8 +138,11 @@ class TxLink:
         if self.conn is None and len(self._kept) <= 1:
             if self._kept:
                 sql, args = self._kept.pop()
+                grouped = self.group is not None and sql in self.grouped
                 if self.lease is not None:
                     sql, args = fenced_write(sql, args, self.lease.epoch)
+                if grouped and self.group is not None and await self._fenced(self.group.commit(sql, args)) is None:
+                    return  # committed in its batch (else the batch was refused: this one goes alone)
                 await self._fenced(_to_its_end(_first(self.pool, lambda conn: conn.execute(sql, *args),
                                                       lost=_not_known)))
             return
@@ -149,6 +178,11 @@ class TxLink:
             self.pool.release(conn)
 
 
+def group_commit(pool: Pool) -> GroupCommit:
+    """A committer of lone writes over ``pool``: each batch sent as a lone write is (``_first``)."""
+    return GroupCommit(lambda send: _first(pool, send, lost=_not_known, urgent=True))
+
+
 def fenced_write(sql: str, args: tuple[Any, ...], epoch: int) -> tuple[str, tuple[Any, ...]]:
     """A write (``$1``: the instance, as in every statement of ours) as one statement that lands only
     under the lease at ``epoch``: ``fence()`` runs in a data-modifying CTE (PostgreSQL runs every one
@@ -178,13 +212,14 @@ def _not_known(exc: BaseException | None = None) -> StorageError:
 
 
 async def _first(pool: Pool, send: Callable[[asyncpg.Connection], Awaitable[Any]],
-                 lost: Callable[[BaseException | None], StorageError], *, harmless: bool = False) -> Any:
+                 lost: Callable[[BaseException | None], StorageError], *, harmless: bool = False,
+                 urgent: bool = False) -> Any:
     """Take a pooled connection and ``send`` the transaction's first message on it: tried again on a new
     one if the one taken was gone before it was sent, or (``harmless``: a BEGIN) whenever it was lost.
     Returns the connection if ``send`` began a transaction on it (the caller releases it then), else
     ``send``'s answer (the connection is back in the pool)."""
     for attempt in range(RETRIES + 1):
-        conn = await pool.acquire()
+        conn = await pool.acquire(urgent=urgent)
         try:
             answer = await send(conn)
         except BaseException as exc:

@@ -77,9 +77,9 @@ async def test_dies_after_a_write_in_the_transaction_that_makes_the_write_asked(
 
 
 def test_every_write_of_a_statement_is_named() -> None:
-    from think_server.storage.postgres._streams import _APPEND
+    from think_server.storage.postgres._streams import APPEND
 
-    assert writes_of(_APPEND) == ["update:streams", "insert:stream_chunks"]
+    assert writes_of(APPEND) == ["update:streams", "insert:stream_chunks"]
     assert writes_of("INSERT INTO sessions (instance, id) VALUES ($1, $2) ON CONFLICT (instance, id) "
                      "DO UPDATE SET updated_at = $3") == ["insert:sessions"]
     assert writes_of("SELECT id FROM operations WHERE instance = $1") == []

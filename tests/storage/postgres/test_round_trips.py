@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from tests.postgres import PostgresServer
-from think_server.storage.postgres import PostgresDatabase
+from think_server.storage.postgres import PostgresDatabase, PostgresStore
 
 from .conftest import terminate_store_connections
 
@@ -94,3 +94,59 @@ async def test_a_lone_write_the_server_refuses_leaves_its_connection_in_the_pool
             async with logged.transaction() as tx:
                 await tx.finish_stream("st", "not-a-status", 3)
     assert await ours() == before, "no connection closed, none made"
+
+
+async def test_a_submission_is_begin_two_statements_and_commit(
+        postgres: PostgresServer, admin: asyncpg.Connection, logged: PostgresDatabase) -> None:
+    since = len(postgres.log)
+    async with logged.transaction() as tx:  # what a submission does (harness/session/_session.py)
+        await tx.ensure_session("s2", 5)
+        assert await tx.insert_operation("op2", "s2", "input", "client", "{}", None, 5)
+        await tx.set_client_tools("s2", '["t"]', 5)
+        await tx.set_last_body("s2", '{"b":1}', 6)
+        await tx.set_last_terminal("s2", None, 7)
+    assert await _sent(postgres, admin, since) == ["BEGIN", "WITH", "UPDATE", "COMMIT"], \
+        "the session's insert goes with the operation's, the three fields in one update"
+    session = await logged.read.session("s2")
+    assert session is not None and (session.client_tools_json, session.last_body_json,
+                                    session.last_terminal_json) == ('["t"]', '{"b":1}', None)
+    updated = await admin.fetchval("SELECT updated_at FROM sessions WHERE id = 's2'")
+    assert updated == 7, "the last update's time"
+    async with logged.transaction() as tx:  # the same operation again: not inserted, as before
+        await tx.ensure_session("s2", 8)
+        assert not await tx.insert_operation("op2", "s2", "input", "client", "{}", None, 8)
+    operation = await logged.read.operation("op2")
+    assert operation is not None and operation.session_id == "s2"
+
+
+async def test_a_streams_insert_and_its_first_chunks_are_one_statement(
+        postgres: PostgresServer, admin: asyncpg.Connection, logged: PostgresDatabase) -> None:
+    since = len(postgres.log)
+    async with logged.transaction() as tx:
+        await tx.insert_stream("st2", "", "op", "req", "msg", False, 4, 10)
+        await tx.append_chunks("st2", ['{"n":1}', '{"n":2}'], 11)
+    assert await _sent(postgres, admin, since) == ["WITH"]
+    async with logged.transaction() as tx:
+        await tx.append_chunks("st2", ['{"n":3}'], 12)
+    stream = await logged.read.stream("st2")
+    assert stream is not None and (stream.status, stream.chunk_count, stream.first_seq, stream.created_at) == (
+        "streaming", 3, 4, 10)
+    assert await logged.read.chunk_bodies("st2") == ['{"n":1}', '{"n":2}', '{"n":3}']
+    with pytest.raises(asyncpg.UniqueViolationError):  # a stream's id taken: refused as before
+        async with logged.transaction() as tx:
+            await tx.insert_stream("st2", "", "op", "req", "msg", False, 0, 13)
+            await tx.append_chunks("st2", ['{"n":4}'], 13)
+    assert await logged.read.chunk_bodies("st2") == ['{"n":1}', '{"n":2}', '{"n":3}']
+
+
+async def test_a_work_index_mark_and_unmark_are_one_statement_each(
+        postgres: PostgresServer, admin: asyncpg.Connection, store: PostgresStore, logged: PostgresDatabase) -> None:
+    index = await store.open_index()
+    try:
+        since = len(postgres.log)
+        await index.mark("agent", "never-opened", 3)
+        await index.unmark("agent", "instance")
+        assert await _sent(postgres, admin, since) == ["WITH", "DELETE"]
+        assert await index.marked() == [("agent", "never-opened")]
+    finally:
+        await index.close()
