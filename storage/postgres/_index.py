@@ -34,10 +34,16 @@ _EITHER = f"coalesce((SELECT id FROM made), {_ID})"
 # Each write: the statement, and whether it adds a row (then it takes ``$4``, the time).
 _MARK = (f"{_MADE}INSERT INTO active_instances (instance, marked_at) SELECT {_EITHER}, $3 "
          "ON CONFLICT (instance) DO NOTHING", True)
-_UNMARK = (f"DELETE FROM active_instances WHERE instance = {_ID}", False)
+# A delete is fenced as the writes of an instance are, by its lease: a node that lost the instance
+# (stopped, then back) must not delete the mark or the wake the node that took over made, or the
+# takeover scan would miss the instance if that node died in turn. ``$3``: this node's id (NULL: a
+# store of no node, which no live lease of another may let delete).
+_NOT_ANOTHERS = ("AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.instance = t.instance AND l.expires_at >= now() "
+                 "AND l.owner IS DISTINCT FROM $3)")
+_UNMARK = (f"DELETE FROM active_instances t WHERE t.instance = {_ID} {_NOT_ANOTHERS}", False)
 _SET_WAKE = (f"{_MADE}INSERT INTO wakes (instance, wake_at) SELECT {_EITHER}, $3 "
              "ON CONFLICT (instance) DO UPDATE SET wake_at = excluded.wake_at", True)
-_CLEAR_WAKE = (f"DELETE FROM wakes WHERE instance = {_ID}", False)
+_CLEAR_WAKE = (f"DELETE FROM wakes t WHERE t.instance = {_ID} {_NOT_ANOTHERS}", False)
 
 _Write = tuple[tuple[str, bool], tuple[Any, ...], "asyncio.Future[None]"]
 
@@ -45,8 +51,10 @@ _Write = tuple[tuple[str, bool], tuple[Any, ...], "asyncio.Future[None]"]
 class PostgresWorkIndex(WorkIndex):
     """The work index of every instance in the database (every server on it sees the same one)."""
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, *, node: str | None = None) -> None:
         self._pool = pool
+        #: The id of the node this server is (the owner its leases name), for the fenced deletes.
+        self._node = node
         self._queued: list[_Write] = []
         self._writer: asyncio.Task[None] | None = None
 
@@ -54,7 +62,7 @@ class PostgresWorkIndex(WorkIndex):
         await self._write(_MARK, (agent, name, now))
 
     async def unmark(self, agent: str, name: str) -> None:
-        await self._write(_UNMARK, (agent, name))
+        await self._write(_UNMARK, (agent, name, self._node))
 
     async def marked(self) -> list[tuple[str, str]]:
         rows = await self._read("SELECT i.agent, i.name FROM active_instances a JOIN instances i ON i.id = a.instance "
@@ -63,7 +71,7 @@ class PostgresWorkIndex(WorkIndex):
 
     async def set_wake(self, agent: str, name: str, wake_at: int | None) -> None:
         if wake_at is None:
-            await self._write(_CLEAR_WAKE, (agent, name))
+            await self._write(_CLEAR_WAKE, (agent, name, self._node))
         else:
             await self._write(_SET_WAKE, (agent, name, wake_at))
 

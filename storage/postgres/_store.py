@@ -125,7 +125,7 @@ class PostgresStore(Store):
         return None
 
     async def open_index(self) -> WorkIndex:
-        return PostgresWorkIndex(await self._ready())
+        return PostgresWorkIndex(await self._ready(), node=self._node.id if self._node is not None else None)
 
     async def set_index_aside(self) -> str:
         return "nowhere (the work index is tables of the database, kept as they are)"

@@ -229,3 +229,28 @@ async def test_the_holder_of_an_instance_is_the_live_node_that_took_it(nodes: tu
     await b.leases.take(await b.open())
     await asyncio.sleep(LEASE_S * 1.5)
     assert await a.leases.holder("agent", "x") is None, "expired unrenewed: nobody serves it"
+
+
+async def test_a_node_that_lost_an_instance_cannot_delete_the_work_index_rows_of_the_new_owner(
+        nodes: tuple[_Node, _Node]) -> None:
+    """A node stopped past its lease comes back and unmarks the instance it was working on: the mark
+    (and the wake) the node that took over made stay, or a later takeover scan would miss it."""
+    a, b = nodes
+    lease = await a.leases.take(await a.open())
+    index_a, index_b = await a.store.open_index(), await b.store.open_index()
+    await index_a.mark("agent", "x", 1)
+    await index_a.set_wake("agent", "x", 5)
+    await asyncio.sleep(LEASE_S * 1.3)  # a stops renewing; b takes over and marks the work as its own
+    await b.leases.take(await b.open())
+    await index_b.mark("agent", "x", 2)
+    await index_b.set_wake("agent", "x", 6)
+    await index_a.unmark("agent", "x")  # a, back, settles what it thought was its own work
+    await index_a.set_wake("agent", "x", None)
+    assert await index_b.marked() == [("agent", "x")], "the new owner's mark stays"
+    assert await index_b.wakes() == [("agent", "x", 6)], "and its wake"
+    await index_b.unmark("agent", "x")  # the owner's own unmark deletes it
+    await index_b.set_wake("agent", "x", None)
+    assert await index_b.marked() == [] and await index_b.wakes() == []
+    assert lease.epoch == 1
+    await index_a.close()
+    await index_b.close()
