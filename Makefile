@@ -104,8 +104,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# Two workers, a test file to each at a time (pytest-xdist): most tests wait on the servers and
+# clients they start, so two share this machine's two cores well (serial: 18 minutes).
+# `make unit WORKERS=0` runs them one after another, in this process.
+WORKERS ?= 2
 unit: $(STAMP) node-deps web browser-deps proxy-deps postgres-deps haproxy-deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(if $(filter-out 0,$(WORKERS)),-n $(WORKERS) --dist loadfile)
 
 # Property-based fuzzing (tests/fuzz) against the real server: 100,000 random cases of client frames,
 # frame sequences and HTTP requests (`make test` runs a fixed few thousand of them). Prints the

@@ -16,6 +16,7 @@ Waits are bounded; nothing asserts how long anything took.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -157,21 +158,41 @@ def _build_page(where: Path) -> Path:
     sources = [where / n for n in ("index.html", "vite.config.js", "package.json", "package-lock.json")]
     sources += sorted(p for p in (where / "src").rglob("*") if p.is_file())
     index = where / "dist" / "index.html"
-    lock_path = Path(tempfile.gettempdir()) / f"think-server-web-{hashlib.sha256(bytes(where)).hexdigest()[:12]}.lock"
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _locked(where):
         if _stale(index, sources):
+            _install(where)
             node = find_node()
-            stamp = where / "node_modules" / ".installed"
-            if _stale(stamp, [where / "package-lock.json"]):
-                _run([str(node.node), str(node.npm_cli), "ci", "--ignore-scripts", "--no-audit", "--no-fund",
-                      "--loglevel=error"], node, "npm ci", where)
-                stamp.touch()
             _run([str(node.node), str(where / "node_modules" / "vite" / "bin" / "vite.js"), "build",
                   "--logLevel", "warn"], node, "vite build", where)
             index.touch()
     assert index.is_file(), f"no {index} after the build"
     return index.parent
+
+
+@contextlib.contextmanager
+def _locked(where: Path) -> Iterator[None]:
+    """One test run at a time installs or builds in ``where``."""
+    lock_path = Path(tempfile.gettempdir()) / f"think-server-web-{hashlib.sha256(bytes(where)).hexdigest()[:12]}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _install(where: Path) -> None:
+    """`npm ci` in ``where`` when its lock file is newer than ``node_modules/.installed``, or its
+    packages are gone (a build can be newer than packages removed since)."""
+    stamp = where / "node_modules" / ".installed"
+    if _stale(stamp, [where / "package-lock.json"]) or not (where / "node_modules" / "vite").is_dir():
+        node = find_node()
+        _run([str(node.node), str(node.npm_cli), "ci", "--ignore-scripts", "--no-audit", "--no-fund",
+              "--loglevel=error"], node, "npm ci", where)
+        stamp.touch()
+
+
+def ensure_packages(where: Path) -> None:
+    """The packages of ``where`` installed from its lock file (for a page built elsewhere on them)."""
+    with _locked(where):
+        _install(where)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import BrowserContext, Page, Route, expect
 
 from .conftest import REPO, ThinkServer, find_node
-from .test_browser import WEB_DIR, WEB_V6_DIR, _run, context, launch, playwright
+from .test_browser import WEB_DIR, WEB_V6_DIR, _run, context, ensure_packages, launch, playwright
 
 PAGE = REPO / "tests" / "e2e" / "usechat-web"
 #: Where each AI SDK major's packages are installed (their own lock files).
@@ -28,6 +28,7 @@ def page_dist(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     """The page, built beside the packages of one AI SDK major (a copy of it with their node_modules
     linked in: Node resolves a module's imports from where the file is)."""
     modules = MODULES[request.param]
+    ensure_packages(modules.parent)
     if not (modules / "vite").is_dir():
         pytest.fail(f"{modules} has no vite: `make web` installs app/web's packages, the browser tests web-v6's")
     where = tmp_path_factory.mktemp(f"usechat-web-{request.param}")

@@ -79,6 +79,7 @@ class Sequences(RuleBasedStateMachine):
         self.client = SyncClient.open(f"{self.live.ws_base}/agents/{AGENT}/{self.name}?_pk={uuid.uuid4()}")
         self.read = 0  # frames of self.client.frames looked at
         self.open: dict[str, int] = {}  # request id -> frames seen when it was (last) sent
+        self.acked: set[int] = set()  # indexes of the resume offers ACKed as they came
 
     # -- the socket, as the hook uses it ---------------------------------------------------
 
@@ -90,8 +91,9 @@ class Sequences(RuleBasedStateMachine):
 
     def sync(self) -> None:
         self.client.barrier()
-        offers = [f["id"] for f in self.client.frames[self.read:] if f.get("type") == "cf_agent_stream_resuming"
-                  and isinstance(f.get("id"), str)]
+        offers = [f["id"] for i, f in enumerate(self.client.frames[self.read:], start=self.read)
+                  if f.get("type") == "cf_agent_stream_resuming" and isinstance(f.get("id"), str)
+                  and i not in self.acked]
         for f in self.client.frames[self.read:]:
             if f.get("type") == RESPONSE and f.get("done") is True:
                 self.open.pop(f["id"], None)
@@ -101,12 +103,20 @@ class Sequences(RuleBasedStateMachine):
         if offers:
             self.sync()
 
+    def _ack_offer(self, frame: dict[str, Any]) -> bool:
+        """ACK a resume offer as it arrives, as the hook does (a socket told `resuming` gets its
+        stream's end after its ACK's replay: the end waited for would otherwise wait for the ACK)."""
+        if frame.get("type") == "cf_agent_stream_resuming" and isinstance(frame.get("id"), str):
+            self.acked.add(len(self.client.frames) - 1)
+            self.client.send({"type": "cf_agent_stream_resume_ack", "id": frame["id"]})
+        return False
+
     def wait_all_ended(self) -> None:
         """Every request sent has its terminal frame."""
         for rid in list(self.open):
             if rid in self.open:
-                self.client.read_until(lambda f, r=rid: f.get("type") == RESPONSE and f.get("id") == r
-                                       and f.get("done") is True)
+                self.client.read_until(lambda f, r=rid: self._ack_offer(f) or (
+                    f.get("type") == RESPONSE and f.get("id") == r and f.get("done") is True))
                 self.sync()
         assert not self.open, self.open
 
