@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,7 +189,7 @@ class OpenAIResponsesModel(_OpenAIBase):
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         parts = _Parts()
-        calls: dict[str, _ResponsesCall] = {}  # by output item id
+        calls: dict[Hashable, _ResponsesCall] = {}  # by output slot (:func:`_slot`)
         made = 0
         async with self._events("/responses", self.payload(request), request) as events:
             async for sse in events:
@@ -202,29 +202,29 @@ class OpenAIResponsesModel(_OpenAIBase):
                 kind = event.get("type") or sse.event
                 out: list[ModelEvent] = []
                 if kind in ("response.output_text.delta", "response.refusal.delta"):
-                    out = parts.delta("t", _str(event.get("delta")), (event.get("item_id"), "text"))
+                    out = parts.delta("t", _str(event.get("delta")), (_slot(event), "text"))
                 elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
                     item_id = _str(event.get("item_id"))
                     index = event.get("summary_index", event.get("content_index"))
-                    out = parts.delta("r", _str(event.get("delta")), (item_id, kind, index),
+                    out = parts.delta("r", _str(event.get("delta")), (_slot(event), kind, index),
                                       {"openai": {"itemId": item_id}})
                 elif kind in ("response.output_text.done", "response.refusal.done"):
-                    out = parts.close((event.get("item_id"), "text"), only_key=True)
+                    out = parts.close((_slot(event), "text"), only_key=True)
                 # A reasoning part stays open past its .done: the item's end brings its encrypted content.
                 elif kind == "response.output_item.added":
-                    out = self._on_item(event.get("item"), parts, calls, done=False)
+                    out = self._on_item(event, parts, calls, done=False)
                 elif kind == "response.function_call_arguments.delta":
-                    call = calls.get(_str(event.get("item_id")))
+                    call = calls.get(_slot(event))
                     delta = _str(event.get("delta"))
                     if call is not None and not call.done and delta:
                         call.arguments.append(delta)
                         out = [ToolInputDelta(call.call_id, delta)]
                 elif kind == "response.function_call_arguments.done":
-                    call = calls.get(_str(event.get("item_id")))
+                    call = calls.get(_slot(event))
                     if call is not None:
                         out = self._complete(call, event.get("arguments"))
                 elif kind == "response.output_item.done":
-                    out = self._on_item(event.get("item"), parts, calls, done=True)
+                    out = self._on_item(event, parts, calls, done=True)
                 elif kind in ("response.completed", "response.incomplete"):
                     response = event.get("response")
                     response = response if isinstance(response, dict) else {}
@@ -254,23 +254,25 @@ class OpenAIResponsesModel(_OpenAIBase):
                     yield item
         raise self._fail("the response ended before the model finished (no response.completed)")
 
-    def _on_item(self, item: Any, parts: _Parts, calls: dict[str, _ResponsesCall], *, done: bool,
-                 ) -> list[ModelEvent]:
+    def _on_item(self, event: dict[str, Any], parts: _Parts, calls: dict[Hashable, _ResponsesCall], *,
+                 done: bool) -> list[ModelEvent]:
+        item = event.get("item")
         if not isinstance(item, dict):
             return []
         item_id = _str(item.get("id"))
+        slot = _slot(event, item_id)
         if item.get("type") == "reasoning":
-            return _reasoning_done(item, item_id, parts) if done else []
+            return _reasoning_done(item, item_id, slot, parts) if done else []
         if item.get("type") != "function_call":
             key = parts.open_key()
-            if done and isinstance(key, tuple) and key[0] == item_id:
+            if done and isinstance(key, tuple) and key[0] == slot:
                 return parts.close()
             return []
         events = parts.close()
-        call = calls.get(item_id)
+        call = calls.get(slot)
         if call is None:
             call_id = _str(item.get("call_id")) or item_id or f"call_{uuid.uuid4().hex[:24]}"
-            call = calls[item_id] = _ResponsesCall(call_id, _str(item.get("name")))
+            call = calls[slot] = _ResponsesCall(call_id, _str(item.get("name")))
             if not call.name:
                 raise self._fail("the model sent a tool call without a tool name")
             events.append(ToolInputStart(call.call_id, call.name))
@@ -299,7 +301,7 @@ class OpenAIResponsesModel(_OpenAIBase):
             return []
         return [ToolCall(call.call_id, call.name, tool_input)]
 
-    def _check_inputs(self, calls: dict[str, _ResponsesCall]) -> None:
+    def _check_inputs(self, calls: dict[Hashable, _ResponsesCall]) -> None:
         for call in calls.values():
             if call.invalid is not None:
                 raise self._fail(f"the model sent invalid JSON as the input of tool {call.name!r}: {call.invalid}")
@@ -313,19 +315,31 @@ class OpenAIResponsesModel(_OpenAIBase):
         return "tool-calls" if made else "stop"
 
 
-def _reasoning_done(item: dict[str, Any], item_id: str, parts: _Parts) -> list[ModelEvent]:
+def _reasoning_done(item: dict[str, Any], item_id: str, slot: Hashable, parts: _Parts) -> list[ModelEvent]:
     """The end of a reasoning item: its part ends with the item's id and encrypted content."""
     meta: dict[str, Any] = {"itemId": item_id}
     encrypted = item.get("encrypted_content")
     if isinstance(encrypted, str) and encrypted:
         meta["reasoningEncryptedContent"] = encrypted
     key = parts.open_key()
-    if isinstance(key, tuple) and key[0] == item_id:
+    if isinstance(key, tuple) and key[0] == slot:
         return parts.close(meta={"openai": meta})
     if "reasoningEncryptedContent" in meta:
         # No summary (or none still open): a part without text keeps the item for the next call.
         return parts.empty_reasoning({"openai": meta})
     return []
+
+
+def _slot(event: dict[str, Any], item_id: str | None = None) -> Hashable:
+    """Where an event's item stands in the output: its ``output_index``, else its item id.
+
+    The index, not the id: some Responses-compatible servers (GitHub Copilot's) give every
+    event of one item a new ``item_id``, which would make each delta a part of its own.
+    """
+    index = event.get("output_index")
+    if isinstance(index, int) and not isinstance(index, bool):
+        return ("output", index)
+    return ("item", item_id if item_id is not None else _str(event.get("item_id")))
 
 
 def _str(value: Any) -> str:

@@ -120,3 +120,18 @@ async def test_an_agent_on_a_reasoning_model_sends_the_reasoning_back_between_to
         {"type": "function_call", "call_id": "call_r1", "name": "getWeather", "arguments": '{"city":"Paris"}'},
         {"type": "function_call_output", "call_id": "call_r1", "output": '{"condition":"sunny"}'},
     ]
+
+
+async def test_a_server_giving_every_event_a_fresh_item_id_still_streams_one_part_per_run(responses: Any) -> None:
+    # GitHub Copilot's Responses endpoint does this; the output index is what holds an item together.
+    async with WireServer(sse("responses-fresh-item-ids")) as server:
+        events, error = await collect(responses(server, "gpt-5-mini"), hi())
+    assert error is None
+    start = {"openai": {"itemId": "Y29waWxvdC1pdGVt002"}}
+    done = {"openai": {"itemId": "Y29waWxvdC1pdGVt005", "reasoningEncryptedContent": "gAAAAABosCopilot-d2VpZ2hpbmc="}}
+    assert events == [
+        ReasoningStart("r-0", start), ReasoningDelta("r-0", "**Weighing"), ReasoningDelta("r-0", " the question**"),
+        ReasoningEnd("r-0", done),
+        *text_events("t-0", "Paris", " is", " the", " capital", "."),
+        Finish("stop", Usage(31, 22)),
+    ]
