@@ -355,6 +355,7 @@ class _StreamReader:
         self._input_tokens: int | None = None
         self._output_tokens: int | None = None
         self._stop_reason: str | None = None
+        self._attempts = 0  # message_starts seen: a proxy may restart the message mid-stream
         self.done = False
 
     def read(self, sse: ServerSentEvent) -> list[ModelEvent]:
@@ -367,7 +368,7 @@ class _StreamReader:
         kind = data.get("type") or sse.event
         if kind == "message_start":
             message = data.get("message")
-            self._usage(message.get("usage") if isinstance(message, dict) else None)
+            return self._message_start(message if isinstance(message, dict) else {})
         elif kind == "content_block_start":
             return self._start(data)
         elif kind == "content_block_delta":
@@ -392,6 +393,43 @@ class _StreamReader:
             raise self._model._fail(text)
         # ``ping`` and event types added after this was written are ignored, as Anthropic advises.
         return []
+
+    def _message_start(self, message: dict[str, Any]) -> list[ModelEvent]:
+        """A message begins; one may already hold its content and stop reason (programmatic tool calling).
+
+        A second one in the same stream restarts the message: the abandoned attempt's open parts
+        end without their signatures (a thinking block goes back to the API only with one, and that
+        attempt's is not the answer's), and what was counted of it is forgotten.
+        """
+        events = self._abandon() if self._attempts else []
+        self._attempts += 1
+        self._usage(message.get("usage"))
+        content = message.get("content")
+        for index, block in enumerate(content if isinstance(content, list) else []):
+            events += self._start({"type": "content_block_start", "index": index, "content_block": block})
+            events += self._stop({"type": "content_block_stop", "index": index})
+        if isinstance(message.get("stop_reason"), str):
+            self._stop_reason = message["stop_reason"]
+        return events
+
+    def _abandon(self) -> list[ModelEvent]:
+        events: list[ModelEvent] = []
+        for part in self._blocks.values():
+            if part.stopped:
+                continue
+            if part.kind == "text":
+                events.append(TextEnd(part.part_id))
+            elif part.kind == "reasoning":
+                events.append(ReasoningEnd(part.part_id))
+            # A tool call never finished is never made: the UI drops a tool part still streaming its input.
+        self._blocks = {}
+        self._input_tokens = self._output_tokens = None
+        self._stop_reason = None
+        return events
+
+    def _part_id(self, kind: str, index: int) -> str:
+        """``text-0``; in a restarted message ``text-0.2`` (the second attempt), so no id is reused."""
+        return f"{kind}-{index}" if self._attempts <= 1 else f"{kind}-{index}.{self._attempts}"
 
     def _usage(self, usage: Any) -> None:
         """Counts are cumulative; the input counts include what was read from or written to the cache."""
@@ -435,11 +473,11 @@ class _StreamReader:
         block = block if isinstance(block, dict) else {}
         kind = block.get("type")
         if kind == "text":
-            part = self._blocks[index] = _Block("text", f"text-{index}")
+            part = self._blocks[index] = _Block("text", self._part_id("text", index))
             text = block.get("text")
             return [TextStart(part.part_id), *([TextDelta(part.part_id, text)] if text else [])]
         if kind in ("thinking", "redacted_thinking"):
-            part = self._blocks[index] = _Block("reasoning", f"reasoning-{index}")
+            part = self._blocks[index] = _Block("reasoning", self._part_id("reasoning", index))
             if kind == "redacted_thinking" and isinstance(block.get("data"), str):
                 part.redacted = block["data"]
             if isinstance(block.get("signature"), str):
@@ -489,6 +527,7 @@ class _StreamReader:
         part = self._blocks.get(index)
         if part is None:
             raise self._model._fail(f"the API ended content block {index}, which it never started")
+        part.stopped = True
         if part.kind == "text":
             return [TextEnd(part.part_id)]
         if part.kind == "reasoning":
@@ -498,7 +537,6 @@ class _StreamReader:
                 return [ReasoningEnd(part.part_id, {"anthropic": {"signature": part.signature}})]
             return [ReasoningEnd(part.part_id)]
         if part.kind == "tool":
-            part.stopped = True
             text = "".join(part.json)
             if not text.strip():
                 return [ToolCall(part.part_id, part.tool_name,
