@@ -2,7 +2,7 @@
 
 Under ``/agents/{agent}/{name}``, with ``?session=ID`` (default: the root session):
 ``POST /submit``, ``GET /operations``, ``GET|DELETE /operations/{id}``,
-``GET|POST /sessions``, ``DELETE /sessions/{id}``, ``POST /messages``, ``GET /events`` (SSE),
+``GET|POST /sessions``, ``GET|PATCH|DELETE /sessions/{id}``, ``POST /messages``, ``GET /events`` (SSE),
 ``GET|POST /schedules``, ``GET|DELETE /schedules/{id}``, ``GET /search?q=``, ``POST /compact``,
 ``GET /memory``, ``PUT /memory/{label}``, ``GET /files?glob=``, ``GET|PUT|DELETE /files/{path}``.
 
@@ -62,7 +62,7 @@ from ._admission import AddressLimits, SocketCap
 from ._moved import moved_response
 from ._offload import off_loop
 
-__all__ = ["MAX_WAIT_S", "Refused", "api_routes", "guarded", "open_stream", "read_body"]
+__all__ = ["MAX_WAIT_S", "Refused", "address_refused", "api_routes", "guarded", "open_stream", "read_body"]
 
 #: The longest ``?wait=`` a request may ask for; a client polls again after it.
 MAX_WAIT_S = 60.0
@@ -153,7 +153,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
 
     async def submit(request: Request) -> Response:
         session = await session_of(request, read=False)
-        body = await body_of(request, "input")
+        body = only(await body_of(request, "input"), "a submission", _SUBMIT_FIELDS)
         if "input" not in body:
             raise Refused(400, "input: required (a string, a message, a list of messages, {\"parts\": [...]} "
                                 "or a tool answer)", "input")
@@ -246,7 +246,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
     async def compact(request: Request) -> Response:
         session = await session_of(request, read=True)
         # It takes no fields, but a JSON body or none, as every JSON route: else a page's form could compact.
-        await body_of(request)
+        only(await body_of(request), "a compaction", frozenset())
         try:
             event = await session.compact()
         except SessionBusy as exc:
@@ -264,14 +264,14 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         if request.method == "GET":
             return JSONResponse({"session": session.id, "blocks": [b.to_json() for b in await session.memory()]})
         label = request.path_params["label"]
-        body = await body_of(request)
+        body = only(await body_of(request), "a memory block's update", frozenset({"content"}))
         content = body.get("content")
         if not isinstance(content, str):
             raise Refused(400, f"content: expected a string, got {type(content).__name__}", "content")
         try:
             state = await session.set_memory(label, content)
         except UnknownBlock as exc:
-            raise Refused(404, str(exc), "content") from None
+            raise Refused(404, str(exc), "label") from None
         except MemoryBlockError as exc:
             raise Refused(422, str(exc), "content") from None
         return JSONResponse(state.to_json())
@@ -313,7 +313,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         handle = harness.sessions(agent, name)
         if request.method == "GET":
             return JSONResponse({"sessions": [s.to_json() for s in await handle.list()]})
-        body = await body_of(request)
+        body = only(await body_of(request), "a new session", frozenset({"id", "fork_from", "at_message"}))
         sid, fork_from, at = optional_str(body, "id"), body.get("fork_from"), optional_str(body, "at_message")
         if fork_from is not None and not isinstance(fork_from, str):
             raise Refused(400, "fork_from: expected a session id (a string)", "fork_from")
@@ -335,8 +335,16 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
     async def session_item(request: Request) -> Response:
         agent, name = await address(request, read=True)
         sid = request.path_params["session_id"]
+        if request.method == "GET":
+            try:
+                found = await harness.sessions(agent, name).get(sid)
+            except SessionError as exc:
+                raise Refused(400, str(exc), "session") from None
+            if found is None:
+                raise Refused(404, f"no session {sid[:200]!r}")
+            return JSONResponse(found.to_json())
         if request.method == "PATCH":
-            body = await body_of(request)
+            body = only(await body_of(request), "a session's update", frozenset({"title"}))
             if "title" not in body:
                 raise Refused(400, "title: required (a string, or null to clear it)", "title")
             try:
@@ -356,7 +364,8 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
 
     async def messages(request: Request) -> Response:
         session = await session_of(request, read=False)
-        body = await body_of(request, "messages")
+        body = only(await body_of(request, "messages"), "a write of messages",
+                    frozenset({"messages", "parent_id", "upsert"}))
         if "messages" not in body:
             raise Refused(400, "messages: required (a list of messages)", "messages")
         upsert = body.get("upsert", False)
@@ -397,11 +406,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         handle = harness.schedules(agent, name)
         if request.method == "GET":
             return JSONResponse({"schedules": [s.to_json() for s in await handle.list()]})
-        body = await body_of(request)
-        unknown = sorted(set(body) - _SCHEDULE_FIELDS)
-        if unknown:
-            raise Refused(400, f"{unknown[0]}: not a field of a schedule (expected: "
-                                f"{', '.join(sorted(_SCHEDULE_FIELDS))})", unknown[0])
+        body = only(await body_of(request), "a schedule", _SCHEDULE_FIELDS)
         if "input" not in body:
             raise Refused(400, "input: required (a string, a message, a list of messages or {\"parts\": [...]})",
                            "input")
@@ -441,7 +446,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         Route(base + "/memory/{label}", endpoint(memory), methods=["PUT"]),
         Route(base + "/operations/{operation_id}", endpoint(operation), methods=["GET", "DELETE"]),
         Route(f"{base}/sessions", endpoint(sessions), methods=["GET", "POST"]),
-        Route(base + "/sessions/{session_id}", endpoint(session_item), methods=["DELETE", "PATCH"]),
+        Route(base + "/sessions/{session_id}", endpoint(session_item), methods=["GET", "DELETE", "PATCH"]),
         Route(f"{base}/messages", endpoint(messages), methods=["POST"]),
         Route(f"{base}/events", endpoint(events), methods=["GET"]),
         Route(f"{base}/schedules", endpoint(schedules), methods=["GET", "POST"]),
@@ -461,7 +466,7 @@ def guarded(harness: Harness, guard: Guard,
             agent, name = request.path_params["agent"], request.path_params["name"]
             problem = check_address(agent, name)
             if problem is not None:
-                return JSONResponse({"error": problem}, status_code=404 if agent not in harness.agents else 400)
+                return address_refused(problem, agent in harness.agents).response()
             try:
                 return await handler(request)
             except Refused as exc:
@@ -482,6 +487,11 @@ def guarded(harness: Harness, guard: Guard,
     return endpoint
 
 
+def address_refused(problem: str, known_agent: bool) -> Refused:
+    """An instance address that names no agent (404), or a name no instance may have (400, ``name``)."""
+    return Refused(400, problem, "name") if known_agent else Refused(404, problem)
+
+
 def open_stream(request: Request, streams: SocketCap, limits: AddressLimits,
                 on_refused: Callable[[str], None]) -> list[Callable[[], None]]:
     """A place for a long-lived stream, held as long as a socket and costing what one costs: among
@@ -498,6 +508,16 @@ def open_stream(request: Request, streams: SocketCap, limits: AddressLimits,
                            "the most it may (THINK_MAX_SOCKETS_PER_ADDRESS); close one or try again later",
                       headers={"Retry-After": "5"})
     return [streams.release, lambda: limits.close_socket(client)]
+
+
+def only(body: dict[str, Any], what: str, fields: frozenset[str]) -> dict[str, Any]:
+    """``body`` if it has no key but ``fields``; else refused, naming the first key it does not take
+    (a misspelt ``inputs`` would otherwise read as a missing ``input``, or be dropped unsaid)."""
+    unknown = sorted(set(body) - fields)
+    if unknown:
+        expected = f"expected: {', '.join(sorted(fields))}" if fields else "it takes none"
+        raise Refused(400, f"{unknown[0][:80]}: not a field of {what} ({expected})", unknown[0][:80])
+    return body
 
 
 def client_of(request: Request) -> str:
@@ -570,6 +590,9 @@ class Followed(StreamingResponse):
         finally:
             self._release()
 
+
+#: What ``POST /submit`` takes.
+_SUBMIT_FIELDS = frozenset({"input", "operation_id", "auto_continue", "when_busy"})
 
 #: What ``POST /schedules`` takes: the input, where it runs, its id, and exactly one of its times.
 _SCHEDULE_FIELDS = frozenset({"input", "session", "id", "delay_s", "at", "cron"})

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlencode
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -38,7 +39,7 @@ from think_server.storage import (
 
 from ._actor import ChatHost
 from ._admission import AddressLimits, OriginPolicy, SocketCap
-from ._api import api_routes
+from ._api import Refused, address_refused, api_routes
 from ._auth import Authenticator, AuthError
 from ._fdlimit import fd_budget
 from ._forward import Forwarder
@@ -137,11 +138,11 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         rest = request.path_params.get("rest", "")
         problem = check_address(agent, name)
         if problem is not None:
-            return PlainTextResponse(problem, status_code=404 if agent not in routed else 400)
+            return address_refused(problem, agent in routed).response()
         if rest.strip("/") != "get-messages":
-            return PlainTextResponse(f"not found: /{rest}", status_code=404)
+            return Refused(404, f"not found: /{rest[:200]} (the routes are in /openapi.json)").response()
         if request.method != "GET":
-            return PlainTextResponse("get-messages takes GET", status_code=405)
+            return Refused(405, f"get-messages takes GET, not {request.method}", headers={"Allow": "GET"}).response()
         try:
             session_id = validate_session_id(request.query_params.get("session", ""))
         except SessionError as exc:
@@ -149,7 +150,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         try:
             page = page_of(request.query_params)
         except ValueError as exc:
-            return JSONResponse({"error": str(exc), "field": exc.args[1]}, status_code=400)
+            message, field = exc.args  # (the message, the parameter): str(exc) would be the pair's repr
+            return Refused(400, message, field).response()
         instance = registry.active(agent, name)
         if instance is None:
             if not await registry.store.exists(agent, name):
@@ -157,7 +159,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             try:
                 instance = await registry.get(agent, name)
             except CapacityError as exc:
-                return PlainTextResponse(str(exc), status_code=503, headers={"Retry-After": "1"})
+                return Refused(503, str(exc), headers={"Retry-After": "1"}).response()
             except LeaseHeld as exc:
                 return moved_response(exc)
             except StorageError as exc:  # the registry logged it
@@ -269,6 +271,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         ],
         middleware=middleware,
         lifespan=lifespan,
+        exception_handlers={HTTPException: _http_exception},
     )
     app.state.harness = harness
     app.state.host = host
@@ -278,6 +281,18 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
     app.state.fd_budget = budget
     app.state.recovery = recovery
     return app
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (a method a route does not take): JSON under an instance, as the
+    API's own are; as Starlette answers them elsewhere."""
+    assert isinstance(exc, HTTPException)
+    if not request.url.path.startswith("/agents/"):
+        return PlainTextResponse(exc.detail, status_code=exc.status_code, headers=exc.headers)
+    error = exc.detail
+    if exc.status_code == 405 and exc.headers and "Allow" in exc.headers:
+        error = f"{request.method} is not a method of {request.url.path[:200]}; it takes {exc.headers['Allow']}"
+    return Refused(exc.status_code, error, headers=dict(exc.headers or {})).response()
 
 
 #: The most messages one page of ``get-messages`` carries.

@@ -128,7 +128,7 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
         f"{base}/sessions": {
             "get": {"summary": "The sessions of the instance", "parameters": params,
                     "responses": {"200": _json({"type": "object", "properties": {
-                        "sessions": {"type": "array", "items": _ref("Session")}}}, "Oldest first"),
+                        "sessions": {"type": "array", "items": _ref("Session")}}}, "Newest first (by when started)"),
                         **_errors(401, 404)}},
             "post": {"summary": "Create a session, or fork one (a copy of its active path)", "parameters": params,
                      "requestBody": {"content": {"application/json": {"schema": {"type": "object", "properties": {
@@ -136,6 +136,9 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
                          "at_message": {"type": "string"}}}}}},
                      "responses": {"201": _json(_ref("Session"), "Created"), **_errors(400, 401, 404, 409)}}},
         base + "/sessions/{session_id}": {
+            "get": {
+                "summary": "One session of the instance", "parameters": [*params, _SESSION_ID],
+                "responses": {"200": _json(_ref("Session"), "The session, as listed"), **_errors(400, 401, 404)}},
             "delete": {
                 "summary": "Delete a session and everything it holds", "parameters": [*params, _SESSION_ID],
                 "responses": {"200": _json({"type": "object"}, "Deleted"), **_errors(400, 401, 404)}},

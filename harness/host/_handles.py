@@ -23,7 +23,15 @@ from .._inputs import InputError, check_input_id, parse_input, resolve_approval
 from .._logcontext import current_agent, current_instance, current_operation, current_session
 from .._outcomes import OperationInfo, OperationResult, Receipt
 from ..agent import WhenBusy
-from ..instances import SessionInfo, create_session, delete_session, fork_session, list_sessions, rename_session
+from ..instances import (
+    SessionInfo,
+    create_session,
+    delete_session,
+    fork_session,
+    list_sessions,
+    rename_session,
+    validate_session_id,
+)
 from ..session import BlockState, Session
 from ._host import InstanceHost
 
@@ -328,6 +336,11 @@ class Sessions:
     async def list(self) -> list[SessionInfo]:
         async with self._harness.hold(self.agent, self.name) as instance:
             return await list_sessions(instance)
+
+    async def get(self, id: str) -> SessionInfo | None:
+        """One session as :meth:`list` shows it; None if there is none (the root session always is)."""
+        validate_session_id(id)
+        return next((s for s in await self.list() if s.id == id), None)
 
     async def create(self, id: str | None = None) -> SessionInfo:
         async with self._harness.hold(self.agent, self.name) as instance:

@@ -87,10 +87,13 @@ def validate_title(title: object) -> str | None:
 
 
 async def list_sessions(instance: Instance) -> list[SessionInfo]:
-    """Every session, oldest first; the root session always (it is there before its first message)."""
+    """Every session, newest first by when it was started; the root session always (it is there
+    before its first message, then as started at 0: last)."""
     found = [_info(r) for r in await instance.db.read.sessions()]
     if not any(s.id == ROOT_SESSION for s in found):
-        found.insert(0, SessionInfo(ROOT_SESSION, 0, 0, 0))
+        found.append(SessionInfo(ROOT_SESSION, 0, 0, 0))
+    # The stores read them oldest first; a list shows the newest on top (ties by id, as the web page).
+    found.sort(key=lambda s: (-s.created_at, s.id))
     return found
 
 
