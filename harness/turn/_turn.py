@@ -277,6 +277,8 @@ class Turn(TurnTools):
             request, model = await self._run_inner(
                 self._hooks.before_turn(step, await self._run_inner(self._request()), self._model,
                                         self.continuation or step > 0))
+            # The memory blocks go after the prompt, the agent's or the one before_turn chose instead.
+            request = dataclasses.replace(request, system=await self._session.system_for_model(request.system))
             # A tool this call was not offered (before_turn narrowed them) is not there for the model.
             self._offered = {t.name for t in request.tools}
             await self._check_lease()  # a model call is an effect no database fence covers
@@ -389,7 +391,8 @@ class Turn(TurnTools):
         await messages.load(context.last_user() if from_end else 0)
         # A summary in place of older messages, if the session was compacted; old outputs cut.
         view = self._session.model_view(messages, context.ids)
-        return ModelRequest(messages=view, system=await self._session.system_for_model(self._system), tools=tools)
+        # The agent's prompt: the memory blocks are added after before_turn (which may replace it).
+        return ModelRequest(messages=view, system=self._system, tools=tools)
 
     async def _model_call(self, request: ModelRequest, model: Model, step: int) -> _StepResult:
         attrs: dict[str, Any] = {"gen_ai.request.model": getattr(model, "model", None) or type(model).__name__,

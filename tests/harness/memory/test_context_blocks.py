@@ -139,3 +139,22 @@ async def test_inspect_shows_the_session_with_its_memory_and_compactions(tmp_pat
         assert [(b.block.label, b.content) for b in state.memory] == [("notes", "likes tea")]
         assert [c.summary for c in state.compactions] == ["S"]
         assert await s.inspect("no-such-operation") is None
+
+
+async def test_a_prompt_before_turn_chooses_keeps_the_memory_blocks_after_it(open_instance: Any) -> None:
+    """before_turn's ``system`` replaces the agent's prompt, not the memory: the blocks still follow it
+    (the README's bank example sets a prompt of its own). The hook is told the agent's prompt."""
+    told: list[str | None] = []
+
+    def narrower(ctx: Any) -> dict[str, Any]:
+        told.append(ctx.system)
+        return {"system": "Only banking."}
+
+    agent = Agent(system="Be brief.", memory=Memory([NOTES, PERSONA]), before_turn=narrower)
+    inst = await open_instance(SCRIPT, agent)
+    s = await inst.session()
+    system = (await _ask(s, "u1", "show system")).text
+    assert system.startswith("Only banking.\n\n# Memory"), system
+    assert "## persona (Who you are)" in system and "A harbour guide." in system
+    assert "Be brief." not in system
+    assert told == ["Be brief."], "the hook is told the agent's prompt, without the blocks"
