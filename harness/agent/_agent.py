@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
 from typing import Any, TypeAlias
 
 from .._model import Model
@@ -73,6 +76,8 @@ class Agent:
             hook = getattr(self, name)
             if hook is not None and not callable(hook):
                 raise TypeError(f"Agent({name}=...) must be a function of one context; got {type(hook).__name__}")
+        if isinstance(self.model, str):
+            object.__setattr__(self, "model", _beside_caller(self.model))
 
     @property
     def dynamic_model(self) -> bool:
@@ -119,3 +124,21 @@ def _tool_map(tools: Tools) -> dict[str, Tool]:
     if isinstance(tools, Mapping):
         return dict(tools)
     return {t.name: t for t in tools}
+
+
+def _beside_caller(spec: str) -> str:
+    """A ``scripted:`` spec with a relative path, read as relative to the file that defines the agent
+    (where its author keeps the script), when the script is there; else as given (relative to the
+    current directory, as ``--model`` is; a missing file is refused at start, naming it)."""
+    provider, sep, path = spec.partition(":")
+    if provider != "scripted" or not sep or not path or Path(path).is_absolute():
+        return spec
+    frame: FrameType | None = sys._getframe(1)
+    here = Path(__file__).resolve().parent.parent  # the harness: its frames are not the author's
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith("<") and not Path(name).resolve().is_relative_to(here):
+            candidate = Path(name).resolve().parent / path
+            return f"scripted:{candidate}" if candidate.is_file() else spec
+        frame = frame.f_back
+    return spec
