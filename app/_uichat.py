@@ -61,7 +61,7 @@ from ._api import Followed, Guard, Refused, client_of, guarded, open_stream, rea
 from ._offload import off_loop
 from ._sse import KEEPALIVE_S
 from ._thinkchat import ThinkChat
-from ._wirestream import Snapshot, continued_base, stream_snapshot
+from ._wirestream import APPROVED_STATES, Snapshot, continued_base, stream_snapshot, waiting_parts
 
 __all__ = ["UI_STREAM_HEADERS", "chat_routes", "parse_position"]
 
@@ -219,26 +219,17 @@ def answers_in(body: dict[str, Any], waiting: dict[str, str]) -> list[Answer]:
     """The answers a request's copy of the transcript gives to the ``waiting`` calls (call id -> the
     id of its message): an approval decided, a client tool's output. Only the calls the model made
     and still waits on are read; anything else the copy holds is the server's already."""
-    holders = set(waiting.values())
     out: list[Answer] = []
-    messages = body.get("messages")
-    for message in messages if isinstance(messages, list) else []:
-        if not isinstance(message, dict) or message.get("id") not in holders:
-            continue
-        parts = message.get("parts")
-        for part in parts if isinstance(parts, list) else []:
-            call_id = part.get("toolCallId") if isinstance(part, dict) else None
-            if not isinstance(call_id, str) or waiting.get(call_id) != message["id"]:
-                continue
-            state, approval = part.get("state"), part.get("approval")
-            if state in ("approval-responded", "output-denied") and isinstance(approval, dict):
-                out.append(Answer("approval", call_id, approved=approval.get("approved") is True))
-            elif state == "output-available":
-                out.append(Answer("tool-result", call_id, output=part.get("output")))
-            elif state == "output-error":
-                error = part.get("errorText")
-                out.append(Answer("tool-result", call_id, error_text=error if isinstance(error, str) else None,
-                                  is_error=True))
+    for call_id, part in waiting_parts(body.get("messages"), waiting):
+        state, approval = part.get("state"), part.get("approval")
+        if state in APPROVED_STATES and isinstance(approval, dict):
+            out.append(Answer("approval", call_id, approved=approval.get("approved") is True))
+        elif state == "output-available":
+            out.append(Answer("tool-result", call_id, output=part.get("output")))
+        elif state == "output-error":
+            error = part.get("errorText")
+            out.append(Answer("tool-result", call_id, error_text=error if isinstance(error, str) else None,
+                              is_error=True))
     return out
 
 

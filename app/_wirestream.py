@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from think_server.harness import OperationSettled, Session, describe_reason
 from think_server.protocol import (
@@ -26,6 +27,8 @@ from think_server.storage import OperationRow
 from ._connection import Replay
 
 __all__ = [
+    "APPROVED_STATES",
+    "RESULT_STATES",
     "Recent",
     "Snapshot",
     "Stream",
@@ -35,11 +38,12 @@ __all__ = [
     "retrieved",
     "settled_of",
     "stream_snapshot",
+    "waiting_parts",
 ]
 
 #: What a client's copy of a call shows once the user answered it: an approval, or a client tool's result.
-_APPROVALS = ("approval-responded", "output-denied")
-_RESULTS = ("output-available", "output-error")
+APPROVED_STATES = ("approval-responded", "output-denied")
+RESULT_STATES = ("output-available", "output-error")
 
 
 def error_frame(message: str) -> str:
@@ -50,29 +54,33 @@ def error_frame(message: str) -> str:
     return text
 
 
-def answers_claimed(body: str, waiting: Mapping[str, str]) -> dict[str, str]:
-    """Of the ``waiting`` calls (call id -> the id of its message), those a chat request body's
-    copy of their message shows answered: call id -> ``"approval"`` or ``"tool-result"``.
-
-    The body was parsed and checked already, but a message the server holds is taken by its id
-    alone: what the rest of it holds is whatever the client sent.
-    """
-    messages = json.loads(body).get("messages")
+def waiting_parts(messages: object, waiting: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(call id, part)`` of every part of a client's copy of the transcript that shows one of the
+    ``waiting`` calls (call id -> the id of its message), in that call's own message. Only those are
+    read: a message the server holds is taken by its id alone, and the rest of a copy is whatever
+    the client sent."""
     holders = set(waiting.values())
-    out: dict[str, str] = {}
     for message in messages if isinstance(messages, list) else []:
         if not isinstance(message, dict) or message.get("id") not in holders:
             continue
         parts = message.get("parts")
         for part in parts if isinstance(parts, list) else []:
             call_id = part.get("toolCallId") if isinstance(part, dict) else None
-            if not isinstance(call_id, str) or waiting.get(call_id) != message["id"]:
-                continue
-            state = part.get("state")
-            if state in _APPROVALS:
-                out[call_id] = "approval"
-            elif state in _RESULTS:
-                out[call_id] = "tool-result"
+            if isinstance(call_id, str) and waiting.get(call_id) == message["id"]:
+                yield call_id, part
+
+
+def answers_claimed(body: str, waiting: Mapping[str, str]) -> dict[str, str]:
+    """Of the ``waiting`` calls (call id -> the id of its message), those a chat request body's
+    copy of their message shows answered: call id -> ``"approval"`` or ``"tool-result"``.
+    (The body was parsed and checked already.)"""
+    out: dict[str, str] = {}
+    for call_id, part in waiting_parts(json.loads(body).get("messages"), waiting):
+        state = part.get("state")
+        if state in APPROVED_STATES:
+            out[call_id] = "approval"
+        elif state in RESULT_STATES:
+            out[call_id] = "tool-result"
     return out
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from .._leases import Lease, LeaseHeld, LeaseLost, Leases, Node
+from .._leases import Lease, LeaseHeld, LeaseLost, Node
 from .._problems import StorageError
 from .._store import Database
 from ._pool import Pool
@@ -70,8 +70,12 @@ def is_fence_error(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.PostgresError) and getattr(exc, "sqlstate", None) == FENCE_STATE
 
 
-class PostgresLeases(Leases):
-    """The leases of ``node`` over ``pool`` (see the module)."""
+class PostgresLeases:
+    """The leases of ``node`` over ``pool`` (see the module).
+
+    Structurally a :class:`Leases`, not a subclass: a method missing here would inherit the
+    protocol's empty body, a silent None; mypy checks it where it is returned as one.
+    """
 
     def __init__(self, pool: Pool, node: Node) -> None:
         self._pool = pool

@@ -163,8 +163,12 @@ class PostgresStore(Store):
         return f"PostgresStore({safe_url(self.url)!r}, pool_size={self.pool_size})"
 
 
-class _LazyLeases(Leases):
-    """The store's leases, usable once it started (its pool exists only then)."""
+class _LazyLeases:
+    """The store's leases, usable once it started (its pool exists only then).
+
+    Structurally a :class:`Leases`, not a subclass: a method missing here would inherit the
+    protocol's empty body, a silent None; mypy checks it where it is returned as one.
+    """
 
     def __init__(self, store: PostgresStore, node: Node) -> None:
         self._store = store
