@@ -10,13 +10,13 @@ together, in order, in one transaction.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from itertools import groupby
 from typing import Any
 
 import asyncpg
 
+from .._batched import BatchedWrites
 from .._problems import Problem, StorageError, problem_of
 from .._store import WorkIndex
 from ._pool import Pool
@@ -45,7 +45,7 @@ _SET_WAKE = (f"{_MADE}INSERT INTO wakes (instance, wake_at) SELECT {_EITHER}, $3
              "ON CONFLICT (instance) DO UPDATE SET wake_at = excluded.wake_at", True)
 _CLEAR_WAKE = (f"DELETE FROM wakes t WHERE t.instance = {_ID} {_NOT_ANOTHERS}", False)
 
-_Write = tuple[tuple[str, bool], tuple[Any, ...], "asyncio.Future[None]"]
+_Write = tuple[tuple[str, bool], tuple[Any, ...]]
 
 
 class PostgresWorkIndex(WorkIndex):
@@ -55,8 +55,7 @@ class PostgresWorkIndex(WorkIndex):
         self._pool = pool
         #: The id of the node this server is (the owner its leases name), for the fenced deletes.
         self._node = node
-        self._queued: list[_Write] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._writes: BatchedWrites[_Write] = BatchedWrites(self._commit)
 
     async def mark(self, agent: str, name: str, now: int) -> None:
         await self._write(_MARK, (agent, name, now))
@@ -81,8 +80,7 @@ class PostgresWorkIndex(WorkIndex):
         return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
 
     async def close(self) -> None:
-        while self._writer is not None and not self._writer.done():
-            await asyncio.wait([self._writer])
+        await self._writes.drain()
 
     async def _read(self, sql: str) -> list[asyncpg.Record]:
         try:
@@ -92,36 +90,14 @@ class PostgresWorkIndex(WorkIndex):
 
     async def _write(self, statement: tuple[str, bool], params: tuple[Any, ...]) -> None:
         """One statement, committed with whatever else was asked for meanwhile, in order."""
-        done = asyncio.get_running_loop().create_future()
-        self._queued.append((statement, params, done))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write_queued())
-        await done
-
-    async def _write_queued(self) -> None:
-        while self._queued:
-            batch, self._queued = self._queued, []
-            try:
-                await self._commit(batch)
-            except Exception as exc:
-                for _, _, done in batch:
-                    if not done.done():
-                        done.set_exception(exc)
-            except BaseException:
-                for _, _, done in batch + self._queued:
-                    done.cancel()
-                raise
-            else:
-                for _, _, done in batch:
-                    if not done.done():
-                        done.set_result(None)
+        await self._writes.write((statement, params))
 
     async def _commit(self, batch: list[_Write]) -> None:
         """The batch in order: one statement, or one pipelined run of one (``executemany``, atomic), needs
         no transaction of its own; several kinds go in one. Tried once more if an instance's row was
         made meanwhile by another server (see ``_MARK``): every write here can be run twice."""
         now = int(time.time() * 1000)
-        runs = [(sql, [(*params, now) if adds else params for _, params, _ in same])
+        runs = [(sql, [(*params, now) if adds else params for _, params in same])
                 for (sql, adds), same in groupby(batch, key=lambda write: write[0])]
         for attempt in range(2):
             try:

@@ -29,6 +29,7 @@ from typing import Any
 
 import aiosqlite
 
+from .._batched import BatchedWrites
 from .._problems import Problem, StorageError, problem_of
 from .._store import WorkIndex
 from ._writefaults import connect
@@ -44,8 +45,7 @@ class SqliteWorkIndex(WorkIndex):
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self._conn = conn
         self._lock = asyncio.Lock()
-        self._queued: list[tuple[str, tuple[Any, ...], asyncio.Future[None]]] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._writes: BatchedWrites[tuple[str, tuple[Any, ...]]] = BatchedWrites(self._commit)
 
     @classmethod
     async def open(cls, data_dir: Path) -> SqliteWorkIndex:
@@ -127,51 +127,31 @@ class SqliteWorkIndex(WorkIndex):
             raise StorageError(f"cannot read the work index: {exc}", problem_of(exc) or Problem.DAMAGED) from exc
 
     async def close(self) -> None:
-        while self._writer is not None and not self._writer.done():
-            await asyncio.wait([self._writer])
+        await self._writes.drain()
         async with self._lock:
             await self._conn.close()
 
     async def _write(self, sql: str, params: tuple[Any, ...]) -> None:
         """One statement, committed with whatever else was asked for meanwhile, in order."""
-        done = asyncio.get_running_loop().create_future()
-        self._queued.append((sql, params, done))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write_queued())
-        await done
+        await self._writes.write((sql, params))
 
-    async def _write_queued(self) -> None:
-        while self._queued:
-            batch, self._queued = self._queued, []
-            try:
-                async with self._lock:
-                    await self._commit(batch)
-            except Exception as exc:
-                for _, _, done in batch:
-                    if not done.done():
-                        done.set_exception(exc)
-            except BaseException:
-                for _, _, done in batch + self._queued:
-                    done.cancel()
-                raise
-            else:
-                for _, _, done in batch:
-                    if not done.done():
-                        done.set_result(None)
+    async def _commit(self, batch: list[tuple[str, tuple[Any, ...]]]) -> None:
+        async with self._lock:
+            await self._commit_locked(batch)
 
-    async def _commit(self, batch: list[tuple[str, tuple[Any, ...], asyncio.Future[None]]]) -> None:
+    async def _commit_locked(self, batch: list[tuple[str, tuple[Any, ...]]]) -> None:
         # execute_fetchall: the sqlite3 cursor is made and dropped in one call on the connection's
         # lane. A cursor object left to the collector is freed (and its statement reset) on
         # whatever thread drops it, while the lane may be running the next statement: SQLite
         # then says "bad parameter or other API misuse" (seen once in a benchmark).
         if len(batch) == 1:
-            sql, params, _ = batch[0]
+            sql, params = batch[0]
             await self._conn.execute_fetchall(sql, params)  # autocommit: one trip to the thread
             return
         await self._conn.execute_fetchall("BEGIN IMMEDIATE")
         try:
             for sql, same in groupby(batch, key=lambda write: write[0]):
-                async with self._conn.executemany(sql, [params for _, params, _ in same]):
+                async with self._conn.executemany(sql, [params for _, params in same]):
                     pass  # closed on the lane
             await self._conn.execute_fetchall("COMMIT")
         except BaseException:
