@@ -158,7 +158,7 @@ def run_commands(block: str, base: str) -> list[str]:
 async def test_the_curl_session_runs(tmp_path: Path) -> None:
     # `curl -sN …/events` follows the stream until Ctrl-C: here, for three seconds.
     block = sh_block("Idempotency-Key: evt-1").replace("curl -sN", "curl -sN --max-time 3")
-    submitted, waited, transcript, fork, trip, named, events, spec = await served(tmp_path, block)
+    submitted, waited, transcript, fork, trip, named, one, listed, events, spec = await served(tmp_path, block)
     receipt = json.loads(submitted)
     assert (receipt["operation_id"], receipt["accepted"]) == ("evt-1", True)
     info = json.loads(waited)
@@ -166,6 +166,8 @@ async def test_the_curl_session_runs(tmp_path: Path) -> None:
     assert [m["role"] for m in json.loads(transcript)] == ["user", "assistant"]
     assert json.loads(fork)["message_count"] == 2
     assert json.loads(trip)["id"] == "trip" and json.loads(named)["title"] == "Trip"
+    assert (json.loads(one)["id"], json.loads(one)["title"]) == ("trip", "Trip")
+    assert json.loads(listed)["sessions"][0]["id"] == "trip", "the newest first"
     assert "event: sync" in events or '"type":"sync"' in events, events[:300]
     assert json.loads(spec)["openapi"].startswith("3.1")
 
