@@ -390,3 +390,12 @@ async def test_the_postgresql_example_runs(postgres: PostgresServer, postgres_ur
     (port,) = config["services"][service]["ports"]
     assert f"http://127.0.0.1:{port['published']}" in compose
     assert "THINK_DATABASE_URL" in config["services"][service]["environment"]
+
+
+def test_the_scripted_model_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    run_example(tmp_path, monkeypatch, "refund order A-7")
+    assert capsys.readouterr().out.splitlines() == [
+        "I am the shop's assistant. I can use: refund.",
+        "awaiting_approval", "Refunded 42 EUR for order A-7.",
+        "awaiting_approval", "Understood, no refund for refund order A-7."]

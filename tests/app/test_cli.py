@@ -81,3 +81,10 @@ async def test_one_ready_line_and_no_socket_traffic_under_uvicorn_error(tmp_path
     ready = [line for line in lines if "think-server ready:" in line]
     assert len(ready) == 1 and f"http://127.0.0.1:{server.port}/" in ready[0] and "agents: my-agent" in ready[0]
     assert not [line for line in lines if "uvicorn.error" in line], lines
+
+
+def test_a_model_script_that_does_not_exist_stops_the_server_naming_the_file(tmp_path: Path) -> None:
+    out = _cli("serve", "--data-dir", str(tmp_path / "data"), "--port", str(free_port()),
+               "--model", "scripted:no/such/script.json")
+    assert out.returncode != 0
+    assert "no/such/script.json" in out.stderr and "Traceback" not in out.stderr, out.stderr

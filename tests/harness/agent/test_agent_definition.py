@@ -44,3 +44,11 @@ async def test_the_script_beside_the_agent_is_the_one_that_answers(tmp_path: Pat
     async with Harness({"assistant": agent}, data_dir=tmp_path / "data") as h:
         result = await (await h.session("assistant", "x")).prompt("hello")
     assert result.text == "Hi from beside the agent."
+
+
+def test_a_script_file_that_does_not_exist_stops_the_harness_before_it_starts_naming_it(tmp_path: Path) -> None:
+    from think_server import Agent, Harness, ModelSpecError
+
+    with pytest.raises(ModelSpecError, match=r"cannot read script file nowhere\.json"):
+        Harness({"assistant": Agent(model="scripted:nowhere.json")}, data_dir=tmp_path / "data")
+    assert not (tmp_path / "data").exists(), "nothing was written"
