@@ -9,12 +9,14 @@ from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlencode
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers, QueryParams
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
+from starlette.types import Scope
 from starlette.websockets import WebSocket
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
@@ -42,7 +44,7 @@ from ._admission import AddressLimits, OriginPolicy, SocketCap
 from ._api import Refused, address_refused, api_routes
 from ._auth import Authenticator, AuthError
 from ._fdlimit import fd_budget
-from ._forward import Forwarder
+from ._forward import Forwarder, instance_of
 from ._guard import Guard, HostPolicy, TrustedProxies
 from ._metrics import CONTENT_TYPE_LATEST, Metrics
 from ._moved import moved_response
@@ -125,6 +127,19 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             return JSONResponse({"error": f"unauthorized: {exc}"}, status_code=401,
                                 headers={"WWW-Authenticate": "Bearer"})
         return None
+
+    def admitted(scope: Scope) -> bool:
+        """Whether a request for an instance may be looked up (and relayed): a known agent and, with
+        auth on, a valid token. Any other is answered by the routes on this node, at no query."""
+        address = instance_of(scope)
+        if address is None or address[0] not in routed:
+            return False
+        websocket = scope["type"] == "websocket"
+        try:
+            auth.check(Headers(scope=scope), QueryParams(scope.get("query_string", b"")), websocket=websocket)
+        except AuthError:
+            return False
+        return True
 
     async def chat_socket(ws: WebSocket) -> None:
         agent, name = ws.path_params["agent"], ws.path_params["name"]
@@ -243,7 +258,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         # A cluster: a request for an instance another node serves is relayed to it (app/_forward.py).
         # An owner that answers nothing for longer than a lease has lost it by then: give up on it.
         middleware.append(Middleware(Forwarder, locate=harness.serving_node, node_id=harness.node.id,
-                                     head_timeout_s=harness.node.lease_s + 5))
+                                     head_timeout_s=harness.node.lease_s + 5, admits=admitted))
     if settings.cors_origins:
         middleware.append(Middleware(
             CORSMiddleware,

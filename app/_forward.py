@@ -71,9 +71,12 @@ class Forwarder:
     """ASGI middleware relaying requests for instances owned by another node to that node."""
 
     def __init__(self, app: ASGIApp, *, locate: Locate, node_id: str, connect_timeout_s: float = 5.0,
-                 head_timeout_s: float = 15.0) -> None:
+                 head_timeout_s: float = 15.0, admits: Callable[[Scope], bool] | None = None) -> None:
         self.app = app
         self.locate = locate
+        #: Whether a request may cost a lookup at all (a known agent, a valid token): one that may not
+        #: is answered here, by the routes, so an unauthenticated flood never reaches the database.
+        self.admits = admits
         self.node_id = node_id
         self.connect_timeout_s = connect_timeout_s
         #: How long the owner may take to begin its answer (plus a long poll's own ``?wait=``): an owner
@@ -91,7 +94,8 @@ class Forwarder:
             return
         owner = None
         address = instance_of(scope) if scope["type"] in ("http", "websocket") else None
-        if address is not None and not any(key == FORWARDED_BY for key, _ in scope["headers"]):
+        if (address is not None and not any(key == FORWARDED_BY for key, _ in scope["headers"])
+                and (self.admits is None or self.admits(scope))):
             owner = await self.locate(*address)
         if owner is None or address is None:
             await self.app(scope, receive, send)

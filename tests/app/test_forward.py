@@ -238,3 +238,42 @@ async def test_a_client_of_a_dead_owner_is_held_until_its_lease_runs_out_then_se
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 15)
+
+
+async def test_in_a_cluster_a_request_with_no_valid_token_or_an_unknown_agent_costs_no_lookup(
+        tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.conformance_app import agents
+    from think_server.harness import Harness
+
+    looked_up: list[tuple[str, str]] = []
+    real = Harness.serving_node
+
+    async def counted(self: Harness, agent: str, name: str) -> str | None:
+        looked_up.append((agent, name))
+        return await real(self, agent, name)
+
+    monkeypatch.setattr(Harness, "serving_node", counted)
+    app = create_app(agents, Settings(data_dir=tmp_path / "node", database_url=postgres_url, auth_token="secret",
+                                      node_id="solo", lease_s=2.0))
+    base, server, task = await _serve_app(app)
+    try:
+        async with httpx.AsyncClient(base_url=base) as http:
+            assert (await http.get("/agents/my-agent/ann/get-messages")).status_code == 401
+            bad = await http.get("/agents/my-agent/ann/get-messages", headers={"Authorization": "Bearer nope"})
+            assert bad.status_code == 401
+            async with connect(f"ws{base[4:]}/agents/my-agent/ann") as refused:
+                with pytest.raises(ConnectionClosed):
+                    while True:
+                        await refused.recv()
+                assert refused.close_code == 4001, refused.close_code
+            unknown = await http.get("/agents/nobody/ann/get-messages", headers={"Authorization": "Bearer secret"})
+            assert unknown.status_code == 404
+            assert looked_up == [], "refused requests never reached the database"
+            ok = await http.get("/agents/my-agent/ann/get-messages", headers={"Authorization": "Bearer secret"})
+            assert ok.status_code == 200 and ok.json() == []
+            async with connect(f"ws{base[4:]}/agents/my-agent/ann?token=secret") as ws:
+                await ws.send(json.dumps({"type": "cf_agent_stream_resume_request"}))
+        assert looked_up == [("my-agent", "ann"), ("my-agent", "ann")]
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 15)
