@@ -17,12 +17,15 @@ view of each node (:meth:`HAProxy.states`, :meth:`HAProxy.wait_state`, through i
 
 A missing HAProxy fails the tests that ask for it (naming ``make haproxy-deps``), never skips them.
 Outside pytest, :func:`start_cluster` makes the same cluster (the chaos run's ``--cluster``).
+Below them, the queries the cluster tests check the nodes' work with (:func:`lease_of`,
+:func:`operations_of`, :func:`answers_of`, :func:`everything_of`), on the ``admin`` connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -32,11 +35,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
 from tests.conftest import free_port
+from tests.lease_app import AGENT
 from tests.serverproc import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -299,3 +305,51 @@ async def make_cluster(postgres_url: str, tmp_path: Path) -> AsyncIterator[MakeC
 async def cluster(make_cluster: MakeCluster) -> Cluster:
     """Three nodes of the demo agent behind HAProxy, on the test's own database."""
     return await make_cluster()
+
+
+# -- what the nodes wrote, read from the tables (the lease app's agent unless told) ---------------
+
+async def until(check: Callable[[], Awaitable[Any]], what: str, bound_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        found = await check()
+        if found:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not within {bound_s} s: {what}")
+
+
+async def lease_of(db: asyncpg.Connection, name: str, agent: str = AGENT) -> tuple[str, int] | None:
+    row = await db.fetchrow("SELECT l.owner, l.epoch FROM leases l JOIN instances i ON i.id = l.instance "
+                            "WHERE i.agent = $1 AND i.name = $2", agent, name)
+    return None if row is None else (str(row[0]), int(row[1]))
+
+
+async def operations_of(db: asyncpg.Connection, name: str, agent: str = AGENT) -> list[tuple[str, str]]:
+    rows = await db.fetch("SELECT o.id, o.status FROM operations o JOIN instances i ON i.id = o.instance "
+                          "WHERE i.agent = $1 AND i.name = $2 ORDER BY o.seq", agent, name)
+    return [(str(r[0]), str(r[1])) for r in rows]
+
+
+async def answers_of(db: asyncpg.Connection, name: str, agent: str = AGENT) -> list[str]:
+    """The text of every assistant message of the instance."""
+    rows = await db.fetch("SELECT m.content FROM messages m JOIN instances i ON i.id = m.instance "
+                          "WHERE i.agent = $1 AND i.name = $2 AND m.role = 'assistant' ORDER BY m.seq", agent, name)
+    return ["".join(p.get("text", "") for p in json.loads(r[0])["parts"] if p.get("type") == "text") for r in rows]
+
+
+async def everything_of(db: asyncpg.Connection, name: str, agent: str = AGENT) -> dict[str, list[str]]:
+    """Every row of the instance in every table keyed by it (the lease's expiry aside: it is renewed)."""
+    instance = await db.fetchval("SELECT id FROM instances WHERE agent = $1 AND name = $2", agent, name)
+    tables = [str(r[0]) for r in await db.fetch(
+        "SELECT table_name FROM information_schema.columns WHERE table_schema = 'think' AND column_name = 'instance'")]
+    out = {}
+    for table in sorted(tables):
+        rows = await db.fetch(f"SELECT * FROM {table} WHERE instance = $1", instance)
+        out[table] = sorted(repr({k: v for k, v in dict(r).items() if k != "expires_at"}) for r in rows)
+    return out
+
+
+async def chunks_of_instance(db: asyncpg.Connection, name: str, agent: str = AGENT) -> int:
+    return int(await db.fetchval("SELECT coalesce(sum(s.chunk_count), 0) FROM streams s JOIN instances i "
+                                 "ON i.id = s.instance WHERE i.agent = $1 AND i.name = $2", agent, name))

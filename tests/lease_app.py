@@ -7,6 +7,9 @@ from think_server.harness import Agent, RecoveryPolicy, ScriptedModel
 
 #: Words of the slow answer, and the pause between two of them (about 7 s in all).
 SLOW_WORDS = 120
+#: The one agent, and the text its slow answer streams.
+AGENT = "node-agent"
+WORDS = "".join(f"w{i} " for i in range(SLOW_WORDS))
 SLOW_INTERVAL_MS = 60
 
 SCRIPT = {
@@ -18,5 +21,5 @@ SCRIPT = {
 }
 
 agents = {
-    "node-agent": Agent(model=ScriptedModel(SCRIPT), recovery=RecoveryPolicy(backoff_ms=50, crash_limit=3)),
+    AGENT: Agent(model=ScriptedModel(SCRIPT), recovery=RecoveryPolicy(backoff_ms=50, crash_limit=3)),
 }

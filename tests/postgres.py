@@ -1,12 +1,14 @@
 """A throwaway PostgreSQL server for tests: Debian's binaries (``make postgres-deps``), a fresh
 cluster in a temporary dir, on a free loopback port, gone at the end.
 
-As a pytest plugin (``tests/conftest.py`` loads it) it gives three fixtures:
+As a pytest plugin (``tests/conftest.py`` loads it) it gives four fixtures:
 
 - ``postgres``: the session's :class:`PostgresServer`, started on first use (about half a second);
 - ``postgres_server``: its URL (the ``postgres`` database; for tools that make their own);
 - ``postgres_url``: a database of the test's own (``test_<n>``, dropped after it), so no test sees
-  another's rows. A URL is all a subprocess server needs (``THINK_DATABASE_URL``).
+  another's rows. A URL is all a subprocess server needs (``THINK_DATABASE_URL``);
+- ``admin``: a connection to that database with the server's schema on its search path, to read
+  (or break) what the servers wrote.
 
 Missing binaries fail the tests that ask for it (naming ``make postgres-deps``), never skip them.
 ``python -m tests.postgres`` runs one in the foreground and prints its URL, for a manual run.
@@ -36,11 +38,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import asyncpg
 import pytest
 
 BIN_ROOT = Path("/usr/lib/postgresql")
@@ -283,6 +286,17 @@ def postgres_url(postgres: PostgresServer) -> Iterator[str]:
     """A database of this test's own on the session's server, dropped after the test."""
     with postgres.database() as url:
         yield url
+
+
+@pytest.fixture
+async def admin(postgres_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection to this test's database, the server's schema on its search path, outside any
+    store's pool: to read what the servers wrote (or to break it)."""
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": "think, public"})
+    try:
+        yield conn
+    finally:
+        await conn.close()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

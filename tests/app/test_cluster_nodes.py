@@ -12,9 +12,8 @@ import json
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
@@ -22,15 +21,14 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from tests.cluster import answers_of, chunks_of_instance, everything_of, lease_of, operations_of, until
 from tests.conftest import Client, chat_request
-from tests.lease_app import SLOW_WORDS
+from tests.lease_app import AGENT, WORDS
 from tests.serverproc import ServerProcess
 
-AGENT = "node-agent"
 #: Short, so that the tests wait little for a lease to run out; the scan runs every half of it.
 LEASE_S = 2.0
 SCAN_S = LEASE_S / 2
-WORDS = "".join(f"w{i} " for i in range(SLOW_WORDS))
 
 
 class _Cluster:
@@ -65,63 +63,8 @@ async def cluster(tmp_path: Path, postgres_url: str) -> AsyncIterator[_Cluster]:
         made.stop_all()
 
 
-@pytest.fixture
-async def db(postgres_url: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": "think, public"})
-    try:
-        yield conn
-    finally:
-        await conn.close()
-
-
-async def _until(check: Callable[[], Awaitable[Any]], what: str, bound_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + bound_s
-    while time.monotonic() < deadline:
-        found = await check()
-        if found:
-            return found
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"not within {bound_s} s: {what}")
-
-
-async def _lease(db: asyncpg.Connection, name: str) -> tuple[str, int] | None:
-    row = await db.fetchrow("SELECT l.owner, l.epoch FROM leases l JOIN instances i ON i.id = l.instance "
-                            "WHERE i.agent = $1 AND i.name = $2", AGENT, name)
-    return None if row is None else (str(row[0]), int(row[1]))
-
-
-async def _operations(db: asyncpg.Connection, name: str) -> list[tuple[str, str]]:
-    rows = await db.fetch("SELECT o.id, o.status FROM operations o JOIN instances i ON i.id = o.instance "
-                          "WHERE i.agent = $1 AND i.name = $2 ORDER BY o.seq", AGENT, name)
-    return [(str(r[0]), str(r[1])) for r in rows]
-
-
-async def _answers(db: asyncpg.Connection, name: str) -> list[str]:
-    """The text of every assistant message of the instance."""
-    rows = await db.fetch("SELECT m.content FROM messages m JOIN instances i ON i.id = m.instance "
-                          "WHERE i.agent = $1 AND i.name = $2 AND m.role = 'assistant' ORDER BY m.seq", AGENT, name)
-    return ["".join(p.get("text", "") for p in json.loads(r[0])["parts"] if p.get("type") == "text") for r in rows]
-
-
-async def _everything(db: asyncpg.Connection, name: str) -> dict[str, list[str]]:
-    """Every row of the instance in every table keyed by it (the lease's expiry aside: it is renewed)."""
-    instance = await db.fetchval("SELECT id FROM instances WHERE agent = $1 AND name = $2", AGENT, name)
-    tables = [str(r[0]) for r in await db.fetch(
-        "SELECT table_name FROM information_schema.columns WHERE table_schema = 'think' AND column_name = 'instance'")]
-    out = {}
-    for table in sorted(tables):
-        rows = await db.fetch(f"SELECT * FROM {table} WHERE instance = $1", instance)
-        out[table] = sorted(repr({k: v for k, v in dict(r).items() if k != "expires_at"}) for r in rows)
-    return out
-
-
-async def _chunks(db: asyncpg.Connection, name: str) -> int:
-    return int(await db.fetchval("SELECT coalesce(sum(s.chunk_count), 0) FROM streams s JOIN instances i "
-                                 "ON i.id = s.instance WHERE i.agent = $1 AND i.name = $2", AGENT, name))
-
-
 async def test_a_node_serves_no_instance_another_node_holds_it_relays_to_the_owner(
-        cluster: _Cluster, db: asyncpg.Connection) -> None:
+        cluster: _Cluster, admin: asyncpg.Connection) -> None:
     a, b = await cluster.start("node-a"), await cluster.start("node-b")
     async with httpx.AsyncClient() as http:
         first = await http.post(f"{a.base}/agents/{AGENT}/x/submit", json={"input": "hi"})
@@ -158,12 +101,12 @@ async def test_a_node_serves_no_instance_another_node_holds_it_relays_to_the_own
                 frames.append(json.loads(m))
     assert ws.close_code == 1013, "try again later: the hook reconnects after it (its terminal codes are 4xxx, 1008)"
     assert "node-a" in frames[0]["error"]
-    assert await _lease(db, "x") == ("node-a", 1), "node b never took the lease"
-    assert len(await _operations(db, "x")) == 3, "every turn asked of node b ran on node a"
+    assert await lease_of(admin, "x") == ("node-a", 1), "node b never took the lease"
+    assert len(await operations_of(admin, "x")) == 3, "every turn asked of node b ran on node a"
 
 
 async def test_two_nodes_racing_to_activate_one_instance_make_one_owner_in_hundreds_of_rounds(
-        cluster: _Cluster, db: asyncpg.Connection) -> None:
+        cluster: _Cluster, admin: asyncpg.Connection) -> None:
     a, b = await cluster.start("node-a"), await cluster.start("node-b")
     rounds = 200
     accepted: list[int] = []
@@ -175,7 +118,7 @@ async def test_two_nodes_racing_to_activate_one_instance_make_one_owner_in_hundr
             # The loser is refused (503) or, when the winner's lease is visible by then, relayed to it (202).
             assert codes in ([202, 503], [202, 202]), f"round {i}: {[(r.status_code, r.text) for r in answers]}"
             accepted.append(codes.count(202))
-    rows = await db.fetch("SELECT i.name, l.owner, l.epoch, "
+    rows = await admin.fetch("SELECT i.name, l.owner, l.epoch, "
                           "(SELECT count(*) FROM operations o WHERE o.instance = i.id) "
                           "FROM instances i JOIN leases l ON l.instance = i.id WHERE i.name LIKE 'race-%'")
     assert len(rows) == rounds
@@ -187,7 +130,7 @@ async def test_two_nodes_racing_to_activate_one_instance_make_one_owner_in_hundr
 
 
 async def test_an_owner_stopped_past_its_lease_is_taken_over_and_after_it_runs_again_writes_nothing(
-        cluster: _Cluster, db: asyncpg.Connection) -> None:
+        cluster: _Cluster, admin: asyncpg.Connection) -> None:
     a, _ = await cluster.start("node-a"), await cluster.start("node-b")
     client = await Client.open(f"{a.ws_base}/agents/{AGENT}/stopped")
     try:
@@ -196,21 +139,21 @@ async def test_an_owner_stopped_past_its_lease_is_taken_over_and_after_it_runs_a
         await client.wait_for(lambda f: f.get("id") == rid and "w10 " in f.get("body", ""), timeout=30)
         assert a.proc is not None
         os.kill(a.proc.pid, signal.SIGSTOP)
-        stopped_at = await _chunks(db, "stopped")
-        assert await _lease(db, "stopped") == ("node-a", 1)
+        stopped_at = await chunks_of_instance(admin, "stopped")
+        assert await lease_of(admin, "stopped") == ("node-a", 1)
         # Node b's scan finds the work of a lease that ran out, takes it, and continues the same message.
-        await _until(lambda: _lease_is(db, "stopped", ("node-b", 2)), "node b took the lease over")
-        await _until(lambda: _settled(db, "stopped"), "node b finished the turn")
-        assert await _answers(db, "stopped") == [WORDS], "one answer, each word once, continued where a stopped"
-        assert await _chunks(db, "stopped") > stopped_at
-        before = await _everything(db, "stopped")
+        await until(lambda: _lease_is(admin, "stopped", ("node-b", 2)), "node b took the lease over")
+        await until(lambda: _settled(admin, "stopped"), "node b finished the turn")
+        assert await answers_of(admin, "stopped") == [WORDS], "one answer, each word once, continued where a stopped"
+        assert await chunks_of_instance(admin, "stopped") > stopped_at
+        before = await everything_of(admin, "stopped")
         os.kill(a.proc.pid, signal.SIGCONT)
         # Node a learns it lost the lease (its renew, or its next write, says so) and closes the socket.
         assert client._reader is not None
         await asyncio.wait_for(client._reader, 15)
         assert client.ws.close_code == 1012, "not terminal: the client reconnects, to the node that serves it now"
         await asyncio.sleep(LEASE_S * 2)  # time for a's stalled stream to try to write, had it not stopped
-        assert await _everything(db, "stopped") == before, "node a wrote nothing after the takeover"
+        assert await everything_of(admin, "stopped") == before, "node a wrote nothing after the takeover"
         assert a.alive, "node a lives on, serving what it still holds"
         log = a.log_tail(20_000)
         assert "lost its lease" in log, log
@@ -218,50 +161,50 @@ async def test_an_owner_stopped_past_its_lease_is_taken_over_and_after_it_runs_a
         await client.close()
 
 
-async def _lease_is(db: asyncpg.Connection, name: str, expected: tuple[str, int]) -> bool:
-    return await _lease(db, name) == expected
+async def _lease_is(admin: asyncpg.Connection, name: str, expected: tuple[str, int]) -> bool:
+    return await lease_of(admin, name) == expected
 
 
-async def _settled(db: asyncpg.Connection, name: str) -> bool:
-    ops = await _operations(db, name)
+async def _settled(admin: asyncpg.Connection, name: str) -> bool:
+    ops = await operations_of(admin, name)
     return bool(ops) and all(status == "completed" for _, status in ops)
 
 
 async def test_the_turn_of_a_killed_owner_is_taken_over_with_no_client(cluster: _Cluster,
-                                                                       db: asyncpg.Connection) -> None:
+                                                                       admin: asyncpg.Connection) -> None:
     a, _ = await cluster.start("node-a"), await cluster.start("node-b")
     async with httpx.AsyncClient() as http:
         assert (await http.post(f"{a.base}/agents/{AGENT}/killed/submit", json={"input": "slow"})).status_code == 202
-    await _until(lambda: _more_than(db, "killed", 5), "node a streamed a few words")
+    await until(lambda: _more_than(admin, "killed", 5), "node a streamed a few words")
     a.kill()
     killed = time.monotonic()
-    await _until(lambda: _lease_is(db, "killed", ("node-b", 2)), "node b took the lease over")
+    await until(lambda: _lease_is(admin, "killed", ("node-b", 2)), "node b took the lease over")
     taken_s = time.monotonic() - killed
-    await _until(lambda: _settled(db, "killed"), "node b finished the turn")
-    assert await _answers(db, "killed") == [WORDS]
+    await until(lambda: _settled(admin, "killed"), "node b finished the turn")
+    assert await answers_of(admin, "killed") == [WORDS]
     # The bound the issue sets (lease time plus one scan interval), with 3 s to spare for a loaded machine.
     assert taken_s < LEASE_S + SCAN_S + 3, taken_s
 
 
-async def _more_than(db: asyncpg.Connection, name: str, n: int) -> bool:
-    return await _chunks(db, name) > n
+async def _more_than(admin: asyncpg.Connection, name: str, n: int) -> bool:
+    return await chunks_of_instance(admin, name) > n
 
 
 async def test_a_schedule_due_while_its_node_is_down_fires_exactly_once(cluster: _Cluster,
-                                                                        db: asyncpg.Connection) -> None:
+                                                                        admin: asyncpg.Connection) -> None:
     a, _ = await cluster.start("node-a"), await cluster.start("node-b")  # b knows nothing of it
     async with httpx.AsyncClient() as http:
         made = await http.post(f"{a.base}/agents/{AGENT}/timed/schedules", json={"input": "ping", "delay_s": 2})
         assert made.status_code == 201, made.text
     a.kill()
-    await _until(lambda: _settled_count(db, "timed", 1), "the schedule fired on node b", bound_s=30)
-    assert (await _lease(db, "timed") or ("", 0))[0] == "node-b"
+    await until(lambda: _settled_count(admin, "timed", 1), "the schedule fired on node b", bound_s=30)
+    assert (await lease_of(admin, "timed") or ("", 0))[0] == "node-b"
     await cluster.start("node-a")  # a new life of a: its index lists the wake; b serves the instance
     await asyncio.sleep(LEASE_S * 2)
-    assert len(await _operations(db, "timed")) == 1, "fired once, on one node"
-    assert await _answers(db, "timed") == ["You said: ping"]
+    assert len(await operations_of(admin, "timed")) == 1, "fired once, on one node"
+    assert await answers_of(admin, "timed") == ["You said: ping"]
 
 
-async def _settled_count(db: asyncpg.Connection, name: str, n: int) -> bool:
-    ops = await _operations(db, name)
+async def _settled_count(admin: asyncpg.Connection, name: str, n: int) -> bool:
+    ops = await operations_of(admin, name)
     return len(ops) >= n and all(status == "completed" for _, status in ops)

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import asyncpg
 import httpx
 import pytest
 
-from tests.app.test_cluster_nodes import AGENT, WORDS, _answers, _everything, _lease, _operations, _until
+from tests.cluster import answers_of, everything_of, lease_of, operations_of, until
 from tests.conftest import Client, chat_request, is_done
+from tests.lease_app import AGENT, WORDS
 
 if TYPE_CHECKING:
     from tests.cluster import MakeCluster
@@ -25,17 +25,8 @@ pytestmark = pytest.mark.asyncio
 LEASE_S = 2.0
 
 
-@pytest.fixture
-async def db(postgres_url: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": "think, public"})
-    try:
-        yield conn
-    finally:
-        await conn.close()
-
-
 async def test_an_owner_stopped_behind_haproxy_is_fenced_and_its_requests_go_to_the_new_owner(
-        make_cluster: MakeCluster, db: asyncpg.Connection) -> None:
+        make_cluster: MakeCluster, admin: asyncpg.Connection) -> None:
     cluster = await make_cluster(app="tests.lease_app:agents", env={"THINK_LEASE_S": str(LEASE_S)})
     name = "stopped-behind-haproxy"
     owner = await cluster.route(AGENT, name)
@@ -44,23 +35,23 @@ async def test_an_owner_stopped_behind_haproxy_is_fenced_and_its_requests_go_to_
         rid, frame, _ = chat_request("slow")
         await client.send(frame)
         await client.wait_for(lambda f: f.get("id") == rid and '"w10 "' in f.get("body", ""), timeout=30)
-        assert await _lease(db, name) == (owner, 1)
+        assert await lease_of(admin, name) == (owner, 1)
         cluster[owner].pause()
         # HAProxy marks it down and cuts its tunnels (shutdown-sessions); another node's scan takes over.
         assert client._reader is not None
         await asyncio.wait_for(client._reader, 20)  # HAProxy marked it down and closed its socket
-        await _until(lambda: _taken_by_another(db, name, owner), "another node took the lease")
-        taken = await _lease(db, name)
+        await until(lambda: _taken_by_another(admin, name, owner), "another node took the lease")
+        taken = await lease_of(admin, name)
         assert taken is not None and taken[0] != owner and taken[1] == 2
-        await _until(lambda: _all_completed(db, name, 1), "the new owner finished the answer", 40)
-        assert await _answers(db, name) == [WORDS], "one answer, each word once"
-        before = await _everything(db, name)
+        await until(lambda: _all_completed(admin, name, 1), "the new owner finished the answer", 40)
+        assert await answers_of(admin, name) == [WORDS], "one answer, each word once"
+        before = await everything_of(admin, name)
 
         cluster[owner].resume()
         await cluster.haproxy.wait_state(owner, "UP")
         assert await cluster.route(AGENT, name) == owner, "HAProxy sends the name back to the node that returned"
         await asyncio.sleep(LEASE_S * 2)  # time for its stalled stream to try to write, had it not stopped
-        assert await _everything(db, name) == before, "the node that came back wrote nothing"
+        assert await everything_of(admin, name) == before, "the node that came back wrote nothing"
 
         # Through HAProxy, to the node that came back, served by the owner: relayed.
         async with httpx.AsyncClient(timeout=30) as http:
@@ -77,18 +68,18 @@ async def test_an_owner_stopped_behind_haproxy_is_fenced_and_its_requests_go_to_
             assert texts == "You said: hi"
         finally:
             await again.close()
-        assert await _lease(db, name) == taken, "the owner kept its lease: nobody took it back"
-        assert [status for _, status in await _operations(db, name)] == ["completed", "completed"]
+        assert await lease_of(admin, name) == taken, "the owner kept its lease: nobody took it back"
+        assert [status for _, status in await operations_of(admin, name)] == ["completed", "completed"]
         assert cluster[owner].alive
     finally:
         await client.close()
 
 
-async def _taken_by_another(db: asyncpg.Connection, name: str, owner: str) -> bool:
-    lease = await _lease(db, name)
+async def _taken_by_another(admin: asyncpg.Connection, name: str, owner: str) -> bool:
+    lease = await lease_of(admin, name)
     return lease is not None and lease[0] != owner
 
 
-async def _all_completed(db: asyncpg.Connection, name: str, n: int) -> bool:
-    ops = await _operations(db, name)
+async def _all_completed(admin: asyncpg.Connection, name: str, n: int) -> bool:
+    ops = await operations_of(admin, name)
     return len(ops) == n and all(status == "completed" for _, status in ops)

@@ -31,16 +31,6 @@ async def db(store: PostgresStore) -> AsyncIterator[PostgresDatabase]:
         await database.close()
 
 
-@pytest.fixture
-async def admin(postgres_url: str) -> AsyncIterator[asyncpg.Connection]:
-    """Another connection to the test's database, outside the store's pool."""
-    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": "think, public"})
-    try:
-        yield conn
-    finally:
-        await conn.close()
-
-
 async def terminate_store_connections(admin: asyncpg.Connection) -> int:
     """Kill every other backend of the test's database (the store's pooled connections), as a
     restart of the database server or a network cut would; how many."""
