@@ -291,7 +291,7 @@ def e2e_client(request: pytest.FixtureRequest) -> E2EClient:
     client_dir = CLIENTS[request.param]
     ensure_node_modules(client_dir, node)
     if client_dir != CLIENT_DIR:
-        for script in ("drive.mjs", "usechat.mjs"):
+        for script in ("drive.mjs", "usechat.mjs", "events.mjs"):
             shutil.copyfile(CLIENT_DIR / script, client_dir / script)
     return E2EClient(dir=client_dir, node=node)
 

@@ -96,44 +96,9 @@
 
 import process from "node:process";
 import { parseArgs } from "node:util";
+import { emit, errInfo, fatal, finish, isFinished } from "./events.mjs";
 
-const T0 = performance.now();
 let mountSeq = 0;
-let finished = false;
-
-function emit(ev, data = {}) {
-  const line = { ev, t: Math.round(performance.now() - T0), ...data };
-  let text;
-  try {
-    text = JSON.stringify(line);
-  } catch (e) {
-    text = JSON.stringify({ ev, t: line.t, unserializable: String(e) });
-  }
-  process.stdout.write(text + "\n");
-}
-
-function errInfo(e) {
-  if (e instanceof Error) return { error: e.message, name: e.name, stack: e.stack };
-  return { error: String(e) };
-}
-
-function finish(ok, extra = {}) {
-  if (finished) return;
-  finished = true;
-  emit("end", { ok, ...extra });
-  // Let stdout drain, then leave even if sockets/timers are still alive.
-  const code = ok ? 0 : 1;
-  process.stdout.write("", () => process.exit(code));
-  setTimeout(() => process.exit(code), 500).unref();
-}
-
-function fatal(where, e) {
-  emit("fatal", { where, ...errInfo(e) });
-  finish(false, { reason: where });
-}
-
-process.on("uncaughtException", (e) => fatal("uncaughtException", e));
-process.on("unhandledRejection", (e) => fatal("unhandledRejection", e));
 
 // ── arguments ──────────────────────────────────────────────────────────
 let args;
@@ -852,6 +817,6 @@ async function packageVersions() {
   return out;
 }
 
-if (!finished) {
+if (!isFinished()) {
   main().catch((e) => fatal("main", e));
 }

@@ -32,29 +32,8 @@
 
 import process from "node:process";
 import { parseArgs } from "node:util";
+import { emit, errInfo, fatal, finish } from "./events.mjs";
 
-const T0 = performance.now();
-let finished = false;
-function emit(ev, data = {}) {
-  process.stdout.write(JSON.stringify({ ev, t: Math.round(performance.now() - T0), ...data }) + "\n");
-}
-function errInfo(e) {
-  return e instanceof Error ? { error: e.message, name: e.name } : { error: String(e) };
-}
-function finish(ok, extra = {}) {
-  if (finished) return;
-  finished = true;
-  emit("end", { ok, ...extra });
-  const code = ok ? 0 : 1;
-  process.stdout.write("", () => process.exit(code));
-  setTimeout(() => process.exit(code), 500).unref();
-}
-function fatal(where, e) {
-  emit("fatal", { where, ...errInfo(e) });
-  finish(false, { reason: where });
-}
-process.on("uncaughtException", (e) => fatal("uncaughtException", e));
-process.on("unhandledRejection", (e) => fatal("unhandledRejection", e));
 
 const { values: args } = parseArgs({
   options: {
