@@ -399,3 +399,19 @@ def test_the_scripted_model_example_runs(tmp_path: Path, monkeypatch: pytest.Mon
         "I am the shop's assistant. I can use: refund.",
         "awaiting_approval", "Refunded 42 EUR for order A-7.",
         "awaiting_approval", "Understood, no refund for refund order A-7."]
+
+
+async def test_the_two_nodes_shell_example_runs(tmp_path: Path, postgres_url: str) -> None:
+    block = sh_block("THINK_NODE_ID=a")
+    ports = {"8001": str(free_port()), "8002": str(free_port())}
+    for port, free in ports.items():
+        block = block.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free}").replace(f"--port {port}", f"--port {free}")
+    block = re.sub(r"THINK_DATABASE_URL=\S+", f"THINK_DATABASE_URL={postgres_url}", block)
+    # The README's servers run in the background of its shell: this one stops them when it is done.
+    block = (f"cd {shlex.quote(str(tmp_path))}\ntrap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n"
+             + block.replace("think-server serve", f"{shlex.quote(sys.executable)} -m think_server serve"))
+    submitted, waited, messages = await asyncio.to_thread(run_commands, block, "http://127.0.0.1:8000")
+    assert json.loads(submitted)["operation_id"] == "hi-1"
+    # b answered while a held the lease (a lives until the block ends): b relayed both to a.
+    assert json.loads(waited)["status"] == "completed"
+    assert [m["role"] for m in json.loads(messages)] == ["user", "assistant"]
