@@ -114,7 +114,7 @@ class ThinkApp(Starlette):
         error, code = _REFUSALS[state]
         if state is Serving.NOT_STARTED and not self._warned:
             self._warned = True  # once: every request would say the same
-            log.warning("%s; refusing every request until it is", NOT_STARTED)
+            log.warning("%s. Until it is, every request to it answers 503 (this is said once).", NOT_STARTED)
         if scope["type"] == "websocket":
             # Accepted only to say why it closes: the hook shows the error frame and the close reason.
             message = await receive()

@@ -29,6 +29,7 @@ from starlette.routing import Mount, Route
 from tests.app.test_startup_recovery import Gate, idle_and_busy, marked, status, until
 from tests.conftest import Client, RunningServer, chat_request, chunks_of, free_port, is_done
 from think_server.app import Settings, ThinkApp, create_app
+from think_server.app._forward import instance_of
 from think_server.harness import Agent, DataDirInUse, ScriptedModel
 
 ECHO = ScriptedModel({"rules": [{"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]})
@@ -216,3 +217,12 @@ async def test_the_lifespan_runs_once_per_app(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="create_app makes a new one"):
         async with think.lifespan():
             pass
+
+
+def test_a_cluster_node_finds_the_instance_of_a_request_under_the_prefix() -> None:
+    # The forwarder relays a request for an instance another node serves: mounted, it must read the
+    # address past the prefix, or every request would be served here, by a node without the lease.
+    scope = {"type": "http", "path": "/think/agents/assistant/room/submit", "root_path": "/think"}
+    assert instance_of(scope) == ("assistant", "room")
+    assert instance_of({"type": "http", "path": "/agents/assistant/room", "root_path": ""}) == ("assistant", "room")
+    assert instance_of({"type": "http", "path": "/think/readyz", "root_path": "/think"}) is None
