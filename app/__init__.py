@@ -1,6 +1,7 @@
-"""The ASGI edge of think-server: ``create_app``, settings, and the CLI."""
+"""The ASGI edge of think-server: ``create_app`` (a :class:`ThinkApp`), settings, and the CLI."""
 
 from ._asgi import create_app
+from ._mount import ThinkApp
 from .settings import Settings
 
-__all__ = ["Settings", "create_app"]
+__all__ = ["Settings", "ThinkApp", "create_app"]

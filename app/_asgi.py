@@ -8,7 +8,6 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlencode
 
-from starlette.applications import Starlette
 from starlette.datastructures import Headers, QueryParams
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -47,6 +46,7 @@ from ._fdlimit import fd_budget
 from ._forward import Forwarder, instance_of
 from ._guard import Guard, HostPolicy, TrustedProxies
 from ._metrics import CONTENT_TYPE_LATEST, Metrics
+from ._mount import ThinkApp, route_path
 from ._moved import moved_response
 from ._openapi import openapi
 from ._socket import SocketServices, serve_socket
@@ -72,11 +72,12 @@ def _default_model(settings: Settings) -> Model | str:
     return settings.model if settings.model is not None else ScriptedModel(DEMO_SCRIPT)
 
 
-def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) -> Starlette:
+def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) -> ThinkApp:
     """An ASGI app serving ``agents`` (name -> definition) under ``/agents/{kebab(name)}/{instance}``.
 
-    Run it with uvicorn, or mount it in another Starlette or FastAPI app (then
-    run its lifespan too: it starts and closes the harness). ``app.state.harness``
+    Run it with uvicorn, or mount it in another Starlette or FastAPI app and pass its
+    ``lifespan`` to that app (``Starlette(..., lifespan=app.lifespan)``): it starts and closes
+    the harness, and until it runs every request is refused (503). ``app.state.harness``
     is the :class:`think_server.harness.Harness` behind it: code in the same process drives the
     same instances the sockets and routes use.
     """
@@ -227,7 +228,11 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         denied = refused(request)
         if denied is not None:
             return denied
-        return JSONResponse(openapi(sorted(routed), _version()))
+        spec = openapi(sorted(routed), _version())
+        root = request.scope.get("root_path", "")
+        if root:  # mounted under a prefix: the paths are relative to it
+            spec["servers"] = [{"url": root}]
+        return JSONResponse(spec)
 
     async def metrics_endpoint(request: Request) -> Response:
         denied = refused(request)
@@ -236,7 +241,7 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan() -> AsyncIterator[None]:
         (log.warning if budget.capped else log.debug)("%s", budget.describe())
         # The port opens now; what the index lists is reopened in the background.
         await harness.start()
@@ -268,7 +273,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             allow_credentials="*" not in settings.cors_origins,
             max_age=86400,
         ))
-    app = Starlette(
+    app = ThinkApp(
+        start=lifespan,
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),
@@ -285,7 +291,6 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             *web_routes(sorted(routed), dist=settings.web_dir, guard=refused),
         ],
         middleware=middleware,
-        lifespan=lifespan,
         exception_handlers={HTTPException: _http_exception},
     )
     app.state.harness = harness
@@ -302,7 +307,7 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     """Starlette's own refusals (a method a route does not take): JSON under an instance, as the
     API's own are; as Starlette answers them elsewhere."""
     assert isinstance(exc, HTTPException)
-    if not request.url.path.startswith("/agents/"):
+    if not route_path(request.scope).startswith("/agents/"):
         return PlainTextResponse(exc.detail, status_code=exc.status_code, headers=exc.headers)
     error = exc.detail
     if exc.status_code == 405 and exc.headers and "Allow" in exc.headers:

@@ -33,6 +33,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from ._close import close_reason
+from ._mount import route_path
 
 __all__ = ["FORWARDED_BY", "Forwarder", "Locate"]
 
@@ -61,7 +62,7 @@ _LEASE_POLL_S = 0.2
 
 def instance_of(scope: Scope) -> tuple[str, str] | None:
     """``(agent, name)`` of a request under ``/agents/{agent}/{name}``, else None."""
-    parts = scope.get("path", "").split("/", 4)
+    parts = route_path(scope).split("/", 4)  # mounted in a user's app: the path under its prefix
     if len(parts) < 4 or parts[0] != "" or parts[1] != "agents" or not parts[2] or not parts[3]:
         return None
     return parts[2], unquote(parts[3]) if "%" in parts[3] else parts[3]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
+import importlib
 import json
 import os
 import re
@@ -13,14 +15,16 @@ import shlex
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import uvicorn
 
-from tests.conftest import free_port
+from tests.conftest import Client, chat_request, free_port, is_done
 from tests.postgres import PostgresServer
 from tests.serverproc import ServerProcess
 from tests.test_deploy import compose_config
@@ -415,3 +419,57 @@ async def test_the_two_nodes_shell_example_runs(tmp_path: Path, postgres_url: st
     # b answered while a held the lease (a lives until the block ends): b relayed both to a.
     assert json.loads(waited)["status"] == "completed"
     assert [m["role"] for m in json.loads(messages)] == ["user", "assistant"]
+
+
+def import_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, containing: str, module: str) -> Any:
+    """The README's python block that contains ``containing``, written to ``tmp_path/{module}.py`` and
+    imported from there (the current directory, as ``uvicorn {module}:app`` would)."""
+    (tmp_path / f"{module}.py").write_text(python_block(containing))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    return importlib.import_module(module)
+
+
+@contextlib.asynccontextmanager
+async def uvicorn_serving(app: Any) -> AsyncIterator[str]:
+    """``app`` under uvicorn on a free port, with uvicorn's defaults (its lifespan runs): its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            assert not task.done(), "uvicorn did not start"
+            await asyncio.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 15)
+
+
+async def test_the_starlette_mounting_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    main = import_example(tmp_path, monkeypatch, 'Mount("/think", app=think)', "main")
+    async with uvicorn_serving(main.app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
+        assert (await http.get("/")).text == "my app"
+        assert (await http.get("/think/readyz")).json() == {"ready": True}, "its lifespan ran"
+        r = await http.post("/think/agents/assistant/t-1/submit", json={"input": "hi"},
+                            headers={"Idempotency-Key": "a"})
+        assert r.status_code == 202, r.text
+        info = (await http.get("/think/agents/assistant/t-1/operations/a", params={"wait": "20"})).json()
+        assert info["status"] == "completed" and info["text"].startswith("Hello!")
+        chat = await Client.open(f"ws{base[4:]}/think/agents/assistant/t-1")
+        rid, frame, _ = chat_request("hello")
+        await chat.send(frame)
+        await chat.wait_for(is_done(rid))  # a chat turn through the mount's socket
+        await chat.close()
+    assert list((tmp_path / "data" / "agents" / "assistant").glob("*.sqlite3"))
+
+
+async def test_the_fastapi_mounting_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    main = import_example(tmp_path, monkeypatch, 'app.mount("/think", think)', "main")
+    async with uvicorn_serving(main.app) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
+        assert (await http.get("/think/readyz")).json() == {"ready": True}, "think's lifespan ran inside the app's"
+        r = await http.post("/tickets/42/summary")
+        assert r.status_code == 200 and r.json() == {"summary": "You said: Summarize ticket 42."}, r.text
+        msgs = (await http.get("/think/agents/assistant/ticket-42/get-messages")).json()
+        assert [m["role"] for m in msgs] == ["user", "assistant"], "the route and the mount share the instance"
