@@ -48,6 +48,7 @@ from think_server.protocol import (
     MessageAssembler,
     ProtocolError,
     StartChunk,
+    ToolPart,
     UIMessage,
     message_text,
     parse_chunk,
@@ -139,6 +140,11 @@ class TurnResult:
     @property
     def text(self) -> str:
         return message_text(self.message)
+
+    @property
+    def tool_parts(self) -> list[ToolPart]:
+        """The message's tool calls (``toolCallId``, ``state``, ``input``, ``approval``...), in order."""
+        return [part for part in self.message.parts if isinstance(part, ToolPart)]
 
     @property
     def finish_reason(self) -> str | None:

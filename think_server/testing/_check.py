@@ -41,7 +41,8 @@ class CheckOptions:
     #: A prompt any agent answers (a short answer is fine).
     prompt: str = "Say hello."
     #: A prompt whose answer streams long enough to be cancelled and reloaded mid-way.
-    long_prompt: str = "Count from one to two hundred in words, one number per line."
+    #: (The default asks for a story: the demo agent's slow one, and a long answer from a real model.)
+    long_prompt: str = "Tell me a story: count from one to two hundred in words, one number per line."
     #: A prompt that makes the model call a tool that needs approval (else the scenario is skipped).
     approval_prompt: str | None = None
     #: A prompt that makes the model call the client tool ``thinkCheckToken`` (else skipped).
