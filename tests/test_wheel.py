@@ -156,6 +156,8 @@ def test_the_users_app_and_think_server_import_side_by_side(installed: Installed
         assert missing.returncode == 1 and f"No module named '{bare}'" in missing.stderr, missing.stderr
     usage = installed.python("-m", "think_server", "serve", "--help")
     assert usage.returncode == 0 and "--app" in usage.stdout, usage.stderr
+    check = installed.python("-m", "think_server", "check", "--help")  # the testing kit is in the wheel
+    assert check.returncode == 0 and "--approval-prompt" in check.stdout, check.stderr
 
 
 def test_think_server_serve_runs_an_agent_that_imports_the_users_app(installed: Installed, tmp_path: Path) -> None:
