@@ -45,6 +45,7 @@ from think_server.protocol import (
     USE_CHAT_RESPONSE,
     AssemblyError,
     Chunk,
+    FinishChunk,
     MessageAssembler,
     ProtocolError,
     StartChunk,
@@ -148,7 +149,7 @@ class TurnResult:
 
     @property
     def finish_reason(self) -> str | None:
-        return next((c.finishReason for c in reversed(self.chunks) if c.type == "finish"), None)  # type: ignore[union-attr]
+        return next((c.finishReason for c in reversed(self.chunks) if isinstance(c, FinishChunk)), None)
 
 
 class Turn:
@@ -170,8 +171,9 @@ class Turn:
         self._end: Frame | None = None
         self._error: str | None = None
         self._replayed = 0
-        self._in_replay = False
         self._started = False
+        # Built as the chunks come, so that a chunk the hook would choke on is named when it comes.
+        self._assembler: MessageAssembler | None = None
 
     async def chunks(self, timeout: float | None = None) -> AsyncIterator[Chunk]:
         """Each chunk as it comes, until the end frame (``done: true``)."""
@@ -179,10 +181,11 @@ class Turn:
             raise ChatError(f"the stream of request {self.id!r} is read already (a Turn is read once)")
         self._started = True
         while self._end is None:
-            frame = await self.client._next(self._at, self._is_mine,
-                                            f"the next cf_agent_use_chat_response frame of request {self.id!r}",
-                                            timeout)
-            self._at = self.client._index_after(frame)
+            at = await self.client._next_index(self._at, self._is_mine,
+                                               f"the next cf_agent_use_chat_response frame of request {self.id!r}",
+                                               timeout)
+            frame = self.client.frames[at]
+            self._at = at + 1
             self._frames.append(frame)
             body = frame.get("body", "")
             if not isinstance(body, str):
@@ -197,6 +200,7 @@ class Turn:
                 except (ValueError, ProtocolError) as exc:
                     raise ChatProtocolError(f"request {self.id!r}: a chunk the client cannot read ({exc}): "
                                             f"{_brief(frame)}") from None
+                self._apply(chunk)
                 self._chunks.append(chunk)
                 yield chunk
             if frame.get("done") is True:
@@ -221,17 +225,20 @@ class Turn:
         assert self._end is not None
         start = next((c for c in self._chunks if isinstance(c, StartChunk)), None)
         message_id = start.messageId if start is not None else None
-        assembler = MessageAssembler(message_id or "")
-        try:
-            for chunk in self._chunks:
-                assembler.apply(chunk)
-        except AssemblyError as exc:
-            raise ChatProtocolError(f"request {self.id!r}: the stream breaks the client: {exc}") from None
+        message = self._assembler.message if self._assembler is not None else MessageAssembler("").message
         return TurnResult(
-            id=self.id, chunks=list(self._chunks), message=assembler.message, message_id=message_id,
+            id=self.id, chunks=list(self._chunks), message=message, message_id=message_id,
             outcome=self._end.get("outcome"), error=self._error,
             continuation=any(f.get("continuation") is True for f in self._frames),
             replayed=self._replayed, frames=list(self._frames))
+
+    def _apply(self, chunk: Chunk) -> None:
+        if self._assembler is None:
+            self._assembler = MessageAssembler(chunk.messageId or "" if isinstance(chunk, StartChunk) else "")
+        try:
+            self._assembler.apply(chunk)
+        except AssemblyError as exc:
+            raise ChatProtocolError(f"request {self.id!r}: the stream breaks the client: {exc}") from None
 
     def _is_mine(self, frame: Frame) -> bool:
         return frame.get("type") == USE_CHAT_RESPONSE and frame.get("id") == self.id
@@ -345,13 +352,11 @@ class ChatClient:
     def of_type(self, kind: str, *, start: int = 0) -> list[Frame]:
         return [f for f in self.frames[start:] if f.get("type") == kind]
 
-    def _index_after(self, frame: Frame) -> int:
-        for i in range(len(self.frames) - 1, -1, -1):
-            if self.frames[i] is frame:
-                return i + 1
-        raise AssertionError("a frame this client never received")
-
     async def _next(self, start: int, pred: Callable[[Frame], bool], what: str, timeout: float | None) -> Frame:
+        return self.frames[await self._next_index(start, pred, what, timeout)]
+
+    async def _next_index(self, start: int, pred: Callable[[Frame], bool], what: str, timeout: float | None) -> int:
+        """The index of the first frame from ``start`` on that ``pred`` holds for, waiting for it if need be."""
         limit = self.timeout if timeout is None else timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
@@ -359,7 +364,7 @@ class ChatClient:
         while True:
             while i < len(self.frames):
                 if pred(self.frames[i]):
-                    return self.frames[i]
+                    return i
                 i += 1
             if self._reader.done():
                 raise ChatClosed(f"the socket closed (code {self._ws.close_code}) while waiting for {what}; "
@@ -436,8 +441,8 @@ class ChatClient:
         what = f"an answer to the resume probe {probe!r} (cf_agent_stream_resuming, _resume_none or _pending)"
         at = start
         while True:
-            frame = await self._next(at, answer, what, timeout)
-            at = self._index_after(frame)
+            found = await self._next_index(at, answer, what, timeout)
+            frame, at = self.frames[found], found + 1
             kind = frame["type"]
             if kind == STREAM_RESUME_NONE:
                 return None

@@ -211,7 +211,8 @@ async def reload_and_resume(ctx: Context) -> str:
         await first.close()  # the reload: the tab goes, the turn must not
     async with await ctx.open(instance, pk=first.pk) as again:
         resumed = await again.resume()
-        expect(resumed is not None, "after a reconnect mid-stream the resume probe said no stream runs")
+        expect(resumed is not None, "after a reconnect mid-stream the resume probe said no stream runs (if the "
+                                    "answer ended before the reconnect, give --long-prompt a longer one)")
         assert resumed is not None
         expect(resumed.id == turn.id, f"the server offered request {resumed.id!r}, expected {turn.id!r}")
         result = await resumed.result()
