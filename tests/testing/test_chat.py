@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import RunningServer
 from tests.testing.check_app import APPROVAL_PROMPT, CLIENT_TOOL_PROMPT, LONG_PROMPT, agents
 from think_server.protocol import StartChunk, TextDeltaChunk, dump_message
-from think_server.testing import ChatClient, ChatClosed, ChatTimeout
+from think_server.testing import ChatClient, ChatClosed, ChatState, ChatTimeout
 from think_server.testing._check import CHECK_TOOL
 
 WORDS = "".join(f"w{i} " for i in range(60))  # what LONG_PROMPT streams (tests/testing/check-script.json)
@@ -161,7 +161,10 @@ async def test_errors_name_what_was_awaited_and_what_came(serve) -> None:
         await chat.observe("nope").result(timeout=0.2)
     with pytest.raises(ChatTimeout, match=r"waited 0\.1 s for a frame that never comes"):
         await chat.wait_for(lambda f: False, "a frame that never comes", timeout=0.1)
+    assert chat.state is ChatState.OPEN
     await chat.close()
+    assert chat.state is ChatState.CLOSED and chat.close_code == 1000
+    await chat.close()  # again: nothing to do
     with pytest.raises(ChatClosed, match="cannot send cf_agent_use_chat_request: the socket is closed"):
         await chat.send("hi")
     with pytest.raises(ValueError, match="an instance URL is http"):

@@ -4,7 +4,7 @@
 scenarios of ``think-server check`` from Python.
 """
 
-from ._chat import ChatClient, ChatClosed, ChatError, ChatProtocolError, ChatTimeout, Turn, TurnResult
+from ._chat import ChatClient, ChatClosed, ChatError, ChatProtocolError, ChatState, ChatTimeout, Turn, TurnResult
 from ._check import CheckOptions, Outcome, run_check
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "ChatClosed",
     "ChatError",
     "ChatProtocolError",
+    "ChatState",
     "ChatTimeout",
     "CheckOptions",
     "Outcome",

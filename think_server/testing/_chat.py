@@ -100,8 +100,18 @@ class ChatProtocolError(ChatError):
 
 
 class ChatState(enum.Enum):
+    """The socket's life: open, closing (:meth:`ChatClient.close` was called), closed (no more frames)."""
+
     OPEN = "open"
+    CLOSING = "closing"
     CLOSED = "closed"
+
+
+_TRANSITIONS: Final[dict[ChatState, frozenset[ChatState]]] = {
+    ChatState.OPEN: frozenset({ChatState.CLOSING, ChatState.CLOSED}),
+    ChatState.CLOSING: frozenset({ChatState.CLOSED}),
+    ChatState.CLOSED: frozenset(),
+}
 
 
 def socket_url(url: str, *, pk: str) -> str:
@@ -313,7 +323,8 @@ class ChatClient:
 
     async def close(self) -> None:
         """Close the socket (not a cancel: a turn it started goes on, as when a tab is reloaded)."""
-        self._state = ChatState.CLOSED
+        if self._state is ChatState.OPEN:
+            self._become(ChatState.CLOSING)
         await self._ws.close()
         with contextlib.suppress(asyncio.CancelledError):
             await self._reader
@@ -335,8 +346,14 @@ class ChatClient:
         except Exception:  # a dropped connection ends the reading like a close: waits then say so
             pass
         finally:
-            self._state = ChatState.CLOSED
+            self._become(ChatState.CLOSED)
             self._changed.set()
+
+    def _become(self, new: ChatState) -> None:
+        if new not in _TRANSITIONS[self._state]:
+            raise ChatError(f"the chat socket cannot go from {self._state.value} to {new.value}: expected one of "
+                            f"{sorted(s.value for s in _TRANSITIONS[self._state])}")
+        self._state = new
 
     # ------------------------------------------------------------------ waiting
 
