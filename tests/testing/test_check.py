@@ -18,6 +18,7 @@ from tests.testing.check_app import APPROVAL_PROMPT, CLIENT_TOOL_PROMPT, LONG_PR
 from think_server.app import Settings, create_app
 from think_server.app._wsprotocol import ChatWebSocketProtocol
 from think_server.cli import main
+from think_server.testing import CheckOptions, run_check
 from think_server.testing._check import SCENARIOS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +75,15 @@ async def test_without_a_prompt_for_them_the_tool_flows_are_skipped_and_say_why(
         "client-tool": ("skipped", "no --client-tool-prompt (a prompt that makes the model call thinkCheckToken)"),
     }, out
     assert out.splitlines()[-1] == "1 ok, 0 failed, 2 skipped"
+
+
+async def test_run_check_runs_the_scenarios_from_python(serve) -> None:
+    srv = await serve(agents)
+    outcomes = await run_check(CheckOptions(f"{srv.base}/agents/checked", approval_prompt=APPROVAL_PROMPT),
+                               only=["stream", "approval", "client-tool"])
+    assert [(o.name, o.result) for o in outcomes] == [("stream", "ok"), ("approval", "ok"),
+                                                      ("client-tool", "skipped")]
+    assert outcomes[1].detail == "transferFunds asked, denied, and the continuation completed"
 
 
 def dropping(chunk_type: str) -> Callable[[App], App]:
