@@ -14,6 +14,7 @@ import pytest
 import uvicorn
 
 from tests.conftest import RunningServer, free_port
+from tests.stores import both_dbs
 from tests.testing.check_app import APPROVAL_PROMPT, CLIENT_TOOL_PROMPT, LONG_PROMPT, agents
 from think_server.app import Settings, create_app
 from think_server.app._wsprotocol import ChatWebSocketProtocol
@@ -51,6 +52,7 @@ def rows(output: str) -> dict[str, tuple[str, str]]:
     return found
 
 
+@both_dbs
 async def test_every_scenario_passes_against_our_server_with_auth_on(serve) -> None:
     srv = await serve(agents, auth_token="s3cret")
     status, out = await check(f"{srv.base}/agents/checked", "--token", "s3cret", "--timeout", "20", *PROMPTS,
