@@ -19,7 +19,8 @@ Each uses a new instance under URL (check-<random>-<scenario>). They assert shap
 a model's words, so they hold on a real model. approval runs with --approval-prompt (the call is
 denied: a check never runs a tool that needs a person's yes); client-tool with --client-tool-prompt,
 which must make the model call the client tool the check declares, {CHECK_TOOL["name"]}.
-Exit status: 0 nothing failed (skipped is not a failure); 1 a scenario failed; 2 bad arguments.
+Exit status: 0 nothing failed (skipped is not a failure); 1 a scenario failed; 2 bad arguments;
+130 interrupted.
 """
 
 
@@ -84,7 +85,11 @@ def check_main(args: dict[str, Any], out: TextIO | None = None) -> int:
     def row(outcome: Outcome) -> None:
         print(format_row(outcome), file=out, flush=True)
 
-    outcomes = asyncio.run(run_check(options, args["only"], on_outcome=row))
+    try:
+        outcomes = asyncio.run(run_check(options, args["only"], on_outcome=row))
+    except KeyboardInterrupt:
+        print("think-server check: interrupted", file=sys.stderr)
+        return 130
     failed = [o.name for o in outcomes if o.result == "FAILED"]
     skipped = [o.name for o in outcomes if o.result == "skipped"]
     print(f"{len(outcomes) - len(failed) - len(skipped)} ok, {len(failed)} failed"
