@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import uvicorn
 
@@ -41,7 +41,7 @@ from ._wsprotocol import ChatWebSocketProtocol
 from .demo import DEMO_AGENTS
 from .settings import Settings, SettingsError
 
-__all__ = ["is_loopback", "load_agents", "main"]
+__all__ = ["Command", "is_loopback", "load_agents", "main"]
 
 log = logging.getLogger("think_server.cli")
 
@@ -116,7 +116,20 @@ a flag wins over the environment. The README lists every setting.
 """
 
 
-def _parser() -> argparse.ArgumentParser:
+class Command(Protocol):
+    """A subcommand a package above this one adds to ``think-server`` (``think_server.cli`` adds
+    ``check``, from ``think_server.testing``, which this package may not import)."""
+
+    name: str
+
+    def add_parser(self, sub: Any) -> None:
+        """Add its parser (``sub.add_parser(self.name, ...)``) to the subcommands."""
+
+    def run(self, args: dict[str, Any]) -> int:
+        """Run with the parsed arguments (``command`` taken out); the exit status."""
+
+
+def _parser(commands: Sequence[Command] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="think-server", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = sub.add_parser("serve", help="serve agents over HTTP and WebSocket (and the chat page at /)",
@@ -146,6 +159,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="overwrite an instance found in the database with other content (default: leave it)")
     migrate.add_argument("--workers", type=int, default=4, metavar="N",
                          help="instances copied at once, each on its own connection (default: 4)")
+    for command in commands:
+        command.add_parser(sub)
     return parser
 
 
@@ -157,10 +172,14 @@ run; 2 bad arguments; 130 interrupted (run it again to copy the rest).
 """
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = vars(_parser().parse_args(argv))
-    if args.pop("command") == "migrate-data":
+def main(argv: Sequence[str] | None = None, *, commands: Sequence[Command] = ()) -> int:
+    args = vars(_parser(commands).parse_args(argv))
+    name = args.pop("command")
+    if name == "migrate-data":
         return migrate_data(args)
+    for command in commands:
+        if name == command.name:
+            return command.run(args)
     target = args.pop("app") or os.environ.get("THINK_APP")
     try:
         settings = Settings.load(args, flags={setting: flag for flag, setting, _, _ in _FLAGS})

@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TOP = "think_server"
 #: The subpackages, lowest first: each may import those before it.
 ORDER = ("protocol", "storage", "harness", "app")
+#: The packages that live in think_server/ itself, above the four, for users (none of the four imports them).
+ABOVE = ("testing",)
 BARE = frozenset(ORDER)
 
 
@@ -148,6 +150,37 @@ def test_the_four_packages_import_downward_never_the_top() -> None:
     assert [line for path in files for line in layer_violations(path.relative_to(ROOT), path.read_text())] == []
 
 
+def above_violations(rel: Path, source: str) -> list[str]:
+    """What a module of a package above the four (``think_server/testing/x.py``) imports that it may not:
+    another package's insides (it uses the four as users do, through their ``__init__``), or the top."""
+    found: list[str] = []
+    for line, module, written in _imports(rel, source):
+        parts = module.split(".")
+        if parts[0] != TOP or (len(parts) > 1 and parts[1] == rel.parts[1]):
+            continue
+        where = f"{rel}:{line}: {written}"
+        if len(parts) == 1:
+            found.append(f"{where}: imports the top {TOP}, which users import (import {TOP}.<package>)")
+        elif parts[1] in ORDER and len(parts) > 2:
+            found.append(f"{where}: inside {parts[1]}; import {TOP}.{parts[1]} instead")
+        elif parts[1] not in ORDER:
+            found.append(f"{where}: {module} is none of the packages below it")
+    return found
+
+
+def test_the_packages_above_use_the_four_through_their_front_doors() -> None:
+    files = [p for name in ABOVE for p in _sources(f"{TOP}/{name}")]
+    assert ROOT / "think_server/testing/_chat.py" in files
+    assert [line for path in files for line in above_violations(path.relative_to(ROOT), path.read_text())] == []
+    probe = Path("think_server/testing/_probe.py")
+    assert above_violations(probe, "from think_server.protocol import X\nfrom ._chat import ChatClient\n") == []
+    assert above_violations(probe, "from think_server.app._wsprotocol import X\n") == [
+        f"{probe}:1: from think_server.app._wsprotocol import X: inside app; import think_server.app instead"]
+    assert above_violations(probe, "from think_server import Agent\n") != []
+    # and the four never import them: a package that is not one of the four is refused below
+    assert layer_violations(Path("app/_probe.py"), "from think_server.testing import ChatClient\n") != []
+
+
 def test_storage_backends_import_the_top_and_the_top_one_backend_in_one_place() -> None:
     assert "sqlite" in storage_backends()
     files = _sources("storage")
@@ -212,7 +245,9 @@ def test_think_server_links_to_the_four_folders() -> None:
         assert os.readlink(link) == f"../{name}", "relative, so that it holds in any checkout"
         assert link.resolve() == ROOT / name
     held = sorted(p.name for p in (ROOT / TOP).iterdir() if p.name != "__pycache__")
-    assert held == sorted(["__init__.py", "__main__.py", "py.typed", *ORDER])
+    assert held == sorted(["__init__.py", "__main__.py", "cli.py", "py.typed", *ORDER, *ABOVE])
+    for name in ABOVE:
+        assert (ROOT / TOP / name).is_dir() and not (ROOT / TOP / name).is_symlink(), f"{TOP}/{name} is a real folder"
 
 
 def test_pyproject_lists_every_package_folder_under_its_one_name() -> None:
@@ -222,11 +257,15 @@ def test_pyproject_lists_every_package_folder_under_its_one_name() -> None:
     on_disk = {TOP} | {".".join([TOP, *init.parent.relative_to(ROOT).parts])
                        for name in ORDER for init in (ROOT / name).rglob("__init__.py")
                        if "node_modules" not in init.parts}
+    on_disk |= {".".join(init.parent.relative_to(ROOT).parts)
+                for name in ABOVE for init in (ROOT / TOP / name).rglob("__init__.py")}
+    assert "think_server.testing" in on_disk
     assert "think_server.harness.turn" in on_disk
     assert sorted(tool["packages"]) == sorted(on_disk)
     assert set(project["tool"]["setuptools"]["package-data"]) <= on_disk
     assert all("py.typed" in files for files in project["tool"]["setuptools"]["package-data"].values())
-    assert project["project"]["scripts"] == {"think-server": "think_server.app.cli:main"}
+    # The command line is the top's: it adds `check` (from think_server.testing) to the app's commands.
+    assert project["project"]["scripts"] == {"think-server": "think_server.cli:main"}
     assert project["tool"]["mypy"]["packages"] == [TOP]
 
 

@@ -473,3 +473,41 @@ async def test_the_fastapi_mounting_example_runs(tmp_path: Path, monkeypatch: py
         assert r.status_code == 200 and r.json() == {"summary": "You said: Summarize ticket 42."}, r.text
         msgs = (await http.get("/think/agents/assistant/ticket-42/get-messages")).json()
         assert [m["role"] for m in msgs] == ["user", "assistant"], "the route and the mount share the instance"
+
+
+async def test_the_check_example_runs_against_the_demo_agent(tmp_path: Path) -> None:
+    block = sh_block("think-server check http")
+    command, *said = block.strip().splitlines()
+    args = shlex.split(command)
+    assert args[:2] == [".venv/bin/think-server", "check"]
+    server = ServerProcess(app=None, data_dir=tmp_path / "data", log_path=tmp_path / "server.log")
+    await server.start()
+    try:
+        args = [a.replace("http://127.0.0.1:8000", server.base) for a in args]
+        done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "think_server", *args[1:]],
+                                       cwd=README.parent, capture_output=True, text=True, timeout=180)
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    expected = [line.removeprefix("# ") for line in said]
+    assert lines[0] == expected[0].replace("http://127.0.0.1:8000", server.base)
+    assert lines[1] == expected[1] and lines[-1] == expected[-1]
+    # Each row's scenario and result as the README shows them (times and ids differ from run to run).
+    assert [line.split()[:2] for line in lines[2:-1]] == [line.split()[:2] for line in expected[2:-1]]
+
+
+async def test_the_chat_client_example_runs(tmp_path: Path) -> None:
+    script = tmp_path / "chat_client_example.py"
+    server = ServerProcess(app=None, data_dir=tmp_path / "data", log_path=tmp_path / "server.log")
+    await server.start()
+    try:
+        script.write_text(python_block("ChatClient.connect(url)").replace("http://127.0.0.1:8000", server.base))
+        done = await asyncio.to_thread(subprocess.run, [sys.executable, str(script)], cwd=tmp_path,
+                                       capture_output=True, text=True, timeout=120,
+                                       env={**os.environ, "PYTHONPATH": str(README.parent)})
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["completed True", "completed True", "approval-requested",
+                                        "Okay, no money was sent."]

@@ -125,6 +125,7 @@ def test_the_wheel_holds_one_top_level_name(installed: Installed) -> None:
     assert tops == {"think_server", installed.wheel.name.split("-py3")[0] + ".dist-info"}, tops
     for package in ("think_server/harness/turn/_turn.py", "think_server/storage/sqlite/_db.py",
                     "think_server/protocol/_frames.py", "think_server/app/cli.py", "think_server/__main__.py",
+                    "think_server/cli.py", "think_server/testing/_chat.py",
                     "think_server/app/demo_assistant.json"):
         assert package in names, package
     assert {n for n in names if n.endswith("py.typed")} == {
@@ -134,7 +135,7 @@ def test_the_wheel_holds_one_top_level_name(installed: Installed) -> None:
                    if p.is_file()) if (ROOT / "app/web/dist").is_dir() else []
     assert page == [f"think_server/app/web/{p}" for p in built], "the built page, whole, and nothing else of web/"
     meta = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "think-server = think_server.app.cli:main" in zipfile.ZipFile(installed.wheel).read(meta).decode()
+    assert "think-server = think_server.cli:main" in zipfile.ZipFile(installed.wheel).read(meta).decode()
 
 
 def test_the_users_app_and_think_server_import_side_by_side(installed: Installed) -> None:
@@ -155,6 +156,8 @@ def test_the_users_app_and_think_server_import_side_by_side(installed: Installed
         assert missing.returncode == 1 and f"No module named '{bare}'" in missing.stderr, missing.stderr
     usage = installed.python("-m", "think_server", "serve", "--help")
     assert usage.returncode == 0 and "--app" in usage.stdout, usage.stderr
+    check = installed.python("-m", "think_server", "check", "--help")  # the testing kit is in the wheel
+    assert check.returncode == 0 and "--approval-prompt" in check.stdout, check.stderr
 
 
 def test_think_server_serve_runs_an_agent_that_imports_the_users_app(installed: Installed, tmp_path: Path) -> None:

@@ -2,6 +2,6 @@
 
 import sys
 
-from think_server.app.cli import main
+from think_server.cli import main
 
 sys.exit(main())
