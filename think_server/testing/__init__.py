@@ -1,0 +1,38 @@
+"""``think_server.testing``: a kit for testing your own agents (README "Testing your agents").
+
+A builder for the scripted model's script (:class:`Script`), the real server as a subprocess on a
+free port (:class:`ServedApp`), a client of the HTTP API (:class:`ApiClient`), a crash helper that
+kills and restarts the server and checks the project's promises (:func:`crash_test`), and pytest
+fixtures (``think_harness``, ``think_server_app``) that ``pytest`` finds through the package's
+``pytest11`` entry point (``think_server.testing.plugin``).
+
+It is the top, for users: it imports ``think_server.app``, ``.harness``, ``.protocol`` and
+``.storage``; nothing of the project imports it but the tests.
+"""
+
+from ._crash import CrashReport, CrashScenario, KillAt, TurnReport, crash_test
+from ._effects import Effect, read_effects, record_effect
+from ._http import ApiClient, ApiError, Operation, Receipt, ServerEvent
+from ._scripts import Rule, Script
+from ._served import ServedApp, free_port, serve_agents
+
+__all__ = [
+    "ApiClient",
+    "ApiError",
+    "CrashReport",
+    "CrashScenario",
+    "Effect",
+    "KillAt",
+    "Operation",
+    "Receipt",
+    "Rule",
+    "Script",
+    "ServedApp",
+    "ServerEvent",
+    "TurnReport",
+    "crash_test",
+    "free_port",
+    "read_effects",
+    "record_effect",
+    "serve_agents",
+]
