@@ -191,12 +191,12 @@ class ApiClient:
         return data
 
     async def write_messages(self, messages: list[dict[str, Any]], *, parent_id: str | None = None,
-                             upsert: bool = False) -> int:
-        """``POST /messages``: write messages without a turn; how many were written."""
+                             upsert: bool = False) -> list[Any]:
+        """``POST /messages``: write messages without a turn; what the server says it wrote."""
         body: dict[str, Any] = {"messages": messages, "upsert": upsert}
         if parent_id is not None:
             body["parent_id"] = parent_id
-        return int((await self._call("POST", "/messages", json_body=body))["written"])
+        return list((await self._call("POST", "/messages", json_body=body))["written"])
 
     async def sessions(self) -> list[dict[str, Any]]:
         """``GET /sessions``: newest first."""
