@@ -10,6 +10,10 @@ storage, harness, app), each another only through its ``__init__``; none imports
 imports the top of storage (its modules) and nothing of another backend, and the top names a
 backend in one module only, the one that makes the default store. pyproject lists every package
 folder, and think_server/'s symlinks point at the folders. (The wheel itself: tests/test_wheel.py.)
+
+``think_server/testing/`` (the kit users test their agents with) is a real folder of the top, for
+users too: it imports the four through their ``__init__``, and nothing of the project imports it (the
+tests do).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ TOP = "think_server"
 #: The subpackages, lowest first: each may import those before it.
 ORDER = ("protocol", "storage", "harness", "app")
 BARE = frozenset(ORDER)
+#: The folder of the top that is not a link: the testing kit (README "Testing your agents").
+KIT = "testing"
 
 
 def _sources(*folders: str) -> list[Path]:
@@ -212,7 +218,9 @@ def test_think_server_links_to_the_four_folders() -> None:
         assert os.readlink(link) == f"../{name}", "relative, so that it holds in any checkout"
         assert link.resolve() == ROOT / name
     held = sorted(p.name for p in (ROOT / TOP).iterdir() if p.name != "__pycache__")
-    assert held == sorted(["__init__.py", "__main__.py", "py.typed", *ORDER])
+    assert held == sorted(["__init__.py", "__main__.py", "py.typed", KIT, *ORDER])
+    kit = ROOT / TOP / KIT
+    assert kit.is_dir() and not kit.is_symlink() and (kit / "__init__.py").is_file(), "the kit is a real folder"
 
 
 def test_pyproject_lists_every_package_folder_under_its_one_name() -> None:
@@ -222,12 +230,49 @@ def test_pyproject_lists_every_package_folder_under_its_one_name() -> None:
     on_disk = {TOP} | {".".join([TOP, *init.parent.relative_to(ROOT).parts])
                        for name in ORDER for init in (ROOT / name).rglob("__init__.py")
                        if "node_modules" not in init.parts}
+    on_disk |= {".".join(init.parent.relative_to(ROOT).parts) for init in (ROOT / TOP / KIT).rglob("__init__.py")}
+    assert f"{TOP}.{KIT}" in on_disk
     assert "think_server.harness.turn" in on_disk
     assert sorted(tool["packages"]) == sorted(on_disk)
     assert set(project["tool"]["setuptools"]["package-data"]) <= on_disk
     assert all("py.typed" in files for files in project["tool"]["setuptools"]["package-data"].values())
     assert project["project"]["scripts"] == {"think-server": "think_server.app.cli:main"}
     assert project["tool"]["mypy"]["packages"] == [TOP]
+
+
+def kit_violations(rel: Path, source: str) -> list[str]:
+    """What a module imports that it may not, as to the kit: the kit another package's insides (it
+    imports each through its ``__init__``, as users do); anything else the kit."""
+    found: list[str] = []
+    in_kit = rel.parts[:2] == (TOP, KIT)
+    for line, module, written in _imports(rel, source):
+        parts = module.split(".")
+        where = f"{rel}:{line}: {written}"
+        if parts[:2] == [TOP, KIT]:
+            if not in_kit:
+                found.append(f"{where}: only the tests import the kit ({TOP}.{KIT})")
+        elif in_kit and parts[0] == TOP and len(parts) > 2:
+            found.append(f"{where}: inside {parts[1]}; the kit imports {TOP}.{parts[1]}")
+    return found
+
+
+def test_the_kit_imports_the_packages_surfaces_and_nothing_imports_the_kit() -> None:
+    files = _sources(TOP, *ORDER)
+    assert ROOT / TOP / KIT / "_crash.py" in files and ROOT / "harness" / "turn" / "_turn.py" in files
+    assert [line for path in files for line in kit_violations(path.relative_to(ROOT), path.read_text())] == []
+    # Its __init__ is importable without pytest: the fixtures are in the plugin module only.
+    init = (ROOT / TOP / KIT / "__init__.py").read_text()
+    assert not [m for _, m, _ in _imports(Path(TOP, KIT, "__init__.py"), init) if m.endswith(".plugin")]
+
+
+def test_the_kit_check_sees_each_kind_of_wrong_import() -> None:
+    kit, engine = Path(TOP, KIT, "_probe.py"), Path("harness/_probe.py")
+    assert kit_violations(kit, "from think_server.harness import Agent\nimport think_server\nfrom ._x import y\n") == []
+    assert kit_violations(kit, "from think_server.harness.turn import x\n") == [
+        f"{kit}:1: from think_server.harness.turn import x: inside harness; the kit imports think_server.harness"]
+    assert kit_violations(engine, "def f():\n    from think_server.testing import Script\n") == [
+        f"{engine}:2: from think_server.testing import Script: only the tests import the kit (think_server.testing)"]
+    assert kit_violations(Path(TOP, "__init__.py"), "from .testing import Script\n") != []
 
 
 def test_the_dockerfile_copies_every_folder_the_wheel_is_built_from() -> None:

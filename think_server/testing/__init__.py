@@ -11,7 +11,7 @@ It is the top, for users: it imports ``think_server.app``, ``.harness``, ``.prot
 """
 
 from ._crash import CrashReport, CrashScenario, KillAt, TurnReport, crash_test
-from ._effects import Effect, read_effects, record_effect
+from ._effects import Effect, effects_size, read_effects, record_effect
 from ._http import ApiClient, ApiError, Operation, Receipt, ServerEvent
 from ._scripts import Rule, Script
 from ._served import ServedApp, free_port, serve_agents
@@ -31,6 +31,7 @@ __all__ = [
     "ServerEvent",
     "TurnReport",
     "crash_test",
+    "effects_size",
     "free_port",
     "read_effects",
     "record_effect",

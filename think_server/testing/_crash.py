@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from ._effects import Effect, read_effects
+from ._effects import Effect, effects_size, read_effects
 from ._http import ApiClient, Operation
 from ._served import ServedApp
 
@@ -239,6 +239,7 @@ async def crash_test(app: ServedApp, scenario: CrashScenario, *, check: bool = T
     turns = [TurnReport(i, text, f"crash-{run_id}-{i}") for i, text in enumerate(scenario.turns)]
     report = CrashReport(scenario, instance, turns)
     ops = [t.operation_id for t in turns]
+    effects_from = effects_size(app.effects_path)  # this run's effects only: the app may have served others
     async with ApiClient(app.url, scenario.agent, instance, session=scenario.session, token=app.token) as api:
         run = _Run(app, scenario, api, report)
         for turn in turns:
@@ -277,7 +278,7 @@ async def crash_test(app: ServedApp, scenario: CrashScenario, *, check: bool = T
             report.checked.append(f"{REQUESTS_END}: {run.cut} request(s) open at {len(report.kills)} kill(s) "
                                   f"ended; {len(polls)} long poll(s) after the last restart answered")
         messages = await api.messages()
-    report.effects = read_effects(app.effects_path)
+    report.effects = read_effects(app.effects_path, effects_from)
     _check(report, messages)
     if check:
         report.raise_if_broken()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from think_server.harness import current_tool_call
 
-__all__ = ["EFFECTS_ENV", "Effect", "read_effects", "record_effect"]
+__all__ = ["EFFECTS_ENV", "Effect", "effects_size", "read_effects", "record_effect"]
 
 #: The environment variable naming the file effects are appended to.
 EFFECTS_ENV = "THINK_TESTING_EFFECTS"
@@ -52,10 +52,21 @@ def record_effect(what: str = "") -> None:
         os.close(fd)
 
 
-def read_effects(path: str | os.PathLike[str]) -> list[Effect]:
-    """Every effect recorded in ``path``, in order ([] if none was)."""
+def effects_size(path: str | os.PathLike[str]) -> int:
+    """Where the next effect recorded in ``path`` starts: give it to :func:`read_effects` as ``start``
+    to read only what came since."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def read_effects(path: str | os.PathLike[str], start: int = 0) -> list[Effect]:
+    """Every effect recorded in ``path`` (from byte ``start``, see :func:`effects_size`), in order."""
+    try:
+        with Path(path).open("rb") as f:
+            f.seek(start)
+            text = f.read().decode("utf-8")
     except FileNotFoundError:
         return []
     found = []
