@@ -17,7 +17,7 @@ async def test_kills_mid_stream_mid_tool_and_at_random_keep_every_promise(think_
     app = await think_server_app(APP)
     scenario = CrashScenario(
         agent="kit", turns=["tell me a story", "pay the bill", "hi", "story again"],
-        kills=[KillAt.chunks(turn=0, n=6), KillAt.running(turn=1, after_s=0.3), KillAt.random(seed=7, turns=4)],
+        kills=[KillAt.chunks(turn=0, n=6), KillAt.running(turn=1, after_s=0.3), KillAt.random(seed=0, turns=4)],
         expect=[STORY, None, "You said: hi", STORY])
     report = await crash_test(app, scenario)
     assert report.ok and len(report.kills) == 3 and app.lives == 4
@@ -27,6 +27,9 @@ async def test_kills_mid_stream_mid_tool_and_at_random_keep_every_promise(think_
     assert story.kills == ["turn 0 after 6 chunks"] and story.chunks_at_kill >= 6
     assert story.final is not None and story.final.attempts == 2
     assert story.message_id_at_kill in story.final.message_ids, "the answer finished in the message it started"
+    again = report.turns[3]  # seed 0 picks the last turn, 0.758 s in: mid-answer
+    assert again.kills == ["turn 3 0.758 s after it started running"] and again.chunks_at_kill > 0
+    assert again.final is not None and again.message_id_at_kill in again.final.message_ids
     # The tool that is not safe to repeat ran once; the model was told it was interrupted.
     assert [e.what for e in report.effects] == ["charge"]
     paid = report.turns[1].final
