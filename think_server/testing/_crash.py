@@ -215,6 +215,47 @@ class _Run:
         raise AssertionError(f"{REQUESTS_END}: the kill point {kill.describe()} never came within "
                              f"{self.scenario.settle_timeout:g} s")
 
+    async def play(self, turns: list[TurnReport]) -> None:
+        """Submit the turns, kill and restart at each point, then wait for every operation to settle."""
+        api, report, scenario = self.api, self.report, self.scenario
+        ops = [t.operation_id for t in turns]
+        for turn in turns:
+            receipt = await api.submit(turn.input, operation_id=turn.operation_id)
+            if not receipt.accepted:
+                raise AssertionError(f"turn {turn.index}: operation id {turn.operation_id} was seen before")
+        # The event stream starts with a sync: the chunks of the answer streaming now come in it.
+        self.begin_life(ops)
+        for kill in sorted(scenario.kills, key=lambda k: (k.turn, k.after_chunks or 0, k.after_s)):
+            turn = turns[kill.turn]
+            came = await self.reached(kill, turn.operation_id)
+            if turn.message_id_at_kill is None and self.watch.chunks[turn.operation_id]:
+                turn.message_id_at_kill = self.watch.message_ids.get(turn.operation_id)
+                turn.chunks_at_kill = self.watch.chunks[turn.operation_id]
+            self.app.kill()
+            what = kill.describe() + ("" if came else " (the turn had ended: killed after it)")
+            turn.kills.append(what)
+            report.kills.append(what)
+            await self.end_life()
+            await self.app.start()
+            self.begin_life(ops)
+        for turn in turns:
+            turn.final = await api.wait(turn.operation_id, timeout=scenario.settle_timeout)
+        polls, pending = await asyncio.wait(self.polls, timeout=scenario.request_timeout)
+        unanswered = [t for t in polls if t.exception() is not None]
+        if pending or unanswered:
+            report.broken.append(f"{REQUESTS_END}: {len(pending) + len(unanswered)} long poll(s) after the last "
+                                 "restart did not answer")
+        elif not any(b.startswith(REQUESTS_END) for b in report.broken):
+            report.checked.append(f"{REQUESTS_END}: {self.cut} request(s) open at {len(report.kills)} kill(s) "
+                                  f"ended; {len(polls)} long poll(s) after the last restart answered")
+
+    async def close(self) -> None:
+        """Stop what is still open (after a failure too): no task outlives the test."""
+        tasks: list[asyncio.Task[Any]] = [t for t in [*self.polls, self.follower] if t is not None and not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def end_life(self) -> None:
         """After a kill: every request of the dead life ends (a hung one breaks a promise)."""
         open_requests: list[asyncio.Task[Any]] = [*self.polls, *([self.follower] if self.follower else [])]
@@ -238,45 +279,13 @@ async def crash_test(app: ServedApp, scenario: CrashScenario, *, check: bool = T
     run_id = secrets.token_hex(3)
     turns = [TurnReport(i, text, f"crash-{run_id}-{i}") for i, text in enumerate(scenario.turns)]
     report = CrashReport(scenario, instance, turns)
-    ops = [t.operation_id for t in turns]
     effects_from = effects_size(app.effects_path)  # this run's effects only: the app may have served others
     async with ApiClient(app.url, scenario.agent, instance, session=scenario.session, token=app.token) as api:
         run = _Run(app, scenario, api, report)
-        for turn in turns:
-            receipt = await api.submit(turn.input, operation_id=turn.operation_id)
-            if not receipt.accepted:
-                raise AssertionError(f"turn {turn.index}: operation id {turn.operation_id} was seen before")
-        # The event stream starts with a sync: the chunks of the answer streaming now come in it.
-        run.begin_life(ops)
-        for kill in sorted(scenario.kills, key=lambda k: (k.turn, k.after_chunks or 0, k.after_s)):
-            turn = turns[kill.turn]
-            came = await run.reached(kill, turn.operation_id)
-            if turn.message_id_at_kill is None and run.watch.chunks[turn.operation_id]:
-                turn.message_id_at_kill = run.watch.message_ids.get(turn.operation_id)
-                turn.chunks_at_kill = run.watch.chunks[turn.operation_id]
-            app.kill()
-            what = kill.describe() + ("" if came else " (the turn had ended: killed after it)")
-            turn.kills.append(what)
-            report.kills.append(what)
-            await run.end_life()
-            await app.start()
-            run.begin_life(ops)
-        for turn in turns:
-            turn.final = await api.wait(turn.operation_id, timeout=scenario.settle_timeout)
-        polls, pending = await asyncio.wait(run.polls, timeout=scenario.request_timeout)
-        for task in pending:
-            task.cancel()
-        if run.follower is not None:
-            run.follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await run.follower
-        unanswered = [t for t in polls if t.exception() is not None]
-        if pending or unanswered:
-            report.broken.append(f"{REQUESTS_END}: {len(pending) + len(unanswered)} long poll(s) after the last "
-                                 "restart did not answer")
-        elif not any(b.startswith(REQUESTS_END) for b in report.broken):
-            report.checked.append(f"{REQUESTS_END}: {run.cut} request(s) open at {len(report.kills)} kill(s) "
-                                  f"ended; {len(polls)} long poll(s) after the last restart answered")
+        try:
+            await run.play(turns)
+        finally:
+            await run.close()
         messages = await api.messages()
     report.effects = read_effects(app.effects_path, effects_from)
     _check(report, messages)
