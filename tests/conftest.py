@@ -25,6 +25,15 @@ from think_server.harness import Agent
 pytest_plugins = ["tests.postgres", "tests.cluster"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The kit's fixtures (think_harness, think_server_app), as users get them. Installed, the package's
+    # pytest11 entry point registers the same module already: registering it twice is an error.
+    import think_server.testing.plugin as kit
+
+    if not config.pluginmanager.is_registered(kit):
+        config.pluginmanager.register(kit, "think_server")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -10,6 +10,10 @@ storage, harness, app), each another only through its ``__init__``; none imports
 imports the top of storage (its modules) and nothing of another backend, and the top names a
 backend in one module only, the one that makes the default store. pyproject lists every package
 folder, and think_server/'s symlinks point at the folders. (The wheel itself: tests/test_wheel.py.)
+
+``think_server/testing/`` (the kit users test their agents with) is a real folder of the top, for
+users too: it imports the four through their ``__init__``, and nothing of the project imports it (the
+tests do).
 """
 
 from __future__ import annotations
@@ -179,6 +183,11 @@ def test_the_packages_above_use_the_four_through_their_front_doors() -> None:
     assert above_violations(probe, "from think_server import Agent\n") != []
     # and the four never import them: a package that is not one of the four is refused below
     assert layer_violations(Path("app/_probe.py"), "from think_server.testing import ChatClient\n") != []
+    # nor does the public surface (`import think_server` must not pull in the kit and its pytest needs),
+    # and the kit's own __init__ leaves its pytest plugin out: the fixtures are in the plugin module only.
+    top, kit = Path(TOP, "__init__.py"), Path(TOP, "testing", "__init__.py")
+    assert not [m for _, m, _ in _imports(top, (ROOT / top).read_text()) if "testing" in m.split(".")]
+    assert not [m for _, m, _ in _imports(kit, (ROOT / kit).read_text()) if m.endswith(".plugin")]
 
 
 def test_storage_backends_import_the_top_and_the_top_one_backend_in_one_place() -> None:

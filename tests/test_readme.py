@@ -511,3 +511,24 @@ async def test_the_chat_client_example_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["completed True", "completed True", "approval-requested",
                                         "Okay, no money was sent."]
+
+
+def test_the_testing_kit_example_passes_as_a_users_test_file(tmp_path: Path) -> None:
+    # As a user runs it: pytest on the file alone, the kit's fixtures from its plugin (named here, with
+    # autoload off, so the run is the same whether or not this venv's install declares the entry point).
+    (tmp_path / "test_bank.py").write_text(python_block("# test_bank.py"))
+    root = str(README.parent)
+    env = {**os.environ, "PYTHONPATH": root, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "pytest_asyncio.plugin", "-p",
+                           "think_server.testing.plugin", "test_bank.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout + done.stderr
+    for promise in ("every request ends", "no turn lost", "none run twice", "the same message continues"):
+        assert f"{promise}: " in done.stdout, promise
+
+
+def test_every_name_of_the_testing_kit_is_in_its_readme_section() -> None:
+    from think_server import testing
+
+    section = README.read_text().split("\n## Testing your agents\n", 1)[1].split("\n## ", 1)[0]
+    assert [name for name in testing.__all__ if f"`{name}" not in section and f"{name}(" not in section] == []

@@ -129,13 +129,30 @@ def test_the_wheel_holds_one_top_level_name(installed: Installed) -> None:
                     "think_server/app/demo_assistant.json"):
         assert package in names, package
     assert {n for n in names if n.endswith("py.typed")} == {
-        f"think_server/{sub}py.typed" for sub in ("", "app/", "harness/", "protocol/", "storage/")}
+        f"think_server/{sub}py.typed" for sub in ("", "app/", "harness/", "protocol/", "storage/", "testing/")}
+    assert "think_server/testing/plugin.py" in names
     page = sorted(n for n in names if n.startswith("think_server/app/web/"))
     built = sorted(p.relative_to(ROOT / "app/web").as_posix() for p in (ROOT / "app/web/dist").rglob("*")
                    if p.is_file()) if (ROOT / "app/web/dist").is_dir() else []
     assert page == [f"think_server/app/web/{p}" for p in built], "the built page, whole, and nothing else of web/"
     meta = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "think-server = think_server.cli:main" in zipfile.ZipFile(installed.wheel).read(meta).decode()
+    entry_points = zipfile.ZipFile(installed.wheel).read(meta).decode()
+    assert "think-server = think_server.cli:main" in entry_points
+    assert "[pytest11]\nthink_server = think_server.testing.plugin" in entry_points
+
+
+def test_pytest_finds_the_kits_fixtures_in_the_installed_package(installed: Installed) -> None:
+    # No -p and no conftest: the wheel's pytest11 entry point is all that brings think_harness.
+    (installed.project / "test_kit.py").write_text(
+        "import pytest\n"
+        "from think_server import Agent\n"
+        "from think_server.testing import Script\n\n"
+        "@pytest.mark.asyncio\n"
+        "async def test_hi(think_harness):\n"
+        "    h = await think_harness(Agent(model=Script().when('hi').say('Hello!').model()))\n"
+        "    assert (await (await h.session('agent', 't')).prompt('hi')).text == 'Hello!'\n")
+    done = installed.python("-m", "pytest", "-q", "-p", "no:cacheprovider", "test_kit.py", timeout=120)
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
 
 
 def test_the_users_app_and_think_server_import_side_by_side(installed: Installed) -> None:
