@@ -28,7 +28,6 @@ from urllib.parse import quote
 
 import httpx
 
-
 from ._effects import EFFECTS_ENV
 from ._http import ApiClient
 
