@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 
 from think_server.harness import Agent, RecoveryPolicy, tool
-from think_server.testing import Script, record_effect
+from think_server.testing import ScriptBuilder, record_effect
 
 #: The words of the slow answer, and the answer whole.
 WORDS = [f"w{i} " for i in range(30)]
 STORY = "".join(WORDS)
 
-SCRIPT = (Script()
+SCRIPT = (ScriptBuilder()
           .when("story").say(*WORDS, interval_ms=40)
           .when("pay").call("pay", {"cents": 500}).then_say("Paid: {result}")
           .when("send").call("send", {"to": "ana"}).then_say("Sent: {result}")

@@ -13,22 +13,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 USER_AGENTS = '''
 from think_server import Agent
-from think_server.testing import Script
+from think_server.testing import ScriptBuilder
 
-agents = {"echo": Agent(model=Script().otherwise().say("Echo: {user}").model())}
+agents = {"echo": Agent(model=ScriptBuilder().otherwise().say("Echo: {user}").model())}
 '''
 
 USER_TESTS = '''
 import pytest
 from think_server import Agent, Harness
-from think_server.testing import Script
+from think_server.testing import ScriptBuilder
 
 started = []
 
 
 @pytest.mark.asyncio
 async def test_a_harness(think_harness, tmp_path):
-    h = await think_harness(Agent(model=Script().when("hi").say("Hello!").model()))
+    h = await think_harness(Agent(model=ScriptBuilder().when("hi").say("Hello!").model()))
     assert (await (await h.session("agent", "t")).prompt("hi")).text == "Hello!"
     assert h.data_dir.is_relative_to(tmp_path)
     started.append(h.data_dir)

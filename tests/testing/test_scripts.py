@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from think_server.harness import Agent, ScriptedModel, ScriptError, tool
-from think_server.testing import Script
+from think_server.testing import ScriptBuilder
 from think_server.testing.plugin import HarnessFactory
 
 
-def only_rule(script: Script) -> dict[str, Any]:
+def only_rule(script: ScriptBuilder) -> dict[str, Any]:
     rules = script.to_json()["rules"]
     assert len(rules) == 1
     rule: dict[str, Any] = rules[0]
@@ -22,7 +22,7 @@ def only_rule(script: Script) -> dict[str, Any]:
 
 
 def test_each_event_method_writes_its_documented_event() -> None:
-    rule = only_rule(Script().when("x")
+    rule = only_rule(ScriptBuilder().when("x")
                      .say("a", "b").say("c", interval_ms=20, end=False, repeat=3)
                      .think("hm").call("lookup", {"q": 1}).call("other", id="call-9")
                      .wait(150).wait(50, unless="fast").error("boom"))
@@ -39,7 +39,7 @@ def test_each_event_method_writes_its_documented_event() -> None:
 
 
 def test_steps_rules_and_denied_steps() -> None:
-    data = (Script()
+    data = (ScriptBuilder()
             .when("weather", "forecast for").call("getWeather", {"city": "Paris"})
             .then_say("It is {result.condition}.").call("again").then_call("third").then().say("done")
             .when("delete").call("rm").then_say("Deleted.").denied().say("Kept it.").then_say("Still kept.")
@@ -57,7 +57,7 @@ def test_steps_rules_and_denied_steps() -> None:
 
 
 def test_write_and_spec_give_a_file_the_model_loads(tmp_path: Path) -> None:
-    script = Script().when("hi").say("Hello!")
+    script = ScriptBuilder().when("hi").say("Hello!")
     path = script.write(tmp_path / "s.json")
     assert json.loads(path.read_text()) == script.to_json()
     spec = script.spec(tmp_path / "t.json")
@@ -67,17 +67,17 @@ def test_write_and_spec_give_a_file_the_model_loads(tmp_path: Path) -> None:
 
 def test_mistakes_are_named_when_the_script_is_built() -> None:
     with pytest.raises(ScriptError, match="at least 1 item"):
-        Script().to_json()  # no rule
+        ScriptBuilder().to_json()  # no rule
     with pytest.raises(ValueError, match=r"without '\|'"):
-        Script().when("a|b")
+        ScriptBuilder().when("a|b")
     with pytest.raises(ValueError, match="at least one word"):
-        Script().when()
+        ScriptBuilder().when()
     with pytest.raises(ValueError, match="at least one delta"):
-        Script().when("x").say()
+        ScriptBuilder().when("x").say()
     with pytest.raises(ScriptError, match=r"rule 0 \(match 'x'\)"):
-        Script().when("x").wait(-1).to_json()
+        ScriptBuilder().when("x").wait(-1).to_json()
     with pytest.raises(ValueError, match="already has its denied steps"):
-        Script().when("x").call("t").denied().say("no").denied()
+        ScriptBuilder().when("x").call("t").denied().say("no").denied()
 
 
 @tool
@@ -91,7 +91,7 @@ async def get_balance(account: str) -> dict[str, Any]:
 
 
 async def test_a_harness_driven_by_a_built_script_has_the_conversation(think_harness: HarnessFactory) -> None:
-    script = (Script()
+    script = (ScriptBuilder()
               .when("balance").call("get_balance", {"account": "main"})
               .then_say("Your balance is ", "{result.amount}.")
               .when("hi", "hello").think("greet").say("Hel", "lo", "!")
@@ -108,6 +108,6 @@ async def test_a_harness_driven_by_a_built_script_has_the_conversation(think_har
 
 
 async def test_an_error_event_fails_the_turn(think_harness: HarnessFactory) -> None:
-    h = await think_harness({"a": Agent(model=Script().otherwise().say("par", end=False).error("boom").model())})
+    h = await think_harness({"a": Agent(model=ScriptBuilder().otherwise().say("par", end=False).error("boom").model())})
     result = await (await h.session("a", "t")).prompt("go")
     assert result.status == "unanswered"

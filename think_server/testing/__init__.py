@@ -16,13 +16,14 @@ from ._chat import ChatClient, ChatClosed, ChatError, ChatProtocolError, ChatSta
 from ._check import CheckOptions, Outcome, run_check
 from ._crash import CrashReport, CrashScenario, KillAt, TurnReport, crash_test
 from ._effects import Effect, effects_size, read_effects, record_effect
-from ._http import ApiClient, ApiError, Operation, Receipt, ServerEvent
-from ._scripts import Rule, Script
+from ._http import ApiClient, ApiError, ApiReceipt, Operation, ServerEvent
+from ._scripts import Rule, ScriptBuilder
 from ._served import ServedApp, free_port, serve_agents
 
 __all__ = [
     "ApiClient",
     "ApiError",
+    "ApiReceipt",
     "ChatClient",
     "ChatClosed",
     "ChatError",
@@ -36,9 +37,8 @@ __all__ = [
     "KillAt",
     "Operation",
     "Outcome",
-    "Receipt",
     "Rule",
-    "Script",
+    "ScriptBuilder",
     "ServedApp",
     "ServerEvent",
     "Turn",

@@ -23,7 +23,7 @@ from urllib.parse import quote
 import httpx
 from httpx_sse import aconnect_sse
 
-__all__ = ["ApiClient", "ApiError", "Operation", "Receipt", "ServerEvent"]
+__all__ = ["ApiClient", "ApiError", "ApiReceipt", "Operation", "ServerEvent"]
 
 
 class ApiError(Exception):
@@ -37,7 +37,7 @@ class ApiError(Exception):
 
 
 @dataclass(frozen=True)
-class Receipt:
+class ApiReceipt:
     """What ``POST /submit`` answered: the operation's id, its session, whether this call started it
     (``False``: an id seen before, whose operation is where ``status`` says)."""
 
@@ -135,7 +135,7 @@ class ApiClient:
     # -- turns ---------------------------------------------------------------------------------
 
     async def submit(self, input: Any, *, operation_id: str | None = None, when_busy: str | None = None,
-                     auto_continue: bool | None = None) -> Receipt:
+                     auto_continue: bool | None = None) -> ApiReceipt:
         """``POST /submit``: queue a turn (``input``: a string, a message, messages, ``{"parts"}`` or a
         tool answer); ``operation_id`` makes a retry start nothing new."""
         body: dict[str, Any] = {"input": input}
@@ -146,7 +146,7 @@ class ApiClient:
         if auto_continue is not None:
             body["auto_continue"] = auto_continue
         data = await self._call("POST", "/submit", json_body=body)
-        return Receipt(data["operation_id"], data["session"], data["accepted"], data["status"])
+        return ApiReceipt(data["operation_id"], data["session"], data["accepted"], data["status"])
 
     async def operation(self, operation_id: str, *, wait: float = 0) -> Operation:
         """``GET /operations/{id}``; ``wait`` long-polls up to that many seconds (60 at most) for it to settle."""

@@ -1,11 +1,11 @@
 """A builder for the scripted model's script, so a test reads like the conversation it expects.
 
 It writes the format of README "The scripted model" (``ScriptedModel``'s JSON) and nothing else:
-each method adds one event, rule or step of that format, and :meth:`Script.to_json` validates the
+each method adds one event, rule or step of that format, and :meth:`ScriptBuilder.to_json` validates the
 result with the model's own parser, so a mistake is named when the script is built, not when a
 turn fails::
 
-    script = (Script()
+    script = (ScriptBuilder()
               .when("balance").call("get_balance", {"account": "main"})
               .then_say("Your balance is {result.amount}.")
               .when("hi", "hello").say("Hel", "lo", "!")
@@ -22,10 +22,10 @@ from typing import Any
 
 from think_server.harness import ScriptedModel
 
-__all__ = ["Rule", "Script"]
+__all__ = ["Rule", "ScriptBuilder"]
 
 
-class Script:
+class ScriptBuilder:
     """The whole script: rules in order, the first that matches the user's last message wins."""
 
     def __init__(self) -> None:
@@ -77,7 +77,7 @@ class Rule:
     :meth:`spec` for its script, so one chain can write the whole script.
     """
 
-    def __init__(self, script: Script, match: str) -> None:
+    def __init__(self, script: ScriptBuilder, match: str) -> None:
         self.script = script
         self.match = match
         self._steps: list[list[dict[str, Any]]] = [[]]
@@ -149,7 +149,7 @@ class Rule:
     # -- the script's, for one chain -----------------------------------------------------------
 
     def when(self, *words: str) -> Rule:
-        """The script's next rule (see :meth:`Script.when`)."""
+        """The script's next rule (see :meth:`ScriptBuilder.when`)."""
         return self.script.when(*words)
 
     def otherwise(self) -> Rule:
