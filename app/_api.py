@@ -1,7 +1,8 @@
 """The HTTP API: operations and sessions of an instance, as JSON.
 
 Under ``/agents/{agent}/{name}``, with ``?session=ID`` (default: the root session):
-``POST /submit``, ``GET /operations``, ``GET|DELETE /operations/{id}``, ``POST /messages``,
+``POST /submit``, ``GET /operations``, ``GET|DELETE /operations/{id}``, ``POST /approvals/{call_id}``,
+``POST /messages``,
 ``GET /events`` (SSE), and the routes of ``_api_sessions`` (sessions, memory, search, compaction,
 files, schedules).
 
@@ -28,7 +29,7 @@ from think_server.harness import (
     check_when_busy,
     trace_carrier,
 )
-from think_server.protocol import client_id_problem
+from think_server.protocol import client_id_problem, describe_value
 
 from ._actor import ChatHost
 from ._admission import AddressLimits, SocketCap
@@ -73,6 +74,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         route("/submit", submit, ["POST"]),
         route("/operations", operations, ["GET"]),
         route("/operations/{operation_id}", operation, ["GET", "DELETE"]),
+        route("/approvals/{call_id}", approval, ["POST"]),
         route("/messages", messages, ["POST"]),
         route("/events", events, ["GET"]),
         *session_routes(api, endpoint, base),
@@ -144,6 +146,43 @@ async def operation(api: Api, request: Request) -> Response:
 
 
 
+async def approval(api: Api, request: Request) -> Response:
+    """Approve or deny a call a turn ended waiting on (an operation's ``waiting``): the answer
+    is an operation of its own, so the answer is its receipt, as ``POST /submit``'s is."""
+    session = await api.session_of(request, read=True)
+    call_id = request.path_params["call_id"]
+    body = only(await api.body_of(request), "an approval", _APPROVAL_FIELDS)
+    approved = body.get("approved")
+    if not isinstance(approved, bool):
+        got = "nothing" if approved is None else describe_value(approved)
+        raise Refused(400, f"approved: required, true or false; got {got}", "approved")
+    reason = optional_str(body, "reason")
+    if reason is not None and approved:
+        raise Refused(400, "reason: only with approved false (the reason the model reads for a denial)", "reason")
+    op_id = optional_str(body, "operation_id")
+    problem = None if op_id is None else client_id_problem(op_id, new=True)
+    if problem is not None:
+        raise Refused(400, f"operation_id {problem}", "operation_id")
+    try:
+        if approved:
+            receipt = await session.approve(call_id, operation_id=op_id, source="client")
+        else:
+            receipt = await session.deny(call_id, reason, operation_id=op_id, source="client")
+    except InputError as exc:  # the call id, by the rule for ids a client sends
+        raise Refused(400, str(exc), "call_id") from None
+    except AnswerRefused as exc:
+        if exc.reason in _NOT_WAITING:
+            raise Refused(404, f"no call {call_id[:200]!r} waits for an approval in session {session.id!r}: "
+                               f"{exc}", "call_id") from None
+        raise Refused(409, str(exc), "call_id") from None
+    status = "queued"
+    if not receipt.accepted:
+        info = await session.inspect(receipt.operation_id)
+        status = info.status if info is not None else status
+    return JSONResponse({"operation_id": receipt.operation_id, "session": receipt.session,
+                         "accepted": receipt.accepted, "status": status}, status_code=202)
+
+
 async def operations(api: Api, request: Request) -> Response:
     session = await api.session_of(request, read=True)
     found = [await session.inspect(op_id) for op_id in await session.pending()]
@@ -193,6 +232,13 @@ async def events(api: Api, request: Request) -> Response:
     return Followed(log.follow(last), lambda: release_all(releases))
 
 
+
+#: What ``POST /approvals/{call_id}`` takes.
+_APPROVAL_FIELDS = frozenset({"approved", "reason", "operation_id"})
+
+#: Why an approval found no call to decide: for the route, the call id names nothing it can decide (404).
+_NOT_WAITING = frozenset({"unknown_tool_call", "not_awaiting_approval", "not_approval_gated", "moved_on",
+                          "already_answered"})
 
 #: What ``POST /submit`` takes.
 _SUBMIT_FIELDS = frozenset({"input", "operation_id", "auto_continue", "when_busy"})
