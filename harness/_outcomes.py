@@ -10,8 +10,9 @@ from think_server.storage import OperationRow, describe_problem, problem_of
 
 from ._answers import awaiting_calls
 
-__all__ = ["AWAITING_REASONS", "INTERNAL_ERROR", "OperationInfo", "OperationResult", "Receipt", "SessionBusy",
-           "SubmitRefused", "WaitingCall", "describe_reason", "result_of", "storage_failure", "waiting_in"]
+__all__ = ["AWAITING_REASONS", "INTERNAL_ERROR", "OperationInfo", "OperationResult", "OperationStatus", "Outcome",
+           "Receipt", "SessionBusy", "SubmitRefused", "WaitingCall", "describe_reason", "result_of",
+           "storage_failure", "waiting_in"]
 
 #: The reason of an operation that failed for a bug: the log has the traceback.
 INTERNAL_ERROR = "The assistant failed with an internal error."
@@ -63,16 +64,21 @@ def waiting_in(message: UIMessage | None) -> tuple[WaitingCall, ...]:
                  for p in awaiting_calls(message))
 
 
+OperationStatus = Literal["queued", "running", "completed", "error", "aborted", "skipped"]
+Outcome = Literal["done", "unanswered"]
+
+
 @dataclass(frozen=True, slots=True)
 class OperationResult:
-    status: Literal["done", "unanswered"]
+    """A settled operation, as :meth:`wait` returns it. The words are those of :class:`OperationInfo`
+    (README "Operation statuses"): ``status`` its lifecycle's end, ``outcome`` whether it answered."""
+
+    status: OperationStatus
+    outcome: Outcome
     text: str = ""
     reason: str | None = None
     #: What the turn ended waiting on (reason ``awaiting_approval`` / ``awaiting_client_tool``).
     waiting: tuple[WaitingCall, ...] = ()
-
-
-OperationStatus = Literal["queued", "running", "completed", "error", "aborted", "skipped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +89,7 @@ class OperationInfo:
     session: str
     kind: str
     status: OperationStatus
-    outcome: Literal["done", "unanswered"] | None
+    outcome: Outcome | None
     reason: str | None
     text: str | None
     message_ids: tuple[str, ...]
@@ -130,11 +136,12 @@ def describe_reason(reason: str | None) -> str:
     return _REASON_TEXT.get(reason, reason)
 
 
-def result_of(outcome: str | None, text: str | None, reason: str | None,
+def result_of(status: str, outcome: str | None, text: str | None, reason: str | None,
               waiting: tuple[WaitingCall, ...] = ()) -> OperationResult:
+    """A settled operation's result; ``status`` as stored (one of :data:`OperationStatus`, settled)."""
     if outcome == "done":
-        return OperationResult("done", text or "")
-    return OperationResult("unanswered", "", reason, waiting)
+        return OperationResult(status, "done", text or "", reason)  # type: ignore[arg-type]
+    return OperationResult(status, "unanswered", "", reason, waiting)  # type: ignore[arg-type]
 
 
 def storage_failure(exc: BaseException) -> str | None:

@@ -22,7 +22,16 @@ from .._answers import Answer
 from .._events import Compacted, HarnessEvent, OperationSettled
 from .._inputs import InputError, check_input_id, parse_input, resolve_approval
 from .._logcontext import current_agent, current_instance, current_operation, current_session
-from .._outcomes import AWAITING_REASONS, OperationInfo, OperationResult, Receipt, WaitingCall, waiting_in
+from .._outcomes import (
+    AWAITING_REASONS,
+    OperationInfo,
+    OperationResult,
+    OperationStatus,
+    Outcome,
+    Receipt,
+    WaitingCall,
+    waiting_in,
+)
 from ..agent import WhenBusy
 from ..instances import (
     SessionInfo,
@@ -66,10 +75,12 @@ class SessionState:
 
 @dataclass(frozen=True, slots=True)
 class PromptResult:
-    """What :meth:`SessionHandle.prompt` returns: the outcome, the answer's text and message."""
+    """What :meth:`SessionHandle.prompt` returns: the operation's status and outcome (the words of
+    :meth:`SessionHandle.inspect`, README "Operation statuses"), the answer's text and message."""
 
     operation_id: str
-    status: Literal["done", "unanswered"]
+    status: OperationStatus
+    outcome: Outcome
     text: str
     reason: str | None
     message: UIMessage | None
@@ -175,8 +186,9 @@ class SessionHandle:
             messages = {m.id: m for m in await self.messages()}
             answers = [messages[i] for i in info.message_ids if i in messages and messages[i].role == "assistant"]
             message = answers[-1] if answers else None
-        text = result.text or (message_text(message) if message is not None and result.status == "done" else "")
-        return PromptResult(receipt.operation_id, result.status, text, result.reason, message, result.waiting)
+        text = result.text or (message_text(message) if message is not None and result.outcome == "done" else "")
+        return PromptResult(receipt.operation_id, result.status, result.outcome, text, result.reason, message,
+                            result.waiting)
 
     @overload
     async def inspect(self) -> SessionState: ...

@@ -391,7 +391,7 @@ class OperationRuns:
                         outcome.text if traces_content() else None)
         self.publish(OperationSettled(op_id, outcome.status, outcome.outcome, outcome.reason, tuple(message_ids),
                                       outcome.waiting))
-        result = result_of(outcome.outcome, outcome.text, outcome.reason, outcome.waiting)
+        result = result_of(outcome.status, outcome.outcome, outcome.text, outcome.reason, outcome.waiting)
         for fut in self._waiters.pop(op_id, []):
             if not fut.done():
                 fut.set_result(result)

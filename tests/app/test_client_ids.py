@@ -135,7 +135,7 @@ async def test_the_python_api_checks_a_clients_operation_id_and_trusts_server_co
         assert refused.value.field == "operation_id" and words in str(refused.value)
     receipt = await session.submit("hi", operation_id="sub:mine", source="server")  # server code: trusted
     assert receipt.accepted
-    assert (await session.wait("sub:mine", timeout=10)).status == "done"
+    assert (await session.wait("sub:mine", timeout=10)).outcome == "done"
 
 
 # ---------------------------------------------------------------- the server's namespace

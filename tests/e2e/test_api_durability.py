@@ -70,7 +70,7 @@ async def test_in_flight_wait_and_attempts_from_python_after_a_kill(crash_server
         before = "".join(str(c["delta"]) for c in flight.chunks if c.get("type") == "text-delta")
         assert before and SLOW_TEXT.startswith(before) and before != SLOW_TEXT, before
         result = await s.wait(op, timeout=30)
-        assert (result.status, result.text) == ("done", SLOW_TEXT)
+        assert (result.outcome, result.text) == ("done", SLOW_TEXT)
         info = await s.inspect(op)
         assert info is not None and info.status == "completed"
         assert info.attempts == 2, "the first run, cut by the kill, and the run that finished it"

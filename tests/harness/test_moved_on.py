@@ -157,7 +157,7 @@ async def test_an_answer_queued_behind_the_new_input_is_refused_when_its_turn_co
     assert (await settle(s, first.operation_id)).reason == "awaiting_approval"
     assert (await settle(s, "op2")).text == "Hello"
     result = await settle(s, approval.operation_id)
-    assert (result.status, result.reason) == ("unanswered", "moved_on")
+    assert (result.outcome, result.reason) == ("unanswered", "moved_on")
     assert runs == []
     assert part_of((await s.transcript())[1], "c1").errorText == MOVED_ON_ERROR
 

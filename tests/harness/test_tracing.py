@@ -148,7 +148,7 @@ async def test_an_approval_wait_is_a_span_from_the_ask_to_the_answer(
         assert asked.reason == "awaiting_approval"
         await asyncio.sleep(0.05)
         call = next(p for p in (await s.messages())[-1].parts if isinstance(p, ToolPart))
-        done = await s.prompt({"type": "approval", "tool_call_id": call.toolCallId, "approved": True})
+        done = await s.wait((await s.approve(call.toolCallId)).operation_id)
         assert done.text == "Done."
     (wait,) = named(spans, "think.approval_wait")
     assert wait.attributes and (wait.attributes["gen_ai.tool.call.id"], wait.attributes["think.approved"]) == (

@@ -221,11 +221,10 @@ async def test_the_approval_comes_before_the_hook(tmp_path: Path) -> None:
         s = await h.session("bank", "b")
         assert (await s.prompt("small")).text == "Done: sent 20 to bo"
         waiting = await s.prompt("big")
-        assert (waiting.status, waiting.reason) == ("unanswered", "awaiting_approval")
+        assert (waiting.outcome, waiting.reason) == ("unanswered", "awaiting_approval")
         assert calls == [{"amount": 20, "to": "bo"}], "not asked before the approval"
-        (call_id,) = [p.toolCallId for m in await s.messages() for p in m.parts
-                      if isinstance(p, ToolPart) and p.state == "approval-requested"]
-        result = await s.prompt({"type": "approval", "tool_call_id": call_id, "approved": True})
+        (call,) = waiting.waiting
+        result = await s.wait((await s.approve(call.call_id)).operation_id)
         assert result.text == "Done: sent 500 to bo"
     assert calls[-1] == {"amount": 500, "to": "bo"}
 
@@ -270,7 +269,7 @@ async def test_a_model_error_is_observed_and_classified_retry(tmp_path: Path) ->
     async with Harness({"a": agent}, data_dir=tmp_path, model=model) as h:
         s = await h.session("a", "x")
         result = await asyncio.wait_for(s.prompt("hi"), GUARD)
-    assert (result.status, result.text) == ("done", "Fine now.")
+    assert (result.outcome, result.text) == ("done", "Fine now.")
     assert [e.message for e in errors] == ["429 slow down"]
     assert len(model.requests) == 2, "called again after the error"
 
@@ -279,7 +278,7 @@ async def test_a_model_error_not_classified_fails_the_turn(tmp_path: Path) -> No
     model = FakeModel([ModelError("boom")], [*text("t", "never"), Finish("stop")])
     async with Harness({"a": Agent()}, data_dir=tmp_path, model=model) as h:
         result = await asyncio.wait_for((await h.session("a", "x")).prompt("hi"), GUARD)
-    assert (result.status, result.reason) == ("unanswered", "boom") and len(model.requests) == 1
+    assert (result.outcome, result.reason) == ("unanswered", "boom") and len(model.requests) == 1
 
 
 async def test_a_context_overflow_ends_the_turn_with_a_clear_reason(tmp_path: Path) -> None:
@@ -287,7 +286,7 @@ async def test_a_context_overflow_ends_the_turn_with_a_clear_reason(tmp_path: Pa
     agent = Agent(classify_error=lambda ctx: "context-overflow" if is_context_overflow(ctx.message) else "fail")
     async with Harness({"a": agent}, data_dir=tmp_path, model=model) as h:
         result = await asyncio.wait_for((await h.session("a", "x")).prompt("hi"), GUARD)
-    assert result.status == "unanswered" and "too long for the model's context window" in (result.reason or "")
+    assert result.outcome == "unanswered" and "too long for the model's context window" in (result.reason or "")
 
 
 async def test_recovery_can_be_abandoned(db_path: Path) -> None:
@@ -312,7 +311,7 @@ async def test_recovery_can_be_abandoned(db_path: Path) -> None:
     try:
         s2 = await again.session()
         result = await settle(s2, receipt.operation_id)
-        assert (result.status, result.reason) == ("unanswered", "abandoned")
+        assert (result.outcome, result.reason) == ("unanswered", "abandoned")
         assert second.requests == [], "the model was not called again"
         (ctx,) = asked
         assert (ctx.operation, ctx.attempt, ctx.text) == (receipt.operation_id, 1, "Hal")
@@ -336,7 +335,7 @@ async def test_a_hook_that_raises_ends_the_turn_with_its_name_and_the_session_go
     async with harness_with(tmp_path, **{hook: broken}) as h:
         with caplog.at_level(logging.ERROR, logger="think_server.hooks"):
             failed = await ask(h, "hello")
-        assert failed.status == "unanswered"
+        assert failed.outcome == "unanswered"
         assert failed.reason == f"The {hook} hook failed: RuntimeError: the user's bug"
         assert any("the user's bug" in (r.exc_text or "") or r.exc_info for r in caplog.records)
         assert (await ask(h, "hello again")).text == "You said: hello again", "the next turn runs"
@@ -365,7 +364,7 @@ async def test_a_before_tool_call_that_raises_fails_the_call_and_the_turn(tmp_pa
 async def test_an_answer_a_hook_may_not_give_is_named(tmp_path: Path, hook: str, answer: Any, words: str) -> None:
     async with harness_with(tmp_path, **{hook: lambda ctx: answer}) as h:
         result = await ask(h, "weather")
-    assert result.status == "unanswered" and words in (result.reason or ""), result.reason
+    assert result.outcome == "unanswered" and words in (result.reason or ""), result.reason
 
 
 async def test_a_classification_that_is_none_of_the_three_is_named(tmp_path: Path) -> None:
@@ -414,4 +413,4 @@ async def test_a_tool_before_turn_took_away_cannot_be_called(tmp_path: Path) -> 
         (part,) = [p for m in await s.messages() for p in m.parts if isinstance(p, ToolPart)]
     assert ran == [], "not run"
     assert (part.state, part.errorText) == ("output-error", "Tool 'getWeather' is not available.")
-    assert result.status == "done"
+    assert result.outcome == "done"

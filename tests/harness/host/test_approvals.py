@@ -48,7 +48,7 @@ async def test_a_turn_waiting_for_an_approval_says_which_call_on_every_result(tm
         result = await s.prompt("approve the transfer")
         part = next(p for p in (await s.messages())[-1].parts if isinstance(p, ToolPart))
         expected = (WaitingCall(part.toolCallId, "transferFunds", {"amount": 100, "to": "bob"}, "approval"),)
-        assert (result.status, result.reason, result.waiting) == ("unanswered", "awaiting_approval", expected)
+        assert (result.outcome, result.reason, result.waiting) == ("unanswered", "awaiting_approval", expected)
         assert (await s.wait(result.operation_id)).waiting == expected, "a result read back from the file too"
         info = await s.inspect(result.operation_id)
         assert info is not None and info.waiting == expected
@@ -57,7 +57,7 @@ async def test_a_turn_waiting_for_an_approval_says_which_call_on_every_result(tm
 
         receipt = await s.approve(part.toolCallId)
         done = await s.wait(receipt.operation_id)
-        assert (done.status, done.waiting) == ("done", ())
+        assert (done.outcome, done.waiting) == ("done", ())
         assert message_text((await s.messages())[-1]).endswith("Done: sent 100 to bob.")
         answered = await s.inspect(result.operation_id)
         assert answered is not None and answered.waiting == (), "once answered, nothing waits"
@@ -73,7 +73,7 @@ async def test_a_client_tool_call_waits_for_a_client_result(tmp_path: Path) -> N
             await s.approve(result.waiting[0].call_id)
         assert refused.value.reason == "not_awaiting_approval"
         r = await s.submit({"type": "tool-result", "tool_call_id": result.waiting[0].call_id, "output": "Lisbon"})
-        assert (await s.wait(r.operation_id)).status == "done"
+        assert (await s.wait(r.operation_id)).outcome == "done"
 
 
 async def test_the_settled_event_carries_the_waiting_calls(tmp_path: Path) -> None:
@@ -89,7 +89,7 @@ async def test_deny_ends_the_call_unrun_and_the_model_reads_the_reason(tmp_path:
         result = await s.prompt("approve the transfer")
         call_id = result.waiting[0].call_id
         done = await s.wait((await s.deny(call_id, "not this month")).operation_id)
-        assert done.status == "done"
+        assert done.outcome == "done"
         messages = await s.messages()
         assert message_text(messages[-1]).endswith("Okay, the transfer was not made.")
         part = next(p for p in messages[-1].parts if isinstance(p, ToolPart))

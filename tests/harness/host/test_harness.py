@@ -54,7 +54,7 @@ async def test_prompt_answers_and_the_transcript_is_kept(tmp_path: Path) -> None
     async with make(tmp_path) as h:
         s = await h.session("assistant", "order-1234")
         result = await s.prompt("hi")
-        assert (result.status, result.text) == ("done", "Hello!")
+        assert (result.outcome, result.text) == ("done", "Hello!")
         assert result.message is not None and message_text(result.message) == "Hello!"
         assert [m.role for m in await s.messages()] == ["user", "assistant"]
     async with make(tmp_path) as h:  # a new process on the same data dir
@@ -118,7 +118,7 @@ async def test_abort_a_queued_and_a_running_operation(tmp_path: Path) -> None:
         assert await s.abort(running.operation_id)
         result = await s.wait(running.operation_id, timeout=10)
         info = await s.inspect(running.operation_id)
-        assert info is not None and info.status == "aborted" and result.status == "unanswered"
+        assert info is not None and info.status == "aborted" and result.outcome == "unanswered"
         assert await s.pending() == []
 
 
@@ -155,7 +155,7 @@ async def test_client_tool_and_approval_answers(tmp_path: Path) -> None:
         s = await h.session("assistant", "tools")
         first = await s.prompt("ask where I am")
         call = next(p for p in (await s.messages())[-1].parts if isinstance(p, ToolPart))
-        assert (first.status, first.reason, call.state) == ("unanswered", "awaiting_client_tool", "input-available")
+        assert (first.outcome, first.reason, call.state) == ("unanswered", "awaiting_client_tool", "input-available")
         r = await s.submit({"type": "tool-result", "tool_call_id": call.toolCallId, "output": "Lisbon"})
         await s.wait(r.operation_id)
         assert message_text((await s.messages())[-1]).endswith("You are in Lisbon.")
@@ -298,12 +298,12 @@ async def test_a_tool_that_waits_on_its_own_session_gets_a_clear_error(tmp_path:
         s = await h.session("assistant", "self")
         holder["session"] = s
         result = await s.prompt("weather please", timeout=20)
-        assert result.status == "done"
+        assert result.outcome == "done"
         assert len(seen) == 3 and all("submit() instead" in str(e) for e in seen), seen
         assert await s.pending() == [], "nothing was submitted by the refused calls"
         other = await h.session("assistant", "self", "side")
         holder["session"] = other  # another session may be waited on from a tool
-        assert (await s.prompt("weather again", timeout=20)).status == "done" and len(seen) == 3
+        assert (await s.prompt("weather again", timeout=20)).outcome == "done" and len(seen) == 3
 
 
 async def test_regenerate_makes_a_new_branch(tmp_path: Path) -> None:
@@ -388,7 +388,7 @@ async def test_continue_turn_reset_with_handoff_in_flight_and_chat(tmp_path: Pat
         result = await s.wait(r.operation_id)
         after = await s.messages()
         assert len(after) == 2 and after[-1].id == before.id, "continued in the same message"
-        assert result.status == "done"
+        assert result.outcome == "done"
 
         await s.reset(handoff="Earlier: the user said hi.")
         msgs = await s.messages()

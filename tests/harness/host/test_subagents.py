@@ -128,7 +128,7 @@ async def test_stopping_the_parent_stops_the_child(tmp_path: Path) -> None:
         await asyncio.wait_for(research.started.wait(), GUARD)
         assert await s.abort(receipt.operation_id)
         stopped = await s.wait(receipt.operation_id, GUARD)
-        assert (stopped.status, stopped.reason) == ("unanswered", "aborted")
+        assert (stopped.outcome, stopped.reason) == ("unanswered", "aborted")
         (name,) = children(tmp_path)
         child = await h.session("researcher", name)
         for _ in range(100):

@@ -73,9 +73,9 @@ async def test_a_server_that_cannot_start_takes_only_its_own_tools_down(tmp_path
     async with Harness({"a": Agent(model=MODEL, mcp=[broken])}, data_dir=tmp_path / "data") as h:
         s = await h.session("a", "x")
         result = await s.prompt("which tools")
-        assert result.status == "done" and "calc__" not in result.text
+        assert result.outcome == "done" and "calc__" not in result.text
         assert h.mcp.state([broken])["servers"]["calc"]["state"] == "failed"
-        assert (await s.prompt("which tools now")).status == "done"
+        assert (await s.prompt("which tools now")).outcome == "done"
         assert starts.read_text().splitlines() == ["start"], "not started again within its backoff"
 
 
@@ -113,7 +113,7 @@ async def test_streamable_http_with_headers(tmp_path: Path, http_server: str) ->
     wrong = McpServer("calc", url=http_server, headers={"Authorization": "Bearer nope"})
     async with Harness({"a": Agent(model=MODEL, mcp=[wrong])}, data_dir=tmp_path / "data2") as h:
         result = await (await h.session("a", "x")).prompt("which tools")
-        assert result.status == "done" and "calc__" not in result.text
+        assert result.outcome == "done" and "calc__" not in result.text
         state = h.mcp.state([wrong])["servers"]["calc"]
         assert state["state"] == "failed" and state["error"]
     await asyncio.sleep(0)
