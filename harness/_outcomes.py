@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from think_server.protocol import UIMessage
-from think_server.storage import OperationRow, describe_problem, problem_of
+from think_server.protocol import UIMessage, parse_message
+from think_server.storage import Database, OperationRow, describe_problem, problem_of
 
 from ._answers import awaiting_calls
 
 __all__ = ["AWAITING_REASONS", "INTERNAL_ERROR", "OperationInfo", "OperationResult", "OperationStatus", "Outcome",
            "Receipt", "SessionBusy", "SubmitRefused", "WaitingCall", "describe_reason", "result_of",
-           "storage_failure", "waiting_in"]
+           "storage_failure", "stored_waiting", "waiting_in"]
 
 #: The reason of an operation that failed for a bug: the log has the traceback.
 INTERNAL_ERROR = "The assistant failed with an internal error."
@@ -53,6 +55,17 @@ class WaitingCall:
 
     def to_json(self) -> dict[str, Any]:
         return {"call_id": self.call_id, "tool": self.tool, "input": self.input, "kind": self.kind}
+
+
+async def stored_waiting(db: Database, op: OperationRow, message_ids: Sequence[str]) -> tuple[WaitingCall, ...]:
+    """What a settled operation that ended waiting for the user waits on now, read from ``db``:
+    the calls of its answer (the last of ``message_ids``) still waiting; none once answered."""
+    if op.reason not in AWAITING_REASONS or not message_ids:
+        return ()
+    answer = await db.read.message(op.session_id, message_ids[-1])
+    if answer is None or answer.role != "assistant":
+        return ()
+    return waiting_in(parse_message(json.loads(answer.content)))
 
 
 def waiting_in(message: UIMessage | None) -> tuple[WaitingCall, ...]:

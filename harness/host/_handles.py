@@ -30,7 +30,7 @@ from .._outcomes import (
     Outcome,
     Receipt,
     WaitingCall,
-    waiting_in,
+    stored_waiting,
 )
 from ..agent import WhenBusy
 from ..instances import (
@@ -211,11 +211,7 @@ class SessionHandle:
             ids = await instance.db.read.operation_message_ids(self.id, operation_id)
             if row.target_message_id and row.target_message_id not in ids and row.status != "pending":
                 ids.append(row.target_message_id)
-            waiting: tuple[WaitingCall, ...] = ()
-            if row.reason in AWAITING_REASONS and ids:
-                answer = await instance.db.read.message(self.id, ids[-1])
-                if answer is not None and answer.role == "assistant":
-                    waiting = waiting_in(parse_message(json.loads(answer.content)))
+            waiting = await stored_waiting(instance.db, row, ids)
         return OperationInfo.of(row, ids, waiting)
 
     async def pending(self) -> list[str]:

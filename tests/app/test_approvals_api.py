@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.app.test_api import http, text_of
+from tests.app.test_api import Sse, http, text_of
 
 A = "/agents/my-agent"
 
@@ -71,3 +71,24 @@ async def test_a_client_tool_call_is_not_approved(serve) -> None:
         r = await c.post(f"{A}/client/approvals/{waiting['call_id']}", json={"approved": True})
         assert (r.status_code, r.json()["field"]) == (404, "call_id")
         assert "not waiting for an approval" in r.json()["error"]
+
+
+async def test_an_answer_resumed_from_storage_ends_with_what_it_waits_on(serve) -> None:
+    """A client back with the id of a chunk the log no longer keeps gets the rest of the answer
+    from storage and its end: that end names the waiting call as the live event did."""
+    srv = await serve()
+    async with await http(srv) as c:
+        await c.post(f"{A}/resume/sessions", json={"id": "x"})  # the instance exists: it can be followed
+        async with c.stream("GET", f"{A}/resume/events") as r:
+            sse = Sse(r)
+            await sse.next()  # sync
+            op = (await c.post(f"{A}/resume/submit", json={"input": "approve the transfer"})).json()["operation_id"]
+            live = await sse.until("run-end", operation_id=op)
+        chunk = next(d for _, kind, d in live if kind == "chunk")
+        settled = next(d for _, kind, d in live if kind == "operation" and d["status"] != "queued")
+        assert [w["tool"] for w in settled["waiting"]] == ["transferFunds"]
+        # From another life of the log (a restart): only the chunk's position is understood.
+        async with c.stream("GET", f"{A}/resume/events",
+                            headers={"Last-Event-ID": f"feedface-3/{op}:{chunk['seq']}"}) as r:
+            replayed = await Sse(r).until("operation", operation_id=op)
+        assert replayed[-1][2] == settled
