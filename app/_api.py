@@ -116,7 +116,7 @@ async def submit(api: Api, request: Request) -> Response:
         raise Refused(422, str(exc), exc.field or "input") from None
     status = "queued"
     if not receipt.accepted:  # an id seen before (in this session or another): where that operation is now
-        owner = session if receipt.session == session.id else await api.harness.session(
+        owner = session if receipt.session == session.id else api.harness.session(
             session.agent, session.name, receipt.session)
         info = await owner.inspect(receipt.operation_id)
         status = info.status if info is not None else status

@@ -77,7 +77,7 @@ class Api:
             sid = validate_session_id(request.query_params.get("session", ""))
         except SessionError as exc:
             raise Refused(400, str(exc), "session") from None
-        return await self.harness.session(agent, name, sid)
+        return self.harness.session(agent, name, sid)
 
 
     async def body_of(self, request: Request, messages: str | None = None) -> dict[str, Any]:

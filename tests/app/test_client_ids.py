@@ -126,7 +126,7 @@ async def test_chat_socket_ids_follow_the_id_rule_and_the_socket_keeps_working(s
 async def test_the_python_api_checks_a_clients_operation_id_and_trusts_server_code(serve) -> None:
     srv = await serve()
     harness = srv.app.state.harness
-    session = await harness.session(AGENT, "py-ids")
+    session = harness.session(AGENT, "py-ids")
     from think_server.harness import InputError
 
     for bad, words in [*BAD_IDS, ("schedule:x:1", "begins with 'schedule:'")]:

@@ -4,7 +4,6 @@ event (README "Operation statuses")."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
@@ -41,8 +40,6 @@ async def test_every_view_of_an_operation_says_the_same(serve, text: str, abort:
     srv = await serve(AGENTS)
     name = "st-" + text.split()[0]
     session = srv.app.state.harness.session("my-agent", name)
-    if asyncio.iscoroutine(session):
-        session = await session
     async with httpx.AsyncClient(base_url=srv.base, timeout=30) as c:
         await c.post(f"{A}/{name}/sessions", json={"id": "x"})  # the instance exists: its events can be followed
         async with c.stream("GET", f"{A}/{name}/events") as r:
@@ -78,8 +75,6 @@ async def test_every_view_of_an_operation_says_the_same(serve, text: str, abort:
 async def test_prompt_says_what_wait_says(serve) -> None:
     srv = await serve(AGENTS)
     session = srv.app.state.harness.session("my-agent", "st-prompt")
-    if asyncio.iscoroutine(session):
-        session = await session
     failed = await session.prompt("boom", timeout=10)
     info = await session.inspect(failed.operation_id)
     assert info is not None

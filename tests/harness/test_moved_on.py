@@ -240,7 +240,7 @@ async def test_a_schedule_that_fires_is_a_new_turn_and_over_the_python_api_the_a
                                        [{"text": ["Done."]}]]},
         {"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]})
     async with Harness({"bank": Agent(tools=[transfer_funds])}, data_dir=tmp_path, model=script) as h:
-        s = await h.session("bank", "alice")
+        s = h.session("bank", "alice")
         assert (await s.prompt("approve a transfer")).reason == "awaiting_approval"
         (part,) = [p for p in (await s.messages())[-1].parts if isinstance(p, ToolPart)]
         assert part.approval is not None

@@ -44,7 +44,7 @@ def make(tmp_path: Path, **kw: Any) -> Harness:
 
 async def test_a_turn_waiting_for_an_approval_says_which_call_on_every_result(tmp_path: Path) -> None:
     async with make(tmp_path) as h:
-        s = await h.session("assistant", "waits")
+        s = h.session("assistant", "waits")
         result = await s.prompt("approve the transfer")
         part = next(p for p in (await s.messages())[-1].parts if isinstance(p, ToolPart))
         expected = (WaitingCall(part.toolCallId, "transferFunds", {"amount": 100, "to": "bob"}, "approval"),)
@@ -65,7 +65,7 @@ async def test_a_turn_waiting_for_an_approval_says_which_call_on_every_result(tm
 
 async def test_a_client_tool_call_waits_for_a_client_result(tmp_path: Path) -> None:
     async with make(tmp_path) as h:
-        s = await h.session("assistant", "client")
+        s = h.session("assistant", "client")
         result = await s.prompt("ask where I am")
         assert result.reason == "awaiting_client_tool"
         assert [(w.tool, w.kind) for w in result.waiting] == [("getLocation", "client_result")]
@@ -78,14 +78,14 @@ async def test_a_client_tool_call_waits_for_a_client_result(tmp_path: Path) -> N
 
 async def test_the_settled_event_carries_the_waiting_calls(tmp_path: Path) -> None:
     async with make(tmp_path) as h:
-        s = await h.session("assistant", "events")
+        s = h.session("assistant", "events")
         settled = [e async for e in s.chat("approve the transfer") if isinstance(e, OperationSettled)]
         assert [(w.tool, w.kind) for w in settled[-1].waiting] == [("transferFunds", "approval")]
 
 
 async def test_deny_ends_the_call_unrun_and_the_model_reads_the_reason(tmp_path: Path) -> None:
     async with make(tmp_path) as h:
-        s = await h.session("assistant", "deny")
+        s = h.session("assistant", "deny")
         result = await s.prompt("approve the transfer")
         call_id = result.waiting[0].call_id
         done = await s.wait((await s.deny(call_id, "not this month")).operation_id)
@@ -101,7 +101,7 @@ async def test_deny_ends_the_call_unrun_and_the_model_reads_the_reason(tmp_path:
 
 async def test_approve_refuses_a_call_that_waits_for_nothing(tmp_path: Path) -> None:
     async with make(tmp_path) as h:
-        s = await h.session("assistant", "refuse")
+        s = h.session("assistant", "refuse")
         with pytest.raises(AnswerRefused) as unknown:
             await s.approve("no-such-call")
         assert unknown.value.reason == "unknown_tool_call"
