@@ -66,7 +66,12 @@ _SCHEMAS: dict[str, Any] = {
         "outcome": {"enum": ["done", "unanswered", None]}, "reason": {"type": ["string", "null"]},
         "text": {"type": ["string", "null"]}, "message_ids": {"type": "array", "items": {"type": "string"}},
         "created_at": {"type": "integer"}, "started_at": {"type": ["integer", "null"]},
-        "settled_at": {"type": ["integer", "null"]}, "attempts": {"type": "integer"}}},
+        "settled_at": {"type": ["integer", "null"]}, "attempts": {"type": "integer"},
+        "waiting": {"type": "array", "items": _ref("WaitingCall"),
+                    "description": "What the turn ended waiting on, while it waits (README \"Operation statuses\")"}}},
+    "WaitingCall": {"type": "object", "required": ["call_id", "tool", "input", "kind"], "properties": {
+        "call_id": {"type": "string"}, "tool": {"type": "string"}, "input": {},
+        "kind": {"enum": ["approval", "client_result"]}}},
     "MemoryBlock": {"type": "object", "properties": {
         "label": {"type": "string"}, "description": {"type": "string"},
         "scope": {"type": "string", "enum": ["session", "instance"]}, "limit": {"type": "integer"},
@@ -125,6 +130,17 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
                                                                 "required": True, "schema": {"type": "string"}}],
                        "responses": {"200": _json(_ref("Operation"), "The operation, with `aborted`"),
                                      **_errors(401, 404)}}},
+        base + "/approvals/{call_id}": {"post": {
+            "summary": "Approve or deny a tool call a turn waits on (an operation's `waiting`)",
+            "parameters": [*params, _SESSION_PARAM,
+                           {"name": "call_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["approved"], "properties": {
+                    "approved": {"type": "boolean"},
+                    "reason": {"type": "string", "description": "a denial's reason, for the model"},
+                    "operation_id": _CLIENT_ID}}}}},
+            "responses": {"202": _json(_ref("Receipt"), "Accepted: the answer's operation continues the turn"),
+                          **_errors(400, 401, 404, 409, 413, 503)}}},
         f"{base}/sessions": {
             "get": {"summary": "The sessions of the instance", "parameters": params,
                     "responses": {"200": _json({"type": "object", "properties": {

@@ -15,7 +15,7 @@ Events (the ``event:`` name is the ``type`` inside the JSON ``data``):
 ``sync`` ``{messages, in_flight: {operation_id, chunks} | null}``,
 ``run-start`` ``{operation_id, message_id, continuation}``,
 ``chunk`` ``{operation_id, seq, chunk}``, ``message`` ``{message}``,
-``operation`` ``{operation_id, status, outcome, reason}`` (``queued`` when accepted, then once
+``operation`` ``{operation_id, status, outcome, reason, waiting}`` (``queued`` when accepted, then once
 settled), ``run-end`` ``{operation_id}`` (only for an operation whose run started),
 ``reset``, ``transcript`` (re-read the transcript).
 """
@@ -40,6 +40,7 @@ from think_server.harness import (
     Session,
     SessionReset,
     TranscriptChanged,
+    WaitingCall,
 )
 from think_server.protocol import dump_message_text, json_string
 
@@ -75,9 +76,11 @@ def chunk_position(event_id: str) -> Position | None:
     return op, int(seq)
 
 
-def _operation(operation_id: str, status: str, outcome: str | None, reason: str | None) -> tuple[str, str]:
+def _operation(operation_id: str, status: str, outcome: str | None, reason: str | None,
+               waiting: tuple[WaitingCall, ...] = ()) -> tuple[str, str]:
     return ("operation", json.dumps({"type": "operation", "operation_id": operation_id, "status": status,
-                                     "outcome": outcome, "reason": reason}))
+                                     "outcome": outcome, "reason": reason,
+                                     "waiting": [w.to_json() for w in waiting]}))
 
 
 def _encode(event: HarnessEvent, started: set[str]) -> list[tuple[str, str]]:
@@ -97,7 +100,7 @@ def _encode(event: HarnessEvent, started: set[str]) -> list[tuple[str, str]]:
     if isinstance(event, (MessagePersisted, MessageUpdated)):
         return [("message", '{"type":"message","message":' + dump_message_text(event.message) + "}")]
     if isinstance(event, OperationSettled):
-        settled = [_operation(event.operation_id, event.status, event.outcome, event.reason)]
+        settled = [_operation(event.operation_id, event.status, event.outcome, event.reason, event.waiting)]
         if event.operation_id in started:
             started.discard(event.operation_id)
             settled.append(("run-end", json.dumps({"type": "run-end", "operation_id": event.operation_id})))

@@ -196,7 +196,8 @@ async def stream_snapshot(session: Session, op_id: str, live: Stream | None) -> 
             bodies.extend(await db.read.chunk_bodies(row.id))
     if op.status in ("pending", "running"):
         return Snapshot(bodies, None)
-    settled = OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, ())
+    settled = OperationSettled(op.id, op.status, op.outcome or "unanswered", op.reason, (),
+                               await session.waiting_on(op))
     if bodies or op.target_message_id is None or op.status == "skipped":
         return Snapshot(bodies, settled)
     expired = session.clock.now_ms() - session.stream_grace_ms

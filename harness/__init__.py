@@ -61,7 +61,15 @@ from ._model import (
     ToolInputStart,
     Usage,
 )
-from ._outcomes import OperationInfo, OperationResult, Receipt, SessionBusy, SubmitRefused, describe_reason
+from ._outcomes import (
+    OperationInfo,
+    OperationResult,
+    Receipt,
+    SessionBusy,
+    SubmitRefused,
+    WaitingCall,
+    describe_reason,
+)
 from ._tools import Tool, ToolInputError, client_tool, tool
 from ._tracing import configure_tracing, trace_carrier
 from .agent import (
@@ -248,6 +256,7 @@ __all__ = [
     "TurnEndContext",
     "UnknownBlock",
     "Usage",
+    "WaitingCall",
     "WhenBusy",
     "Workspace",
     "WorkspaceError",

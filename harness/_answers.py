@@ -56,15 +56,17 @@ class Answer:
     error_text: str | None = None
     is_error: bool = False
     approved: bool = False
+    reason: str | None = None  # a denial's, for the model to read
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "toolCallId": self.tool_call_id, "output": self.output,
-                "errorText": self.error_text, "isError": self.is_error, "approved": self.approved}
+                "errorText": self.error_text, "isError": self.is_error, "approved": self.approved,
+                **({"reason": self.reason} if self.reason is not None else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Answer:
         return cls(data["kind"], data["toolCallId"], data.get("output"), data.get("errorText"),
-                   bool(data.get("isError")), bool(data.get("approved")))
+                   bool(data.get("isError")), bool(data.get("approved")), data.get("reason"))
 
 
 def find_call(messages: Sequence[UIMessage], tool_call_id: str) -> tuple[int, ToolPart] | None:
@@ -131,7 +133,7 @@ def apply_answer(message: UIMessage, answer: Answer) -> UIMessage:
             continue
         if answer.kind == "approval":
             approval_id = part.approval.id if part.approval is not None else answer.tool_call_id
-            part.approval = ToolApproval(id=approval_id, approved=answer.approved)
+            part.approval = ToolApproval(id=approval_id, approved=answer.approved, reason=answer.reason)
             part.state = "approval-responded" if answer.approved else "output-denied"
         elif answer.is_error:
             part.state = "output-error"

@@ -12,6 +12,8 @@ from typing import TypeAlias
 
 from think_server.protocol import UIMessage
 
+from ._outcomes import WaitingCall
+
 __all__ = [
     "ChunksCommitted",
     "Compacted",
@@ -83,6 +85,7 @@ class OperationSettled:
     outcome: str  # done | unanswered
     reason: str | None
     message_ids: tuple[str, ...]  # the user messages the operation carried
+    waiting: tuple[WaitingCall, ...] = ()  # what an awaiting_* turn waits on
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 ``submit`` takes a string, a message (a :class:`~think_server.protocol.UIMessage` or its JSON
 object), a list of those, ``{"parts": [...]}`` (a user message of those parts),
 or an answer to a tool call: ``{"type": "tool-result", "tool_call_id", "output"}``
-or ``{"type": "approval", "tool_call_id" | "approval_id", "approved"}``. The same
+or ``{"type": "approval", "tool_call_id" | "approval_id", "approved", "reason"?}``. The same
 forms arrive as JSON over HTTP, so the keys are also accepted in the wire's
 camelCase (``toolCallId``, ``approvalId``, ``errorText``).
 """
@@ -104,11 +104,14 @@ def _answer(obj: Mapping[str, Any], client: bool) -> Answer:
         approved = obj.get("approved")
         if not isinstance(approved, bool):
             raise InputError(f"approval: approved: expected true or false, got {describe_value(approved)}")
+        reason = obj.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            raise InputError(f"approval: reason: expected a string, got {describe_value(reason)}")
         if call is None:
             if not isinstance(approval, str) or not approval:
                 raise InputError("approval: expected tool_call_id or approval_id (a non-empty string)")
             call = "approval:" + approval  # resolved against the transcript by resolve_approval()
-        return Answer("approval", call, approved=approved)
+        return Answer("approval", call, approved=approved, reason=reason or None)
     if call is None:
         raise InputError("tool-result: expected tool_call_id (a non-empty string)")
     result = obj.get("result")
@@ -130,5 +133,5 @@ def resolve_approval(answer: Answer, messages: Sequence[UIMessage]) -> Answer:
     for msg in reversed(messages):
         for part in msg.parts:
             if isinstance(part, ToolPart) and part.approval is not None and part.approval.id == wanted:
-                return Answer("approval", part.toolCallId, approved=answer.approved)
+                return Answer("approval", part.toolCallId, approved=answer.approved, reason=answer.reason)
     return answer

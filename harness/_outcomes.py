@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from think_server.storage import OperationRow, describe_problem, problem_of
+from think_server.protocol import UIMessage, parse_message
+from think_server.storage import Database, OperationRow, describe_problem, problem_of
 
-__all__ = ["INTERNAL_ERROR", "OperationInfo", "OperationResult", "Receipt", "SessionBusy", "SubmitRefused",
-           "describe_reason", "result_of", "storage_failure"]
+from ._answers import awaiting_calls
+
+__all__ = ["AWAITING_REASONS", "INTERNAL_ERROR", "OperationInfo", "OperationResult", "OperationStatus", "Outcome",
+           "Receipt", "SessionBusy", "SubmitRefused", "WaitingCall", "describe_reason", "result_of",
+           "storage_failure", "stored_waiting", "waiting_in"]
 
 #: The reason of an operation that failed for a bug: the log has the traceback.
 INTERNAL_ERROR = "The assistant failed with an internal error."
@@ -33,14 +39,59 @@ class Receipt:
     accepted: bool
 
 
+#: The reasons of a turn that ended waiting for the user: its ``waiting`` calls say for what.
+AWAITING_REASONS = ("awaiting_approval", "awaiting_client_tool")
+
+
 @dataclass(frozen=True, slots=True)
-class OperationResult:
-    status: Literal["done", "unanswered"]
-    text: str = ""
-    reason: str | None = None
+class WaitingCall:
+    """A tool call a turn ended waiting on: an approval (``session.approve``/``deny``) or a client
+    tool's result (``submit({"type": "tool-result", ...})``)."""
+
+    call_id: str
+    tool: str
+    input: Any
+    kind: Literal["approval", "client_result"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"call_id": self.call_id, "tool": self.tool, "input": self.input, "kind": self.kind}
+
+
+async def stored_waiting(db: Database, op: OperationRow, message_ids: Sequence[str]) -> tuple[WaitingCall, ...]:
+    """What a settled operation that ended waiting for the user waits on now, read from ``db``:
+    the calls of its answer (the last of ``message_ids``) still waiting; none once answered."""
+    if op.reason not in AWAITING_REASONS or not message_ids:
+        return ()
+    answer = await db.read.message(op.session_id, message_ids[-1])
+    if answer is None or answer.role != "assistant":
+        return ()
+    return waiting_in(parse_message(json.loads(answer.content)))
+
+
+def waiting_in(message: UIMessage | None) -> tuple[WaitingCall, ...]:
+    """The calls of ``message``'s last step that wait for the user now (none once answered)."""
+    if message is None:
+        return ()
+    return tuple(WaitingCall(p.toolCallId, p.tool_name, p.input,
+                             "approval" if p.state == "approval-requested" else "client_result")
+                 for p in awaiting_calls(message))
 
 
 OperationStatus = Literal["queued", "running", "completed", "error", "aborted", "skipped"]
+Outcome = Literal["done", "unanswered"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperationResult:
+    """A settled operation, as :meth:`wait` returns it. The words are those of :class:`OperationInfo`
+    (README "Operation statuses"): ``status`` its lifecycle's end, ``outcome`` whether it answered."""
+
+    status: OperationStatus
+    outcome: Outcome
+    text: str = ""
+    reason: str | None = None
+    #: What the turn ended waiting on (reason ``awaiting_approval`` / ``awaiting_client_tool``).
+    waiting: tuple[WaitingCall, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +102,7 @@ class OperationInfo:
     session: str
     kind: str
     status: OperationStatus
-    outcome: Literal["done", "unanswered"] | None
+    outcome: Outcome | None
     reason: str | None
     text: str | None
     message_ids: tuple[str, ...]
@@ -59,23 +110,27 @@ class OperationInfo:
     started_at: int | None
     settled_at: int | None
     attempts: int
+    #: What the turn ended waiting on, while it still waits (reason ``awaiting_approval`` /
+    #: ``awaiting_client_tool``); empty once answered.
+    waiting: tuple[WaitingCall, ...] = ()
 
     @property
     def settled(self) -> bool:
         return self.outcome is not None or self.status not in ("queued", "running")
 
     @classmethod
-    def of(cls, row: OperationRow, message_ids: list[str]) -> OperationInfo:
+    def of(cls, row: OperationRow, message_ids: list[str], waiting: tuple[WaitingCall, ...] = ()) -> OperationInfo:
         status = "queued" if row.status == "pending" else row.status
         return cls(row.id, row.session_id, row.kind, status, row.outcome,  # type: ignore[arg-type]
                    row.reason, row.result_text, tuple(message_ids), row.created_at, row.started_at,
-                   row.completed_at, row.runs)
+                   row.completed_at, row.runs, waiting)
 
     def to_json(self) -> dict[str, Any]:
         return {"operation_id": self.operation_id, "session": self.session, "kind": self.kind,
                 "status": self.status, "outcome": self.outcome, "reason": self.reason, "text": self.text,
                 "message_ids": list(self.message_ids), "created_at": self.created_at,
-                "started_at": self.started_at, "settled_at": self.settled_at, "attempts": self.attempts}
+                "started_at": self.started_at, "settled_at": self.settled_at, "attempts": self.attempts,
+                "waiting": [w.to_json() for w in self.waiting]}
 
 
 _REASON_TEXT = {
@@ -94,10 +149,12 @@ def describe_reason(reason: str | None) -> str:
     return _REASON_TEXT.get(reason, reason)
 
 
-def result_of(outcome: str | None, text: str | None, reason: str | None) -> OperationResult:
+def result_of(status: str, outcome: str | None, text: str | None, reason: str | None,
+              waiting: tuple[WaitingCall, ...] = ()) -> OperationResult:
+    """A settled operation's result; ``status`` as stored (one of :data:`OperationStatus`, settled)."""
     if outcome == "done":
-        return OperationResult("done", text or "")
-    return OperationResult("unanswered", "", reason)
+        return OperationResult(status, "done", text or "", reason)  # type: ignore[arg-type]
+    return OperationResult(status, "unanswered", "", reason, waiting)  # type: ignore[arg-type]
 
 
 def storage_failure(exc: BaseException) -> str | None:

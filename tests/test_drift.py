@@ -58,3 +58,32 @@ def test_every_setting_is_in_the_readme_settings_table() -> None:
     missing = [f"{ENV_PREFIX}{field.upper()}" for field in Settings.model_fields
                if f"{ENV_PREFIX}{field.upper()}" not in named]
     assert missing == [], f"settings missing from README.md's settings table: {missing}"
+
+
+def test_every_setting_is_named_in_python_too() -> None:
+    """The README says a setting's Python name is its variable in lower case without the prefix:
+    true of every field, so that the table is the list of ``Settings`` fields too."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "`Settings(...)` takes each one by its name in lower case without\n`THINK_`" in readme
+    named = {n.removeprefix(ENV_PREFIX).lower() for n in re.findall(rf"`({ENV_PREFIX}[A-Z0-9_]+)`", settings_table())}
+    assert sorted(set(Settings.model_fields) - named) == []
+
+
+def test_every_hook_contexts_field_is_in_the_readme() -> None:
+    import dataclasses
+
+    from think_server.harness import agent as hooks
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n### Hooks\n", 1)[1].split("\n### ", 1)[0]
+    common = next(p for p in section.split("\n\n") if p.startswith("Every context has"))
+    base = {f.name for f in dataclasses.fields(hooks.HookContext)}
+    assert [n for n in sorted(base) if f"`{n}`" not in common] == [], "the fields every context has"
+    missing = []
+    for context in (hooks.TurnContext, hooks.ToolCallContext, hooks.StepContext, hooks.ChunkContext,
+                    hooks.ErrorContext, hooks.RecoveryContext, hooks.TurnEndContext):
+        rows = "\n".join(line for line in section.splitlines() if f"({context.__name__})" in line)
+        assert rows, f"no row of the hooks table names {context.__name__}"
+        missing += [f"{context.__name__}.{f.name}" for f in dataclasses.fields(context)
+                    if f.name not in base and f"`{f.name}`" not in rows]
+    assert missing == [], f"hook context fields the README's hooks table does not name: {missing}"

@@ -102,6 +102,12 @@ async def test_the_webhook_example_starts_a_turn_once_per_delivery(tmp_path: Pat
     assert list((tmp_path / "data" / "agents" / "assistant").glob("*.sqlite3"))
 
 
+def test_the_approvals_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    run_example(tmp_path, monkeypatch, "s.approve(call.call_id)")
+    assert capsys.readouterr().out.splitlines() == ["done Done: refunded A-17."]
+
+
 def test_the_moved_on_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     run_example(tmp_path, monkeypatch, "MOVED_ON_ERROR, Agent")
@@ -162,7 +168,8 @@ def run_commands(block: str, base: str) -> list[str]:
 async def test_the_curl_session_runs(tmp_path: Path) -> None:
     # `curl -sN …/events` follows the stream until Ctrl-C: here, for three seconds.
     block = sh_block("Idempotency-Key: evt-1").replace("curl -sN", "curl -sN --max-time 3")
-    submitted, waited, transcript, fork, trip, named, one, listed, events, spec = await served(tmp_path, block)
+    (submitted, waited, transcript, fork, trip, named, one, listed, pay, paying, approved, paid, events,
+     spec) = await served(tmp_path, block)
     receipt = json.loads(submitted)
     assert (receipt["operation_id"], receipt["accepted"]) == ("evt-1", True)
     info = json.loads(waited)
@@ -172,6 +179,14 @@ async def test_the_curl_session_runs(tmp_path: Path) -> None:
     assert json.loads(trip)["id"] == "trip" and json.loads(named)["title"] == "Trip"
     assert (json.loads(one)["id"], json.loads(one)["title"]) == ("trip", "Trip")
     assert json.loads(listed)["sessions"][0]["id"] == "trip", "the newest first"
+    assert json.loads(pay)["operation_id"] == "pay-1"
+    waiting = json.loads(paying)
+    assert (waiting["status"], waiting["outcome"], waiting["reason"]) == ("completed", "unanswered",
+                                                                          "awaiting_approval")
+    assert [(w["tool"], w["kind"]) for w in waiting["waiting"]] == [("sendMoney", "approval")]
+    assert json.loads(approved) == {"operation_id": "pay-1-ok", "session": "", "accepted": True, "status": "queued"}
+    done = json.loads(paid)
+    assert (done["status"], done["outcome"]) == ("completed", "done") and "sent to Alice" in done["text"]
     assert "event: sync" in events or '"type":"sync"' in events, events[:300]
     assert json.loads(spec)["openapi"].startswith("3.1")
 

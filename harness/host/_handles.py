@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -21,7 +22,16 @@ from .._answers import Answer
 from .._events import Compacted, HarnessEvent, OperationSettled
 from .._inputs import InputError, check_input_id, parse_input, resolve_approval
 from .._logcontext import current_agent, current_instance, current_operation, current_session
-from .._outcomes import OperationInfo, OperationResult, Receipt
+from .._outcomes import (
+    AWAITING_REASONS,
+    OperationInfo,
+    OperationResult,
+    OperationStatus,
+    Outcome,
+    Receipt,
+    WaitingCall,
+    stored_waiting,
+)
 from ..agent import WhenBusy
 from ..instances import (
     SessionInfo,
@@ -65,13 +75,18 @@ class SessionState:
 
 @dataclass(frozen=True, slots=True)
 class PromptResult:
-    """What :meth:`SessionHandle.prompt` returns: the outcome, the answer's text and message."""
+    """What :meth:`SessionHandle.prompt` returns: the operation's status and outcome (the words of
+    :meth:`SessionHandle.inspect`, README "Operation statuses"), the answer's text and message."""
 
     operation_id: str
-    status: Literal["done", "unanswered"]
+    status: OperationStatus
+    outcome: Outcome
     text: str
     reason: str | None
     message: UIMessage | None
+    #: What the turn ended waiting on (reason ``awaiting_approval`` / ``awaiting_client_tool``):
+    #: answer each with :meth:`SessionHandle.approve` / :meth:`SessionHandle.deny` or a tool result.
+    waiting: tuple[WaitingCall, ...] = ()
 
 
 class SessionHandle:
@@ -124,12 +139,40 @@ class SessionHandle:
             return await session.submit(parsed, operation_id=operation_id, source=source, when_busy=when_busy,
                                         trace=trace)
 
+    async def approve(self, call_id: str, *, operation_id: str | None = None,
+                      source: Literal["server", "client"] = "server") -> Receipt:
+        """Approve the tool call ``call_id`` that a turn ended waiting on (a :class:`WaitingCall` of
+        kind ``"approval"``): the tool runs and the turn continues, as an operation of its own.
+
+        Returns its receipt, as :meth:`submit` does: ``await wait(receipt.operation_id)`` for the
+        answer. Raises :class:`AnswerRefused` (nothing written) when no call ``call_id`` waits for
+        an approval here: ``reason`` ``unknown_tool_call``, ``not_awaiting_approval``, ``moved_on``...
+        """
+        return await self._decide(call_id, True, None, operation_id, source)
+
+    async def deny(self, call_id: str, reason: str | None = None, *, operation_id: str | None = None,
+                   source: Literal["server", "client"] = "server") -> Receipt:
+        """Deny the tool call ``call_id``: it never runs, and the model reads that it was denied
+        (and ``reason``, when given) as the call's result and goes on. Otherwise as :meth:`approve`."""
+        return await self._decide(call_id, False, reason, operation_id, source)
+
+    async def _decide(self, call_id: str, approved: bool, reason: str | None, operation_id: str | None,
+                      source: Literal["server", "client"]) -> Receipt:
+        answer: dict[str, Any] = {"type": "approval", "tool_call_id": call_id, "approved": approved}
+        if reason is not None:
+            answer["reason"] = reason
+        return await self.submit(answer, operation_id=operation_id, source=source)
+
     # The timeout is part of the API (and of HTTP's ?wait=): callers need not know asyncio.timeout.
     async def wait(self, operation_id: str, timeout: float | None = None) -> OperationResult:  # noqa: ASYNC109
         """The operation's result once it settles; TimeoutError after ``timeout`` seconds."""
         self._check_not_inside("wait")
         async with self._use() as session:
-            return await asyncio.wait_for(session.wait(operation_id), timeout)
+            result = await asyncio.wait_for(session.wait(operation_id), timeout)
+        if result.reason in AWAITING_REASONS:  # what waits now (a result read from the file has no list)
+            info = await self.inspect(operation_id)
+            result = dataclasses.replace(result, waiting=info.waiting if info is not None else ())
+        return result
 
     async def prompt(self, input: object, *, operation_id: str | None = None, timeout: float | None = None,  # noqa: ASYNC109
                      when_busy: WhenBusy | None = None) -> PromptResult:
@@ -143,8 +186,9 @@ class SessionHandle:
             messages = {m.id: m for m in await self.messages()}
             answers = [messages[i] for i in info.message_ids if i in messages and messages[i].role == "assistant"]
             message = answers[-1] if answers else None
-        text = result.text or (message_text(message) if message is not None and result.status == "done" else "")
-        return PromptResult(receipt.operation_id, result.status, text, result.reason, message)
+        text = result.text or (message_text(message) if message is not None and result.outcome == "done" else "")
+        return PromptResult(receipt.operation_id, result.status, result.outcome, text, result.reason, message,
+                            result.waiting)
 
     @overload
     async def inspect(self) -> SessionState: ...
@@ -165,9 +209,10 @@ class SessionHandle:
             if row is None or row.session_id != self.id:
                 return None
             ids = await instance.db.read.operation_message_ids(self.id, operation_id)
-        if row.target_message_id and row.target_message_id not in ids and row.status != "pending":
-            ids.append(row.target_message_id)
-        return OperationInfo.of(row, ids)
+            if row.target_message_id and row.target_message_id not in ids and row.status != "pending":
+                ids.append(row.target_message_id)
+            waiting = await stored_waiting(instance.db, row, ids)
+        return OperationInfo.of(row, ids, waiting)
 
     async def pending(self) -> list[str]:
         """Operations not settled yet, oldest first: the running one, then the queue."""
@@ -211,7 +256,7 @@ class SessionHandle:
                     info = await self.inspect(op_id)
                     if info is not None and info.settled:
                         yield OperationSettled(op_id, info.status, info.outcome or "done", info.reason,
-                                               info.message_ids)
+                                               info.message_ids, info.waiting)
                         return
                 while True:
                     event = await queue.get()

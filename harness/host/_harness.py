@@ -3,7 +3,7 @@
 ::
 
     async with Harness({"assistant": Agent(system="Be brief.")}, data_dir="data", model="scripted") as h:
-        session = await h.session("assistant", "order-1234")
+        session = h.session("assistant", "order-1234")
         print((await session.prompt("hi")).text)
 
 A server built with :func:`think_server.app.create_app` owns one (``app.state.harness``): code
@@ -203,7 +203,7 @@ class Harness:
         finally:
             release()
 
-    async def session(self, agent: str, name: str, session_id: str = ROOT_SESSION) -> SessionHandle:
+    def session(self, agent: str, name: str, session_id: str = ROOT_SESSION) -> SessionHandle:
         """A handle on one session of an instance (the root session unless ``session_id``).
 
         The handle outlives the instance's open file: each call opens it again if it was closed.

@@ -96,7 +96,7 @@ async def _delegate(agent: str, named: str | None, task: str) -> str:
                 raise
         finally:
             unsubscribe()
-    if result.status != "done":
+    if result.outcome != "done":
         raise RuntimeError(f"the {agent} agent gave no answer ({result.reason or 'unanswered'})")
     answer: str = result.text
     return answer

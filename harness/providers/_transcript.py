@@ -88,7 +88,9 @@ def _result_of(part: ToolPart) -> ModelToolResult | None:
     if part.state == "output-error":
         return ModelToolResult(part.toolCallId, part.tool_name, part.errorText or "error", is_error=True)
     if part.state == "output-denied":
-        return ModelToolResult(part.toolCallId, part.tool_name, DENIED_RESULT, is_error=True)
+        reason = part.approval.reason if part.approval is not None else None
+        return ModelToolResult(part.toolCallId, part.tool_name,
+                               f"{DENIED_RESULT} Reason: {reason}" if reason else DENIED_RESULT, is_error=True)
     return None
 
 

@@ -389,8 +389,9 @@ class OperationRuns:
         if op_id == current_operation.get():  # inside its own think.turn span
             set_outcome(trace.get_current_span(), outcome.status, outcome.outcome, outcome.reason,
                         outcome.text if traces_content() else None)
-        self.publish(OperationSettled(op_id, outcome.status, outcome.outcome, outcome.reason, tuple(message_ids)))
-        result = result_of(outcome.outcome, outcome.text, outcome.reason)
+        self.publish(OperationSettled(op_id, outcome.status, outcome.outcome, outcome.reason, tuple(message_ids),
+                                      outcome.waiting))
+        result = result_of(outcome.status, outcome.outcome, outcome.text, outcome.reason, outcome.waiting)
         for fut in self._waiters.pop(op_id, []):
             if not fut.done():
                 fut.set_result(result)

@@ -352,7 +352,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
             if row is None or row.session_id != self.id:
                 raise KeyError(f"unknown operation {operation_id!r} in session {self.id!r}")
             if row.status not in ("pending", "running") and not fut.done():
-                fut.set_result(result_of(row.outcome, row.result_text, row.reason))
+                fut.set_result(result_of(row.status, row.outcome, row.result_text, row.reason))
             return await fut
         finally:
             if fut in waiters:

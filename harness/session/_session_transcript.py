@@ -10,9 +10,10 @@ import logging
 from collections import deque
 
 from think_server.protocol import ToolPart, UIMessage
-from think_server.storage import Database, SearchHit
+from think_server.storage import Database, OperationRow, SearchHit
 
 from .._answers import WAITING_STATES
+from .._outcomes import WaitingCall, stored_waiting
 from ..memory import History, HistoryBudget, parse_text
 from ._pending import Pending
 
@@ -33,6 +34,13 @@ class SessionTranscript:
     _running_id: str | None
     _queue: deque[str]
     _pending: Pending
+
+    async def waiting_on(self, op: OperationRow) -> tuple[WaitingCall, ...]:
+        """What the settled operation ``op`` of this session waits on now (README "Operation statuses")."""
+        ids = await self.db.read.operation_message_ids(self.id, op.id)
+        if op.target_message_id and op.target_message_id not in ids:
+            ids.append(op.target_message_id)
+        return await stored_waiting(self.db, op, ids)
 
     def messages(self) -> list[UIMessage]:
         """The active transcript (the live list: do not mutate), when all of it is in memory.

@@ -41,7 +41,7 @@ from .._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from .._events import MessageUpdated, ModelCallFinished
 from .._json import storable
 from .._model import Finish, Model, ModelError, ModelEvent, ModelRequest, ToolCall, Usage
-from .._outcomes import INTERNAL_ERROR, storage_failure
+from .._outcomes import INTERNAL_ERROR, storage_failure, waiting_in
 from .._tools import Tool
 from .._tracing import span, traces_content
 from ..agent import HookError, RecoveryPolicy
@@ -513,9 +513,9 @@ class Turn(TurnTools):
         pending = [p for p in msg.parts if isinstance(p, ToolPart) and p.state in ("input-available",
                                                                                     "approval-requested")]
         if any(p.state == "approval-requested" for p in pending):
-            outcome = Outcome("completed", "unanswered", "awaiting_approval")
+            outcome = Outcome("completed", "unanswered", "awaiting_approval", waiting=waiting_in(msg))
         elif pending:
-            outcome = Outcome("completed", "unanswered", "awaiting_client_tool")
+            outcome = Outcome("completed", "unanswered", "awaiting_client_tool", waiting=waiting_in(msg))
         elif result.note:  # e.g. a tool call the token limit cut off: not an answer, and the user is told why
             outcome = Outcome("error", "unanswered", result.note, message_text(msg))
         else:

@@ -32,6 +32,7 @@ from think_server.storage import Database, Tx
 from .._clock import Clock
 from .._events import HarnessEvent
 from .._input import InputPolicy
+from .._outcomes import WaitingCall
 from .._tools import Tool
 from ..agent import Agent
 from ..memory import Context
@@ -47,6 +48,7 @@ class Outcome:
     outcome: str  # done | unanswered
     reason: str | None = None
     text: str = ""
+    waiting: tuple[WaitingCall, ...] = ()  # what an awaiting_* turn waits on
 
 
 class TurnSuspended(Exception):

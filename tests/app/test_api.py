@@ -394,7 +394,7 @@ async def test_events_of_a_withdrawn_operation_a_reset_and_written_messages(serv
             written = {"id": "note-1", "role": "user", "parts": [{"type": "text", "text": "imported"}]}
             assert (await c.post(f"{A}/sse-misc/messages", json={"messages": [written]})).status_code == 200
             assert (await sse.until("transcript"))[-1][2] == {"type": "transcript"}
-            session = await srv.app.state.harness.session("my-agent", "sse-misc")
+            session = srv.app.state.harness.session("my-agent", "sse-misc")
             await session.reset()
             assert (await sse.until("reset"))[-1][2] == {"type": "reset"}
         assert (await c.get(f"{A}/sse-misc/get-messages")).json() == []

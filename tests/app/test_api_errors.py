@@ -57,6 +57,16 @@ CASES: list[tuple[str, str, dict[str, Any], int, str | None]] = [
     ("POST", f"{E}/schedules", {"json": {"inputt": "x"}}, 400, "inputt"),
     ("GET", f"{E}/schedules/nope", {}, 404, None),
     ("DELETE", f"{E}/schedules/nope", {}, 404, None),
+    ("POST", f"{E}/approvals/nope", {"json": {"approved": True}}, 404, "call_id"),
+    ("POST", f"{E}/approvals/nope", {"json": {}}, 400, "approved"),
+    ("POST", f"{E}/approvals/nope", {"json": {"approved": "yes"}}, 400, "approved"),
+    ("POST", f"{E}/approvals/nope", {"json": {"approved": False, "reason": 3}}, 400, "reason"),
+    ("POST", f"{E}/approvals/nope", {"json": {"approved": True, "reason": "ok"}}, 400, "reason"),
+    ("POST", f"{E}/approvals/nope", {"json": {"approved": True, "aproved": True}}, 400, "aproved"),
+    ("POST", f"{E}/approvals/nope", {"json": {"approved": True, "operation_id": "sub:x"}}, 400, "operation_id"),
+    ("POST", f"{E}/approvals/%01", {"json": {"approved": True}}, 400, "call_id"),
+    ("PUT", f"{E}/approvals/nope", {"json": {"approved": True}}, 405, None),
+    ("POST", f"{A}/never-made/approvals/nope", {"json": {"approved": True}}, 404, None),
 ]
 
 

@@ -126,7 +126,7 @@ async def test_chat_socket_ids_follow_the_id_rule_and_the_socket_keeps_working(s
 async def test_the_python_api_checks_a_clients_operation_id_and_trusts_server_code(serve) -> None:
     srv = await serve()
     harness = srv.app.state.harness
-    session = await harness.session(AGENT, "py-ids")
+    session = harness.session(AGENT, "py-ids")
     from think_server.harness import InputError
 
     for bad, words in [*BAD_IDS, ("schedule:x:1", "begins with 'schedule:'")]:
@@ -135,7 +135,7 @@ async def test_the_python_api_checks_a_clients_operation_id_and_trusts_server_co
         assert refused.value.field == "operation_id" and words in str(refused.value)
     receipt = await session.submit("hi", operation_id="sub:mine", source="server")  # server code: trusted
     assert receipt.accepted
-    assert (await session.wait("sub:mine", timeout=10)).status == "done"
+    assert (await session.wait("sub:mine", timeout=10)).outcome == "done"
 
 
 # ---------------------------------------------------------------- the server's namespace

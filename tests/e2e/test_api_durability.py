@@ -64,13 +64,13 @@ async def test_in_flight_wait_and_attempts_from_python_after_a_kill(crash_server
     crash_server.kill()
     await crash_server.died()
     async with Harness(agents, data_dir=crash_server.data_dir) as h:
-        s = await h.session(AGENT, "flight")
+        s = h.session(AGENT, "flight")
         flight = await s.in_flight()
         assert flight is not None and flight.operation_id == op
         before = "".join(str(c["delta"]) for c in flight.chunks if c.get("type") == "text-delta")
         assert before and SLOW_TEXT.startswith(before) and before != SLOW_TEXT, before
         result = await s.wait(op, timeout=30)
-        assert (result.status, result.text) == ("done", SLOW_TEXT)
+        assert (result.outcome, result.text) == ("done", SLOW_TEXT)
         info = await s.inspect(op)
         assert info is not None and info.status == "completed"
         assert info.attempts == 2, "the first run, cut by the kill, and the run that finished it"

@@ -90,7 +90,7 @@ async def test_a_turn_on_a_full_disk_ends_with_the_disk_and_its_end_is_written_o
         model.go.set()
         # The model never stops: the failed write is what ends the turn (the first one it meets).
         result = await settle(session, receipt.operation_id)
-        assert result.status == "unanswered"
+        assert result.outcome == "unanswered"
         assert result.reason is not None and result.reason.startswith("The server's disk is full"), result.reason
         # Its end could not be written: the operation is still open in the file, and for the index.
         assert status(path, receipt.operation_id)[0] == "running"
@@ -98,7 +98,7 @@ async def test_a_turn_on_a_full_disk_ends_with_the_disk_and_its_end_is_written_o
 
         disk.free()
         second = await session.submit([user("u2", "again")])
-        assert (await settle(session, second.operation_id)).status == "done"
+        assert (await settle(session, second.operation_id)).outcome == "done"
         assert status(path, receipt.operation_id) == ("error", result.reason), "written with the next request"
         assert not inst.has_open_work
     finally:

@@ -157,7 +157,7 @@ async def test_an_answer_queued_behind_the_new_input_is_refused_when_its_turn_co
     assert (await settle(s, first.operation_id)).reason == "awaiting_approval"
     assert (await settle(s, "op2")).text == "Hello"
     result = await settle(s, approval.operation_id)
-    assert (result.status, result.reason) == ("unanswered", "moved_on")
+    assert (result.outcome, result.reason) == ("unanswered", "moved_on")
     assert runs == []
     assert part_of((await s.transcript())[1], "c1").errorText == MOVED_ON_ERROR
 
@@ -240,7 +240,7 @@ async def test_a_schedule_that_fires_is_a_new_turn_and_over_the_python_api_the_a
                                        [{"text": ["Done."]}]]},
         {"match": "*", "steps": [[{"text": ["You said: {user}"]}]]}]})
     async with Harness({"bank": Agent(tools=[transfer_funds])}, data_dir=tmp_path, model=script) as h:
-        s = await h.session("bank", "alice")
+        s = h.session("bank", "alice")
         assert (await s.prompt("approve a transfer")).reason == "awaiting_approval"
         (part,) = [p for p in (await s.messages())[-1].parts if isinstance(p, ToolPart)]
         assert part.approval is not None

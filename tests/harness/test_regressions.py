@@ -148,7 +148,7 @@ async def test_abort_of_an_operation_that_just_left_the_queue_is_not_lost(open_i
     aborted = await s.abort(r.operation_id)
     hold.go.set()
     result = await settle(s, r.operation_id)
-    assert (aborted, result.status, result.reason) == (True, "unanswered", "aborted")
+    assert (aborted, result.outcome, result.reason) == (True, "unanswered", "aborted")
 
 
 async def test_reset_just_after_an_operation_left_the_queue_leaves_an_empty_transcript(open_instance: Any) -> None:
@@ -169,7 +169,7 @@ async def test_reset_just_after_an_operation_left_the_queue_leaves_an_empty_tran
     hold.go.set()
     await asyncio.wait_for(resetting, GUARD)
     result = await settle(s, r.operation_id)
-    assert ([m.id for m in (await s.transcript())], result.status) == ([], "unanswered")
+    assert ([m.id for m in (await s.transcript())], result.outcome) == ([], "unanswered")
 
 
 async def test_abort_while_a_step_is_committed_leaves_no_coroutine_unawaited(open_instance: Any) -> None:
@@ -369,7 +369,7 @@ async def test_a_submission_accepted_during_a_reset_never_sees_the_old_transcrip
     seen_by_later_turns = [m["id"] for seen in model.seen[1:] for m in seen]
     assert "u1" not in seen_by_later_turns
     path = [m.id for m in await s.transcript()]
-    assert (result.status == "done" and path[:1] == ["u2"]) or result.reason == "reset"
+    assert (result.outcome == "done" and path[:1] == ["u2"]) or result.reason == "reset"
 
 
 # ---------------------------------------------------------------- 8. wait() on another session's operation
@@ -554,4 +554,4 @@ async def test_a_submission_while_the_worker_gives_its_page_cache_back_runs(open
     second = await s.submit([user("u2", "more")])  # queued while the worker is in the shrink
     go.set()
     result = await asyncio.wait_for(s.wait(second.operation_id), HANG)
-    assert result.status == "done"
+    assert result.outcome == "done"

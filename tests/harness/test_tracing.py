@@ -92,7 +92,7 @@ def harness(tmp_path: Path) -> Harness:
 async def test_a_turn_is_a_span_with_its_model_and_tool_calls_and_no_content(
         tmp_path: Path, spans: InMemorySpanExporter) -> None:
     async with harness(tmp_path) as h:
-        s = await h.session("assistant", "order-7")
+        s = h.session("assistant", "order-7")
         result = await s.prompt("what is the weather")
     (turn,) = named(spans, "think.turn")
     assert turn.attributes is not None and turn.parent is None
@@ -120,7 +120,7 @@ async def test_a_turn_is_a_span_with_its_model_and_tool_calls_and_no_content(
 async def test_content_only_when_allowed(tmp_path: Path, spans: InMemorySpanExporter) -> None:
     configure_tracing(content=True)
     async with harness(tmp_path) as h:
-        await (await h.session("assistant", "c")).prompt("what is the weather")
+        await h.session("assistant", "c").prompt("what is the weather")
     (turn,) = named(spans, "think.turn")
     assert turn.attributes and turn.attributes["think.answer"] == "It is clear."
     assert [c.attributes and c.attributes["think.prompt"] for c in named(spans, "think.model_call")] == [
@@ -132,7 +132,7 @@ async def test_content_only_when_allowed(tmp_path: Path, spans: InMemorySpanExpo
 async def test_an_incoming_trace_context_is_continued(tmp_path: Path, spans: InMemorySpanExporter) -> None:
     parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     async with harness(tmp_path) as h:
-        s = await h.session("assistant", "traced")
+        s = h.session("assistant", "traced")
         receipt = await s.submit("hi", trace={"traceparent": parent})
         await s.wait(receipt.operation_id, GUARD)
     (turn,) = named(spans, "think.turn")
@@ -143,12 +143,12 @@ async def test_an_incoming_trace_context_is_continued(tmp_path: Path, spans: InM
 async def test_an_approval_wait_is_a_span_from_the_ask_to_the_answer(
         tmp_path: Path, spans: InMemorySpanExporter) -> None:
     async with harness(tmp_path) as h:
-        s = await h.session("assistant", "pay")
+        s = h.session("assistant", "pay")
         asked = await s.prompt("pay bob")
         assert asked.reason == "awaiting_approval"
         await asyncio.sleep(0.05)
         call = next(p for p in (await s.messages())[-1].parts if isinstance(p, ToolPart))
-        done = await s.prompt({"type": "approval", "tool_call_id": call.toolCallId, "approved": True})
+        done = await s.wait((await s.approve(call.toolCallId)).operation_id)
         assert done.text == "Done."
     (wait,) = named(spans, "think.approval_wait")
     assert wait.attributes and (wait.attributes["gen_ai.tool.call.id"], wait.attributes["think.approved"]) == (

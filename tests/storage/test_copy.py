@@ -63,7 +63,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 async def _data_dir(path: Path, texts: dict[str, str]) -> None:
     async with Harness({"assistant": Agent()}, data_dir=path, model=ECHO) as h:
         for name, text in texts.items():
-            await (await h.session("assistant", name)).prompt(text)
+            await h.session("assistant", name).prompt(text)
 
 
 async def test_bad_arguments_say_what_was_expected_and_what_came(tmp_path: Path, postgres_url: str) -> None:
@@ -87,7 +87,7 @@ async def test_bad_arguments_say_what_was_expected_and_what_came(tmp_path: Path,
 async def test_a_data_dir_a_server_holds_is_refused(tmp_path: Path, postgres_url: str) -> None:
     data = tmp_path / "data"
     async with Harness({"assistant": Agent()}, data_dir=data, model=ECHO) as h:
-        await (await h.session("assistant", "one")).prompt("hello")
+        await h.session("assistant", "one").prompt("hello")
         held = _cli("--from", str(data), "--to", postgres_url)
     assert held.returncode == 1 and "is in use by another think-server" in held.stderr, held.stderr
     conn = await asyncpg.connect(postgres_url)

@@ -42,7 +42,7 @@ async def test_the_script_beside_the_agent_is_the_one_that_answers(tmp_path: Pat
     monkeypatch.chdir(tmp_path.parent)
     agent = runpy.run_path(str(tmp_path / "agents.py"))["agent"]
     async with Harness({"assistant": agent}, data_dir=tmp_path / "data") as h:
-        result = await (await h.session("assistant", "x")).prompt("hello")
+        result = await h.session("assistant", "x").prompt("hello")
     assert result.text == "Hi from beside the agent."
 
 

@@ -86,7 +86,7 @@ def harness_with(tmp_path: Path, **agent: Any) -> Harness:
 
 
 async def ask(h: Harness, text_: str, name: str = "hooks", session: str = "") -> Any:
-    s = await h.session("assistant", name, session)
+    s = h.session("assistant", name, session)
     return await asyncio.wait_for(s.prompt(text_), GUARD)
 
 
@@ -135,7 +135,7 @@ async def test_before_turn_can_change_the_messages_and_the_model(tmp_path: Path)
     async with harness_with(tmp_path, before_turn=before_turn) as h:
         result = await ask(h, "quiet please")
         assert result.text == "Other model: QUIET PLEASE"
-        s = await h.session("assistant", "hooks")
+        s = h.session("assistant", "hooks")
         assert message_text((await s.messages())[0]) == "quiet please", "the stored transcript is untouched"
 
 
@@ -174,7 +174,7 @@ async def test_a_substituted_output_is_the_result_and_the_tool_does_not_run(tmp_
     async with harness_with(tmp_path, before_tool_call=lambda ctx: {"action": "substitute",
                                                                     "output": {"cached": True}}) as h:
         result = await ask(h, "weather")
-        s = await h.session("assistant", "hooks")
+        s = h.session("assistant", "hooks")
         (part,) = [p for m in await s.messages() for p in m.parts if isinstance(p, ToolPart)]
     assert result.text == 'Result: {"cached":true}' and ran == []
     assert (part.state, part.output) == ("output-available", {"cached": True})
@@ -188,7 +188,7 @@ async def test_a_call_runs_with_the_input_the_hook_gives(tmp_path: Path) -> None
 
     async with harness_with(tmp_path, before_tool_call=before, after_tool_call=after.append) as h:
         result = await ask(h, "weather")
-        s = await h.session("assistant", "hooks")
+        s = h.session("assistant", "hooks")
         (part,) = [p for m in await s.messages() for p in m.parts if isinstance(p, ToolPart)]
     assert ran == [{"city": "Rome"}]
     assert result.text == 'Result: {"city":"Rome","condition":"sunny"}'
@@ -218,14 +218,13 @@ async def test_the_approval_comes_before_the_hook(tmp_path: Path) -> None:
                                                [{"text": ["Done: {result}"]}]]})
     agent = Agent(tools=[transfer], before_tool_call=lambda ctx: calls.append(ctx.input))
     async with Harness({"bank": agent}, data_dir=tmp_path, model=model) as h:
-        s = await h.session("bank", "b")
+        s = h.session("bank", "b")
         assert (await s.prompt("small")).text == "Done: sent 20 to bo"
         waiting = await s.prompt("big")
-        assert (waiting.status, waiting.reason) == ("unanswered", "awaiting_approval")
+        assert (waiting.outcome, waiting.reason) == ("unanswered", "awaiting_approval")
         assert calls == [{"amount": 20, "to": "bo"}], "not asked before the approval"
-        (call_id,) = [p.toolCallId for m in await s.messages() for p in m.parts
-                      if isinstance(p, ToolPart) and p.state == "approval-requested"]
-        result = await s.prompt({"type": "approval", "tool_call_id": call_id, "approved": True})
+        (call,) = waiting.waiting
+        result = await s.wait((await s.approve(call.call_id)).operation_id)
         assert result.text == "Done: sent 500 to bo"
     assert calls[-1] == {"amount": 500, "to": "bo"}
 
@@ -268,9 +267,9 @@ async def test_a_model_error_is_observed_and_classified_retry(tmp_path: Path) ->
 
     agent = Agent(on_error=errors.append, classify_error=classify, recovery=RecoveryPolicy(backoff_ms=1))
     async with Harness({"a": agent}, data_dir=tmp_path, model=model) as h:
-        s = await h.session("a", "x")
+        s = h.session("a", "x")
         result = await asyncio.wait_for(s.prompt("hi"), GUARD)
-    assert (result.status, result.text) == ("done", "Fine now.")
+    assert (result.outcome, result.text) == ("done", "Fine now.")
     assert [e.message for e in errors] == ["429 slow down"]
     assert len(model.requests) == 2, "called again after the error"
 
@@ -278,16 +277,16 @@ async def test_a_model_error_is_observed_and_classified_retry(tmp_path: Path) ->
 async def test_a_model_error_not_classified_fails_the_turn(tmp_path: Path) -> None:
     model = FakeModel([ModelError("boom")], [*text("t", "never"), Finish("stop")])
     async with Harness({"a": Agent()}, data_dir=tmp_path, model=model) as h:
-        result = await asyncio.wait_for((await h.session("a", "x")).prompt("hi"), GUARD)
-    assert (result.status, result.reason) == ("unanswered", "boom") and len(model.requests) == 1
+        result = await asyncio.wait_for(h.session("a", "x").prompt("hi"), GUARD)
+    assert (result.outcome, result.reason) == ("unanswered", "boom") and len(model.requests) == 1
 
 
 async def test_a_context_overflow_ends_the_turn_with_a_clear_reason(tmp_path: Path) -> None:
     model = FakeModel([ModelError("This model's maximum context length is 8192 tokens")])
     agent = Agent(classify_error=lambda ctx: "context-overflow" if is_context_overflow(ctx.message) else "fail")
     async with Harness({"a": agent}, data_dir=tmp_path, model=model) as h:
-        result = await asyncio.wait_for((await h.session("a", "x")).prompt("hi"), GUARD)
-    assert result.status == "unanswered" and "too long for the model's context window" in (result.reason or "")
+        result = await asyncio.wait_for(h.session("a", "x").prompt("hi"), GUARD)
+    assert result.outcome == "unanswered" and "too long for the model's context window" in (result.reason or "")
 
 
 async def test_recovery_can_be_abandoned(db_path: Path) -> None:
@@ -312,7 +311,7 @@ async def test_recovery_can_be_abandoned(db_path: Path) -> None:
     try:
         s2 = await again.session()
         result = await settle(s2, receipt.operation_id)
-        assert (result.status, result.reason) == ("unanswered", "abandoned")
+        assert (result.outcome, result.reason) == ("unanswered", "abandoned")
         assert second.requests == [], "the model was not called again"
         (ctx,) = asked
         assert (ctx.operation, ctx.attempt, ctx.text) == (receipt.operation_id, 1, "Hal")
@@ -336,7 +335,7 @@ async def test_a_hook_that_raises_ends_the_turn_with_its_name_and_the_session_go
     async with harness_with(tmp_path, **{hook: broken}) as h:
         with caplog.at_level(logging.ERROR, logger="think_server.hooks"):
             failed = await ask(h, "hello")
-        assert failed.status == "unanswered"
+        assert failed.outcome == "unanswered"
         assert failed.reason == f"The {hook} hook failed: RuntimeError: the user's bug"
         assert any("the user's bug" in (r.exc_text or "") or r.exc_info for r in caplog.records)
         assert (await ask(h, "hello again")).text == "You said: hello again", "the next turn runs"
@@ -348,7 +347,7 @@ async def test_a_before_tool_call_that_raises_fails_the_call_and_the_turn(tmp_pa
 
     async with harness_with(tmp_path, before_tool_call=before) as h:
         result = await ask(h, "weather")
-        s = await h.session("assistant", "hooks")
+        s = h.session("assistant", "hooks")
         (part,) = [p for m in await s.messages() for p in m.parts if isinstance(p, ToolPart)]
     assert result.reason == "The before_tool_call hook failed: ValueError: no tools today"
     assert (part.state, part.errorText) == ("output-error", result.reason) and ran == []
@@ -365,13 +364,13 @@ async def test_a_before_tool_call_that_raises_fails_the_call_and_the_turn(tmp_pa
 async def test_an_answer_a_hook_may_not_give_is_named(tmp_path: Path, hook: str, answer: Any, words: str) -> None:
     async with harness_with(tmp_path, **{hook: lambda ctx: answer}) as h:
         result = await ask(h, "weather")
-    assert result.status == "unanswered" and words in (result.reason or ""), result.reason
+    assert result.outcome == "unanswered" and words in (result.reason or ""), result.reason
 
 
 async def test_a_classification_that_is_none_of_the_three_is_named(tmp_path: Path) -> None:
     agent = Agent(classify_error=lambda ctx: "maybe")
     async with Harness({"a": agent}, data_dir=tmp_path, model=FakeModel([ModelError("boom")])) as h:
-        result = await asyncio.wait_for((await h.session("a", "x")).prompt("hi"), GUARD)
+        result = await asyncio.wait_for(h.session("a", "x").prompt("hi"), GUARD)
     assert "classify_error returned 'maybe'; expected 'fail', 'retry', 'context-overflow'" in (result.reason or "")
 
 
@@ -392,9 +391,9 @@ async def test_model_system_and_tools_may_be_functions_of_the_session(tmp_path: 
     agent = Agent(model=lambda ctx: loud if ctx.session == "mail" else None, system=system, tools=tools)
     async with Harness({"a": agent}, data_dir=tmp_path, model=ScriptedModel(SCRIPT)) as h:
         await h.sessions("a", "x").create("mail")
-        assert (await (await h.session("a", "x")).prompt("show system")).text == "System: Prompt for root"
-        assert (await (await h.session("a", "x")).prompt("show tools")).text == "Tools: getWeather"
-        assert (await (await h.session("a", "x", "mail")).prompt("hi")).text == "LOUD: Prompt for mail / sendEmail"
+        assert (await h.session("a", "x").prompt("show system")).text == "System: Prompt for root"
+        assert (await h.session("a", "x").prompt("show tools")).text == "Tools: getWeather"
+        assert (await h.session("a", "x", "mail").prompt("hi")).text == "LOUD: Prompt for mail / sendEmail"
     assert {c.session for c in asked} == {"", "mail"} and all(c.operation for c in asked)
 
 
@@ -410,8 +409,8 @@ async def _crash(inst: Instance) -> None:
 async def test_a_tool_before_turn_took_away_cannot_be_called(tmp_path: Path) -> None:
     async with harness_with(tmp_path, before_turn=lambda ctx: {"active_tools": ["sendEmail"]}) as h:
         result = await ask(h, "weather")  # the script calls getWeather anyway
-        s = await h.session("assistant", "hooks")
+        s = h.session("assistant", "hooks")
         (part,) = [p for m in await s.messages() for p in m.parts if isinstance(p, ToolPart)]
     assert ran == [], "not run"
     assert (part.state, part.errorText) == ("output-error", "Tool 'getWeather' is not available.")
-    assert result.status == "done"
+    assert result.outcome == "done"

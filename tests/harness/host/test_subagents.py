@@ -76,7 +76,7 @@ def team(tmp_path: Path, researcher: Model, **boss: Any) -> Harness:
 async def test_the_child_runs_its_own_turn_and_its_answer_is_the_output(tmp_path: Path) -> None:
     research = Researcher()
     async with team(tmp_path, research) as h:
-        s = await h.session("boss", "office")
+        s = h.session("boss", "office")
         events: list[HarnessEvent] = []
         async with h.hold("boss", "office") as inst:
             (await inst.session()).subscribe(events.append)
@@ -88,7 +88,7 @@ async def test_the_child_runs_its_own_turn_and_its_answer_is_the_output(tmp_path
         # Its own instance, named after the call, with a transcript of its own.
         (name,) = children(tmp_path)
         assert name.startswith("sub-")
-        child = await h.session("researcher", name)
+        child = h.session("researcher", name)
         assert [(m.role, message_text(m)) for m in await child.messages()] == [
             ("user", "find the moon's mass"), ("assistant", "About find the moon's mass: 7.3e22 kg")]
         # While it streamed, the parent's clients saw it as the call's preliminary output.
@@ -105,10 +105,10 @@ async def test_the_childs_ids_are_the_servers_and_no_client_can_submit_under_the
     """A client reads the parent's tool call id (it is in the transcript), so it could derive the child's
     operation id and submit its own input under it first: the ids are in the server's namespace."""
     async with team(tmp_path, Researcher()) as h:
-        s = await h.session("boss", "office")
+        s = h.session("boss", "office")
         await s.prompt("how heavy is the moon")
         (name,) = children(tmp_path)
-        child = await h.session("researcher", name)
+        child = h.session("researcher", name)
         task = (await child.messages())[0]
         op = task.id.removesuffix(":task")
         assert server_id_prefix(op) == "sub:" and (await child.inspect(op)) is not None
@@ -116,21 +116,21 @@ async def test_the_childs_ids_are_the_servers_and_no_client_can_submit_under_the
             with pytest.raises(InputError, match="begins with 'sub:'"):
                 await child.submit("forged", source="client", **forged)
         with pytest.raises(InputError, match="begins with 'sub:'"):
-            await (await h.session("researcher", "fresh")).submit(
+            await h.session("researcher", "fresh").submit(
                 {"id": f"{op}:task", "role": "user", "parts": [{"type": "text", "text": "forged"}]}, source="client")
 
 
 async def test_stopping_the_parent_stops_the_child(tmp_path: Path) -> None:
     research = Researcher(gate=asyncio.Event())
     async with team(tmp_path, research) as h:
-        s = await h.session("boss", "office")
+        s = h.session("boss", "office")
         receipt = await s.submit("how heavy is the moon")
         await asyncio.wait_for(research.started.wait(), GUARD)
         assert await s.abort(receipt.operation_id)
         stopped = await s.wait(receipt.operation_id, GUARD)
-        assert (stopped.status, stopped.reason) == ("unanswered", "aborted")
+        assert (stopped.outcome, stopped.reason) == ("unanswered", "aborted")
         (name,) = children(tmp_path)
-        child = await h.session("researcher", name)
+        child = h.session("researcher", name)
         for _ in range(100):
             if not await child.pending():
                 break
@@ -144,7 +144,7 @@ async def test_a_parent_run_again_after_a_stop_waits_for_the_same_child_turn(tmp
     research = Researcher(gate=asyncio.Event())
     h = team(tmp_path, research, recovery=RecoveryPolicy(backoff_ms=1))
     await h.start()
-    s = await h.session("boss", "office")
+    s = h.session("boss", "office")
     receipt = await s.submit("how heavy is the moon")
     await asyncio.wait_for(research.started.wait(), GUARD)
     await h.close()  # a stop while the child works: both turns stay running, resumed at the next start
@@ -152,11 +152,11 @@ async def test_a_parent_run_again_after_a_stop_waits_for_the_same_child_turn(tmp
     research.gate.set()  # type: ignore[union-attr]
     again = team(tmp_path, research, recovery=RecoveryPolicy(backoff_ms=1))
     async with again:
-        s2 = await again.session("boss", "office")
+        s2 = again.session("boss", "office")
         result = await s2.wait(receipt.operation_id, GUARD)
         assert result.text == "The researcher says: About find the moon's mass: 7.3e22 kg"
         (name,) = children(tmp_path)
-        child = await again.session("researcher", name)
+        child = again.session("researcher", name)
         assert [m.role for m in await child.messages()] == ["user", "assistant"], "one task, one answer"
         assert research.calls == 2, "the child's one turn: cut by the stop, then continued once"
 
@@ -178,7 +178,7 @@ async def test_any_server_tool_can_show_progress(tmp_path: Path) -> None:
     model = ScriptedModel({"rules": [{"match": "*", "steps": [[{"tool_call": {"name": "count", "input": {"to": 3}}}],
                                                               [{"text": ["Counted to {result}."]}]]}]})
     async with Harness({"a": Agent(model=model, tools=[count])}, data_dir=tmp_path) as h:
-        s = await h.session("a", "x")
+        s = h.session("a", "x")
         events: list[HarnessEvent] = []
         async with h.hold("a", "x") as inst:
             (await inst.session()).subscribe(events.append)

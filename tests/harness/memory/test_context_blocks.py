@@ -41,7 +41,7 @@ SCRIPT = ScriptedModel({"rules": [
 async def _ask(s: Any, mid: str, text: str) -> Any:
     r = await s.submit([user(mid, text)])
     result = await settle(s, r.operation_id)
-    assert result.status == "done", result
+    assert result.outcome == "done", result
     return result
 
 
@@ -129,7 +129,7 @@ async def test_inspect_shows_the_session_with_its_memory_and_compactions(tmp_pat
     agent = Agent(memory=Memory([NOTES]), compaction=Compaction(keep_tokens=0, keep_messages=2,
                                                                 summarize=lambda r: "S"))
     async with Harness({"a": agent}, data_dir=tmp_path / "data", model=SCRIPT) as h:
-        s = await h.session("a", "x")
+        s = h.session("a", "x")
         for text in ("one", "two", "three"):
             await s.prompt(text)
         await s.set_memory("notes", "likes tea")

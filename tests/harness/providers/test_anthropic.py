@@ -589,7 +589,7 @@ async def test_an_agent_on_anthropic_runs_a_server_tool_over_two_steps(open_inst
         finally:
             await model.aclose()
 
-    assert (result.status, result.text) == ("done", "Let me check.It is sunny in Paris.")
+    assert (result.outcome, result.text) == ("done", "Let me check.It is sunny in Paris.")
     asked, answer = (await s.transcript())
     assert asked.id == "u1"
     stored = answer.model_dump(mode="json", exclude_unset=True)

@@ -71,7 +71,7 @@ async def test_an_overflow_compacts_once_and_the_model_is_called_again(open_inst
         for i in range(12):  # each turn adds a few hundred bytes: the limit is passed on the way
             r = await s.submit([user(f"u{i}", f"Question {i} about the harbour, ", "words " * 30)])
             result = await settle(s, r.operation_id)
-            assert result.status == "done", result
+            assert result.outcome == "done", result
             done += 1
         assert "overflow" in server.outcomes
         # Each overflow: exactly one summary, then the same call again, which fits.
@@ -96,7 +96,7 @@ async def test_a_second_overflow_ends_the_turn_with_a_clear_error(open_instance:
             r = await s.submit([user(f"u{i}", "words " * 40)])
             result = await settle(s, r.operation_id)
         assert server.outcomes[-2:] == ["overflow", "overflow"], server.outcomes  # compacted once, called again
-        assert result.status == "unanswered" and result.reason == CONTEXT_OVERFLOW
+        assert result.outcome == "unanswered" and result.reason == CONTEXT_OVERFLOW
         assert server.outcomes.count("overflow") == 2
 
 

@@ -77,6 +77,6 @@ async def test_the_turn_ends_unanswered_with_the_providers_message(open_instance
         s = await inst.session()
         receipt = await s.submit([user("u1", "Weather in Paris?")])
         result = await settle(s, receipt.operation_id)
-    assert (result.status, result.reason) == ("unanswered", CUT)
+    assert (result.outcome, result.reason) == ("unanswered", CUT)
     assert ran == []
     assert len(server.requests) == 1

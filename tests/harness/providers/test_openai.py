@@ -609,7 +609,7 @@ async def test_an_instance_runs_a_server_tool_between_two_streamed_model_calls(o
         receipt = await s.submit([user("u1", "Weather in Paris?")])
         result = await settle(s, receipt.operation_id)
 
-    assert (result.status, result.text) == ("done", "It is sunny in Paris.")
+    assert (result.outcome, result.text) == ("done", "It is sunny in Paris.")
     _, answer = (await s.transcript())
     stored = peek.message(s.id, answer.id)
     assert stored == {"id": answer.id, "role": "assistant", "parts": [

@@ -66,7 +66,7 @@ async def test_a_deepseek_tool_turn_sends_the_steps_reasoning_back_on_its_second
         receipt = await s.submit([user("u1", "Weather in Paris?")])
         result = await settle(s, receipt.operation_id)
 
-    assert (result.status, result.text) == ("done", "It is sunny in Paris.")
+    assert (result.outcome, result.text) == ("done", "It is sunny in Paris.")
     second = server.requests[1].json()
     # DeepSeek answers 400 to this message without reasoning_content: the second call of every tool turn failed.
     assert second["messages"][1] == {

@@ -109,7 +109,7 @@ async def test_an_agent_on_a_reasoning_model_sends_the_reasoning_back_between_to
         receipt = await s.submit([user("u1", "Weather in Paris?")])
         result = await settle(s, receipt.operation_id)
 
-    assert result.status == "done"
+    assert result.outcome == "done"
     second = server.requests[1].json()
     assert second["include"] == ["reasoning.encrypted_content"]
     assert second["input"] == [

@@ -33,7 +33,7 @@ def make(tmp_path: Path, **kw: Any) -> Harness:
 
 
 async def wait_for_messages(h: Harness, session: str, count: int, name: str = "i", timeout: float = 10) -> list[str]:
-    s = await h.session("assistant", name, session)
+    s = h.session("assistant", name, session)
     async with asyncio.timeout(timeout):
         while True:
             msgs = await s.messages()
@@ -116,7 +116,7 @@ async def test_a_delay_schedule_fires_once_and_its_answer_is_in_the_session(tmp_
         made = await h.schedules("assistant", "i").create("echo scheduled", delay_s=0.2, id="soon")
         assert await wait_for_messages(h, "", 2) == ["echo scheduled", "You said: echo scheduled"]
         assert await h.schedules("assistant", "i").list() == [], "a one-shot is gone once it ran"
-        s = await h.session("assistant", "i")
+        s = h.session("assistant", "i")
         info = await s.inspect(f"schedule:soon:{made.next_run_at}")
         assert info is not None and info.status == "completed"
         await asyncio.sleep(0.3)
@@ -128,7 +128,7 @@ async def test_a_schedule_on_another_session_runs_there(tmp_path: Path) -> None:
     async with make(tmp_path) as h:
         await h.schedules("assistant", "i").create("echo side", session="side", delay_s=0.1)
         assert await wait_for_messages(h, "side", 2) == ["echo side", "You said: echo side"]
-        assert await (await h.session("assistant", "i")).messages() == []
+        assert await h.session("assistant", "i").messages() == []
 
 
 async def test_a_cron_schedule_runs_on_each_tick_with_new_messages(tmp_path: Path) -> None:
@@ -200,7 +200,7 @@ async def test_a_schedule_missed_while_stopped_runs_once_at_start(tmp_path: Path
         assert [s.id for s in left] == ["minutely"] and left[0].run_count == 1
         assert left[0].next_run_at > h.clock.now_ms(), "it continues from the next tick to come"
         await asyncio.sleep(0.5)
-        assert len(await (await h.session("assistant", "i")).messages()) == 4, "once, not once per missed tick"
+        assert len(await h.session("assistant", "i").messages()) == 4, "once, not once per missed tick"
 
 
 async def test_schedules_are_found_when_the_index_was_lost(tmp_path: Path) -> None:
@@ -212,7 +212,7 @@ async def test_schedules_are_found_when_the_index_was_lost(tmp_path: Path) -> No
     async with make(tmp_path) as h:
         await asyncio.sleep(0.3)
         assert h.scheduler.fired == 0, "nothing says the instance has schedules until it is opened"
-        s = await h.session("assistant", "i")
+        s = h.session("assistant", "i")
         await s.messages()  # opened for any reason: its schedules are learned of
         assert await wait_for_messages(h, "", 2) == ["echo found", "You said: echo found"]
 

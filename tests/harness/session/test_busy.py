@@ -129,7 +129,7 @@ async def test_latest_withdraws_the_older_queued_inputs(tmp_path: Path) -> None:
         two = await s.submit([user("u2", "two")], when_busy="latest")
         three = await s.submit([user("u3", "three")], when_busy="latest")
         superseded = await settle(s, two.operation_id)
-        assert (superseded.status, superseded.reason) == ("unanswered", "superseded")
+        assert (superseded.outcome, superseded.reason) == ("unanswered", "superseded")
         assert s.pending() == [first, three.operation_id], "the running turn is never superseded"
         model.gates["one"].set()
         assert (await settle(s, three.operation_id)).text == "re: three"
@@ -149,7 +149,7 @@ async def test_merge_makes_the_queued_inputs_one_turn(tmp_path: Path) -> None:
         three = await s.submit([user("u3", "three")])
         model.gates["one"].set()
         merged = await settle(s, two.operation_id)
-        assert (merged.status, merged.reason) == ("unanswered", "merged")
+        assert (merged.outcome, merged.reason) == ("unanswered", "merged")
         assert (await settle(s, three.operation_id)).text == "re: three"
         await settle(s, first)
         assert len(model.seen) == 2, "one model call for both queued inputs"
@@ -185,7 +185,7 @@ async def test_interrupt_stops_the_running_turn_and_goes_first(tmp_path: Path) -
         queued = await s.submit([user("u2", "two")])
         now = await s.submit([user("u3", "three")], when_busy="interrupt")
         stopped = await settle(s, first)
-        assert (stopped.status, stopped.reason) == ("unanswered", "aborted")
+        assert (stopped.outcome, stopped.reason) == ("unanswered", "aborted")
         assert (await settle(s, now.operation_id)).text == "re: three"
         assert (await settle(s, queued.operation_id)).text == "re: two"
         assert [t for t in await transcript(s) if t.startswith("user:")] == ["user:one", "user:three", "user:two"]
@@ -213,7 +213,7 @@ async def test_steer_ends_the_turn_before_its_next_model_call_and_runs_next(tmp_
         steer = await s.submit([user("u3", "change course")], when_busy="steer")
         gate.set()
         steered = await settle(s, first)
-        assert (steered.status, steered.reason) == ("unanswered", "steered")
+        assert (steered.outcome, steered.reason) == ("unanswered", "steered")
         assert (await settle(s, steer.operation_id)).text == "re: change course"
         assert (await settle(s, later.operation_id)).text == "re: later"
         # The steered turn made one model call, not two; the steer's call saw all it did.

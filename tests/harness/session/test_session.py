@@ -50,7 +50,7 @@ async def test_submit_then_wait_answers_hi(open_instance: Any) -> None:
     s = await inst.session()
     receipt = await s.submit([user("u1", "hi")])
     assert (receipt.session, receipt.accepted) == ("", True)
-    assert await settle(s, receipt.operation_id) == OperationResult("done", "Hello!")
+    assert await settle(s, receipt.operation_id) == OperationResult("completed", "done", "Hello!")
 
     u, answer = (await s.transcript())
     assert dump(u) == dump(user("u1", "hi"))
@@ -69,7 +69,7 @@ async def test_wait_after_settlement_reads_the_result_from_the_file(open_instanc
     s = await inst.session()
     r = await s.submit([user("u1", "hi")])
     first = await settle(s, r.operation_id)
-    assert await settle(s, r.operation_id) == first == OperationResult("done", "Hello!")
+    assert await settle(s, r.operation_id) == first == OperationResult("completed", "done", "Hello!")
 
 
 async def test_wait_on_an_unknown_operation_raises(open_instance: Any) -> None:
@@ -91,7 +91,7 @@ async def test_every_waiter_is_resolved_and_a_cancelled_wait_leaves_the_operatio
     impatient.cancel()
     pause.go.set()
     results = await asyncio.wait_for(asyncio.gather(*waiters), GUARD)
-    assert results == [OperationResult("done", "done")] * 3
+    assert results == [OperationResult("completed", "done", "done")] * 3
     assert impatient.cancelled()
     assert (await inst.db.read.operation(r.operation_id)).status == "completed"
 
@@ -133,7 +133,7 @@ async def test_an_accepted_submission_survives_a_restart(open_instance: Any) -> 
     rec = Recorder()
     s2.subscribe(rec)
     s2.start()
-    assert await settle(s2, "op-b") == OperationResult("done", "You said: two")
+    assert await settle(s2, "op-b") == OperationResult("completed", "done", "You said: two")
     # The operation cut short is settled (recovered or given up), and before the queued one ran.
     row = await inst2.db.read.operation(a.operation_id)
     assert row.status not in ("pending", "running")
@@ -254,7 +254,7 @@ async def test_abort_of_a_queued_operation_withdraws_it(open_instance: Any, peek
     r3 = await s.submit([user("u3", "three")])
 
     assert await s.abort(r2.operation_id) is True
-    assert await settle(s, r2.operation_id) == OperationResult("unanswered", "", "aborted")
+    assert await settle(s, r2.operation_id) == OperationResult("aborted", "unanswered", "", "aborted")
     row = await inst.db.read.operation(r2.operation_id)
     assert (row.status, row.outcome, row.reason) == ("aborted", "unanswered", "aborted")
     assert s.pending() == [r1.operation_id, r3.operation_id]
@@ -302,8 +302,8 @@ async def test_reset_clears_the_transcript_and_settles_everything_open(open_inst
     r3 = await s.submit([user("u3", "three")])
 
     await asyncio.wait_for(s.reset(), GUARD)
-    assert await settle(s, r2.operation_id) == OperationResult("unanswered", "", "aborted")
-    assert await settle(s, r3.operation_id) == OperationResult("unanswered", "", "reset")
+    assert await settle(s, r2.operation_id) == OperationResult("aborted", "unanswered", "", "aborted")
+    assert await settle(s, r3.operation_id) == OperationResult("skipped", "unanswered", "", "reset")
     row3 = await inst.db.read.operation(r3.operation_id)
     assert (row3.status, row3.outcome, row3.reason) == ("skipped", "unanswered", "reset")
     assert (await inst.db.read.operation(r2.operation_id)).status == "aborted"
@@ -445,7 +445,7 @@ async def test_a_retry_of_an_applied_message_completes_without_a_model_call(open
     s.subscribe(rec)
     r2 = await s.submit([user("u1", "hi")], source="client")
     assert r2.accepted
-    assert await settle(s, r2.operation_id) == OperationResult("done", "")
+    assert await settle(s, r2.operation_id) == OperationResult("completed", "done", "")
     assert len(model.requests) == 1
     assert [dump(m) for m in (await s.transcript())] == before
     assert rec.of(OperationSettled) == [OperationSettled(r2.operation_id, "completed", "done", None, ())]
@@ -476,7 +476,7 @@ async def test_a_message_queued_by_an_earlier_submission_is_not_added_twice(open
     pause.go.set()
     for r in (r1, r2):
         await settle(s, r.operation_id)
-    assert await settle(s, r3.operation_id) == OperationResult("done", "")
+    assert await settle(s, r3.operation_id) == OperationResult("completed", "done", "")
     assert len(model.requests) == 2
     assert ids(await s.transcript()).count("u2") == 1
 
@@ -527,7 +527,7 @@ async def test_a_reopened_file_has_the_same_active_path(open_instance: Any, db_p
     assert [dump(m) for m in (await s2.transcript())] == before
     assert [dump(m) for m in (await inst2.session("other")).messages()] == before_other
     assert s2.idle and s2.pending() == []
-    assert await settle(s2, ops[0]) == OperationResult("done", "a1")
+    assert await settle(s2, ops[0]) == OperationResult("completed", "done", "a1")
 
     # The reopened session goes on from the end of the active path.
     r = await s2.submit([user("u3", "three")])

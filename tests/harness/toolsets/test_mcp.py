@@ -42,10 +42,10 @@ async def test_stdio_tools_join_the_agents_and_run_over_one_shared_connection(tm
     server = stdio(tmp_path)
     agents = {"a": Agent(model=MODEL, mcp=[server]), "b": Agent(model=MODEL, mcp=[server])}
     async with Harness(agents, data_dir=tmp_path / "data") as h:
-        listed = (await (await h.session("a", "x")).prompt("which tools")).text
+        listed = (await h.session("a", "x").prompt("which tools")).text
         assert "calc__add" in listed and "calc__shout" in listed
-        assert (await (await h.session("a", "x")).prompt("add them")).text == "The sum is 5."
-        assert (await (await h.session("b", "y")).prompt("shout it")).text == "Shouted: HEY"
+        assert (await h.session("a", "x").prompt("add them")).text == "The sum is 5."
+        assert (await h.session("b", "y").prompt("shout it")).text == "Shouted: HEY"
         assert calls(tmp_path) == ["add 2 3", "shout hey"]
         state = h.mcp.state([server])
         assert state["servers"]["calc"]["state"] == "ready"
@@ -56,7 +56,7 @@ async def test_stdio_tools_join_the_agents_and_run_over_one_shared_connection(tm
 async def test_a_server_that_dies_fails_its_tools_clearly_and_is_opened_again(tmp_path: Path) -> None:
     server = stdio(tmp_path)
     async with Harness({"a": Agent(model=MODEL, mcp=[server])}, data_dir=tmp_path / "data") as h:
-        s = await h.session("a", "x")
+        s = h.session("a", "x")
         said = (await s.prompt("crash it")).text
         assert said.startswith("Saw: ") and "MCP server 'calc'" in said, said
         (part,) = [p for p in (await s.messages())[-1].parts if isinstance(p, ToolPart)]
@@ -71,11 +71,11 @@ async def test_a_server_that_cannot_start_takes_only_its_own_tools_down(tmp_path
     broken = McpServer("calc", command=[sys.executable, "-c",
                                         f"open({str(starts)!r}, 'a').write('start\\n'); raise SystemExit(1)"])
     async with Harness({"a": Agent(model=MODEL, mcp=[broken])}, data_dir=tmp_path / "data") as h:
-        s = await h.session("a", "x")
+        s = h.session("a", "x")
         result = await s.prompt("which tools")
-        assert result.status == "done" and "calc__" not in result.text
+        assert result.outcome == "done" and "calc__" not in result.text
         assert h.mcp.state([broken])["servers"]["calc"]["state"] == "failed"
-        assert (await s.prompt("which tools now")).status == "done"
+        assert (await s.prompt("which tools now")).outcome == "done"
         assert starts.read_text().splitlines() == ["start"], "not started again within its backoff"
 
 
@@ -108,12 +108,12 @@ def http_server(tmp_path: Path) -> Iterator[str]:
 async def test_streamable_http_with_headers(tmp_path: Path, http_server: str) -> None:
     good = McpServer("calc", url=http_server, headers={"Authorization": "Bearer s3cret"})
     async with Harness({"a": Agent(model=MODEL, mcp=[good])}, data_dir=tmp_path / "data") as h:
-        assert (await (await h.session("a", "x")).prompt("add them")).text == "The sum is 5."
+        assert (await h.session("a", "x").prompt("add them")).text == "The sum is 5."
         assert calls(tmp_path) == ["add 2 3"]
     wrong = McpServer("calc", url=http_server, headers={"Authorization": "Bearer nope"})
     async with Harness({"a": Agent(model=MODEL, mcp=[wrong])}, data_dir=tmp_path / "data2") as h:
-        result = await (await h.session("a", "x")).prompt("which tools")
-        assert result.status == "done" and "calc__" not in result.text
+        result = await h.session("a", "x").prompt("which tools")
+        assert result.outcome == "done" and "calc__" not in result.text
         state = h.mcp.state([wrong])["servers"]["calc"]
         assert state["state"] == "failed" and state["error"]
     await asyncio.sleep(0)

@@ -201,7 +201,7 @@ SCRIPT = ScriptedModel({"rules": [
 async def _ask(s: Any, mid: str, text: str) -> str:
     r = await s.submit([user(mid, text)])
     result = await settle(s, r.operation_id)
-    assert result.status == "done", result
+    assert result.outcome == "done", result
     return result.text
 
 

@@ -51,7 +51,7 @@ async def test_a_silent_model_is_interrupted_and_the_same_message_continued(open
     s = await inst.session()
     r = await s.submit([user("u1", "hi")])
     result = await settle(s, r.operation_id)
-    assert (result.status, result.text) == ("done", "Hello!")
+    assert (result.outcome, result.text) == ("done", "Hello!")
     assert len(model.requests) == 2
     # The second call saw the partial answer, so it could continue instead of repeating.
     continued = model.seen[1][-1]
@@ -72,7 +72,7 @@ async def test_interruptions_without_progress_use_up_the_budget(open_instance: A
     s = await inst.session()
     r = await s.submit([user("u1", "hi")])
     result = await settle(s, r.operation_id)
-    assert (result.status, result.reason) == ("unanswered", "interrupted")
+    assert (result.outcome, result.reason) == ("unanswered", "interrupted")
     assert len(model.requests) == 4, "the first call, then three more attempts"
     assert s.last_terminal is not None and s.last_terminal["operationId"] == r.operation_id
     assert "could not recover" in s.last_terminal["body"]
@@ -93,7 +93,7 @@ async def test_a_finished_model_call_resets_the_count(open_instance: Any) -> Non
     s = await inst.session()
     r = await s.submit([user("u1", "hi")])
     result = await settle(s, r.operation_id)
-    assert (result.status, result.text) == ("done", "done")
+    assert (result.outcome, result.text) == ("done", "done")
     assert len(model.requests) == 6
 
 
@@ -131,7 +131,7 @@ async def test_a_restart_continues_a_running_operation_without_any_client(db_pat
     try:
         s2 = await again.session()
         result = await settle(s2, r.operation_id)
-        assert (result.status, result.text) == ("done", "Hello!")
+        assert (result.outcome, result.text) == ("done", "Hello!")
         (answer,) = [m for m in (await s2.transcript()) if m.role == "assistant"]
         assert "".join(p.text for p in answer.parts if p.type == "text") == "Hello!"
         assert len(second.requests) == 1 and second.seen[0][-1]["role"] == "assistant"
@@ -257,7 +257,7 @@ async def test_a_call_a_crash_stopped_before_it_started_runs_after_the_restart(d
     try:
         s2 = await restarted.session()
         result = await settle(s2, r.operation_id)
-        assert (result.status, result.text) == ("done", "got pong")
+        assert (result.outcome, result.text) == ("done", "got pong")
         assert runs == ["ping"], "the call runs once, after the restart"
         (part,) = [p for p in (await s2.transcript())[-1].parts if isinstance(p, ToolPart)]
         assert (part.toolCallId, part.state, part.output) == ("call_ping_1", "output-available", "pong")
@@ -292,7 +292,7 @@ async def test_an_operation_sealed_after_repeated_crashes_leaves_no_call_running
     try:
         s3 = await sealed.session()
         result = await settle(s3, r.operation_id)
-        assert (result.status, result.reason) == ("unanswered", "out_of_memory")
+        assert (result.outcome, result.reason) == ("unanswered", "out_of_memory")
         (part,) = [p for p in (await s3.transcript())[-1].parts if isinstance(p, ToolPart)]
         assert (part.state, part.errorText) == ("output-error", INTERRUPTED_TOOL_ERROR)
         last = (await s3.transcript())[-1]
@@ -335,7 +335,7 @@ async def test_without_bytes_the_same_silence_is_a_stall(open_instance: Any) -> 
     s = await inst.session()
     r = await s.submit([user("u1", "think hard")])
     result = await settle(s, r.operation_id)
-    assert (result.status, result.reason) == ("unanswered", "interrupted") and model.calls == 2
+    assert (result.outcome, result.reason) == ("unanswered", "interrupted") and model.calls == 2
 
 
 async def test_an_approved_rerun_call_cut_short_by_a_crash_runs_again_once(db_path: Any) -> None:

@@ -33,10 +33,10 @@ async def test_every_call_of_every_agent_instance_and_operation_has_its_own_key(
             for instance in ("alice", "bob"):
                 for op in ("op-1", "op-2"):  # a session each: one call id per transcript
                     await h.sessions(agent, instance).create(f"for-{op}")
-                    s = await h.session(agent, instance, f"for-{op}")
+                    s = h.session(agent, instance, f"for-{op}")
                     await s.submit("pay", operation_id=op)
                     result = await s.wait(op, timeout=30)
-                    assert result.status == "done"
+                    assert result.outcome == "done"
                     told = json.loads(result.text)
                     assert told["id"] == "call-1"
                     key = told["key"]

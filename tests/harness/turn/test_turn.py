@@ -90,7 +90,7 @@ def weather_tool(**kw: Any) -> Tool:
 
 async def test_one_model_call_streams_the_ai_sdk_sequence_and_events_in_order(open_instance: Any) -> None:
     inst, s, rec, op = await start(open_instance, script({"match": "*", "steps": [[{"text": ["Hel", "lo", "!"]}]]}))
-    assert await settle(s, op) == type(await settle(s, op))("done", "Hello!")
+    assert await settle(s, op) == type(await settle(s, op))("completed", "done", "Hello!")
 
     # The engine's lifecycle events (observability events such as ModelCallFinished aside).
     kinds = [k for k in rec.kinds() if k in LIFECYCLE]
@@ -209,7 +209,7 @@ async def test_a_server_tool_runs_between_two_model_calls_in_one_message(open_in
     model = Recording(WEATHER)
     inst, s, rec, op = await start(open_instance, model, Agent(tools=[weather_tool()]))
     result = await settle(s, op)
-    assert (result.status, result.text) == ("done", "It is sunny in Paris.")
+    assert (result.outcome, result.text) == ("done", "It is sunny in Paris.")
 
     u, answer = (await s.transcript())
     assert u.id == "u1"
@@ -255,7 +255,7 @@ async def test_a_tool_that_raises_becomes_output_error_and_the_model_goes_on(ope
     ]}))
     inst, s, rec, op = await start(open_instance, model, Agent(tools=[Tool("getWeather", execute=broken)]))
     result = await settle(s, op)
-    assert (result.status, result.text) == ("done", "Sorry: no weather for Atlantis")
+    assert (result.outcome, result.text) == ("done", "Sorry: no weather for Atlantis")
     part = (await s.transcript())[-1].parts[1]
     assert isinstance(part, ToolPart)
     assert (part.state, part.errorText) == ("output-error", "no weather for Atlantis")
@@ -428,7 +428,7 @@ async def test_max_steps_bounds_the_model_calls_of_one_operation(open_instance: 
     inst, s, rec, op = await start(open_instance, model, agent)
     result = await settle(s, op)
     assert len(model.requests) == 3
-    assert (result.status, result.text) == ("done", "step step step ")
+    assert (result.outcome, result.text) == ("done", "step step step ")
     chunks = types_of(chunks_of(rec))
     assert chunks.count("start-step") == 3 and chunks.count("finish") == 1 and chunks[-1] == "finish"
     assert len(await inst.db.read.streams_of_request(op)) == 3
@@ -441,7 +441,7 @@ async def test_a_client_tool_call_settles_the_operation_awaiting_the_client(open
     model = FakeModel([*call("c1", "getLocation"), Finish("tool-calls")], text("t", "never"))
     inst, s, rec, op = await start(open_instance, model, Agent(tools=[Tool("getLocation")]))
     result = await settle(s, op)
-    assert (result.status, result.reason) == ("unanswered", "awaiting_client_tool")
+    assert (result.outcome, result.reason) == ("unanswered", "awaiting_client_tool")
     assert len(model.requests) == 1
     part = (await s.transcript())[-1].parts[1]
     assert isinstance(part, ToolPart) and (part.toolCallId, part.state) == ("c1", "input-available")
@@ -459,7 +459,7 @@ async def test_client_tools_sent_with_a_submission_are_offered_and_settle_awaiti
     _inst, s, _rec, op = await start(open_instance, model, client_tools=[
         {"name": "getLocation", "description": "Ask the browser", "parameters": schema}])
     result = await settle(s, op)
-    assert (result.status, result.reason) == ("unanswered", "awaiting_client_tool")
+    assert (result.outcome, result.reason) == ("unanswered", "awaiting_client_tool")
     assert [(t.name, t.description, t.parameters) for t in model.requests[0].tools] == [
         ("getLocation", "Ask the browser", schema)]
 
@@ -469,7 +469,7 @@ async def test_a_client_tool_never_replaces_a_server_tool(open_instance: Any) ->
     _inst, s, _rec, op = await start(open_instance, model, Agent(tools=[weather_tool()]),
                                    client_tools=[{"name": "getWeather", "description": "client's own"}])
     result = await settle(s, op)
-    assert (result.status, result.text) == ("done", "It is sunny in Paris.")
+    assert (result.outcome, result.text) == ("done", "It is sunny in Paris.")
     assert [t.description for t in model.requests[0].tools] == ["The weather of a city"]
 
 
@@ -479,7 +479,7 @@ async def test_a_call_needing_approval_settles_awaiting_approval_without_running
     model = FakeModel([*call("c1", "transfer", {"amount": 100}), Finish("tool-calls")], text("t", "never"))
     inst, s, rec, op = await start(open_instance, model, Agent(tools=[tool]))
     result = await settle(s, op)
-    assert (result.status, result.reason) == ("unanswered", "awaiting_approval")
+    assert (result.outcome, result.reason) == ("unanswered", "awaiting_approval")
     assert ran == []
     assert len(model.requests) == 1
     request = [c for c in chunks_of(rec) if c["type"] == "tool-approval-request"]
@@ -510,7 +510,7 @@ async def test_a_model_error_settles_error_and_keeps_the_partial(open_instance: 
                        ModelError("Model exploded mid-stream")])
     inst, s, rec, op = await start(open_instance, model)
     result = await settle(s, op)
-    assert (result.status, result.reason) == ("unanswered", "Model exploded mid-stream")
+    assert (result.outcome, result.reason) == ("unanswered", "Model exploded mid-stream")
 
     row = await inst.db.read.operation(op)
     assert (row.status, row.outcome, row.reason) == ("error", "unanswered", "Model exploded mid-stream")
@@ -545,7 +545,7 @@ async def test_an_unexpected_model_failure_settles_error_without_leaking_it(open
     model = FakeModel([*text("t", "so far"), RuntimeError("api key sk-secret rejected")])
     inst, s, _rec, op = await start(open_instance, model)
     result = await settle(s, op)
-    assert result.status == "unanswered"
+    assert result.outcome == "unanswered"
     assert result.reason is not None and "sk-secret" not in result.reason
     row = await inst.db.read.operation(op)
     assert row.status == "error"
@@ -567,7 +567,7 @@ async def test_abort_of_a_streaming_model_call_keeps_the_partial(open_instance: 
     assert s.running_operation == op
     assert await s.abort(op) is True
     result = await settle(s, op)
-    assert (result.status, result.reason) == ("unanswered", "aborted")
+    assert (result.outcome, result.reason) == ("unanswered", "aborted")
     assert model.cancelled == 1  # the provider's stream was cancelled, not left running
 
     row = await inst.db.read.operation(op)
@@ -611,7 +611,7 @@ async def test_abort_while_server_tools_run_cancels_them(open_instance: Any) -> 
     await asyncio.wait_for(started.wait(), GUARD)
     assert await s.abort(op) is True
     result = await settle(s, op)
-    assert (result.status, result.reason) == ("unanswered", "aborted")
+    assert (result.outcome, result.reason) == ("unanswered", "aborted")
     assert cancelled.is_set()
     assert len(model.requests) == 1
     stored = dump((await s.transcript())[-1])
@@ -669,7 +669,7 @@ async def test_a_call_the_provider_says_was_cut_off_ends_the_turn_with_its_words
     s = await inst.session()
     r = await s.submit([user("u1", "go")])
     result = await settle(s, r.operation_id)
-    assert (result.status, result.reason) == ("unanswered", note)
+    assert (result.outcome, result.reason) == ("unanswered", note)
     row = await inst.db.read.operation(r.operation_id)
     assert row is not None and row.status == "error"
     bodies = [json.loads(b) for row in await inst.db.read.streams_of_request(r.operation_id)
@@ -686,7 +686,7 @@ async def test_a_failed_model_call_is_logged_and_leaves_no_empty_answer(
     with caplog.at_level(logging.WARNING, logger="think_server.turn"):
         r = await s.submit([user("u1", "my secret plans")])
         result = await settle(s, r.operation_id)
-    assert (result.status, result.reason) == ("unanswered", "upstream said 503")
+    assert (result.outcome, result.reason) == ("unanswered", "upstream said 503")
     (line,) = [rec.getMessage() for rec in caplog.records if "model call failed" in rec.getMessage()]
     assert r.operation_id in line and "upstream said 503" in line and "secret plans" not in line
     assert [m.role for m in (await s.transcript())] == ["user"], "no assistant message without a word in it"
@@ -698,7 +698,7 @@ async def test_a_2_mb_tool_output_is_stored_compacted_and_the_model_still_reads_
     inst = await open_instance(model, Agent(tools=[Tool("dump", "All rows", execute=lambda: rows)]))
     s = await inst.session()
     r = await s.submit([user("u1", "dump everything")])
-    assert (await settle(s, r.operation_id)).status == "done"
+    assert (await settle(s, r.operation_id)).outcome == "done"
     # The step after the call saw the whole output: what a model is shown is not the stored copy.
     [part] = [p for p in model.requests[1].messages[-1].parts if isinstance(p, ToolPart)]
     assert part.output == rows
