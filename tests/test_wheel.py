@@ -150,7 +150,7 @@ def test_pytest_finds_the_kits_fixtures_in_the_installed_package(installed: Inst
         "@pytest.mark.asyncio\n"
         "async def test_hi(think_harness):\n"
         "    h = await think_harness(Agent(model=ScriptBuilder().when('hi').say('Hello!').model()))\n"
-        "    assert (await (await h.session('agent', 't')).prompt('hi')).text == 'Hello!'\n")
+        "    assert (await h.session('agent', 't').prompt('hi')).text == 'Hello!'\n")
     done = installed.python("-m", "pytest", "-q", "-p", "no:cacheprovider", "test_kit.py", timeout=120)
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
 

@@ -29,7 +29,7 @@ started = []
 @pytest.mark.asyncio
 async def test_a_harness(think_harness, tmp_path):
     h = await think_harness(Agent(model=ScriptBuilder().when("hi").say("Hello!").model()))
-    assert (await (await h.session("agent", "t")).prompt("hi")).text == "Hello!"
+    assert (await h.session("agent", "t").prompt("hi")).text == "Hello!"
     assert h.data_dir.is_relative_to(tmp_path)
     started.append(h.data_dir)
 

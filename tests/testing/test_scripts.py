@@ -97,7 +97,7 @@ async def test_a_harness_driven_by_a_built_script_has_the_conversation(think_har
               .when("hi", "hello").think("greet").say("Hel", "lo", "!")
               .otherwise().say("You said: {user} (tools: {tools})"))
     h = await think_harness(Agent(model=script.model(), tools=[get_balance]))
-    s = await h.session("agent", "t1")
+    s = h.session("agent", "t1")
     assert (await s.prompt("What is my balance?")).text == "Your balance is 12.50 EUR."
     assert (await s.prompt("hello there")).text == "Hello!"
     assert (await s.prompt("thanks")).text == "You said: thanks (tools: get_balance)"
@@ -109,5 +109,5 @@ async def test_a_harness_driven_by_a_built_script_has_the_conversation(think_har
 
 async def test_an_error_event_fails_the_turn(think_harness: HarnessFactory) -> None:
     h = await think_harness({"a": Agent(model=ScriptBuilder().otherwise().say("par", end=False).error("boom").model())})
-    result = await (await h.session("a", "t")).prompt("go")
+    result = await h.session("a", "t").prompt("go")
     assert result.status == "unanswered"
