@@ -133,7 +133,9 @@ def apply_answer(message: UIMessage, answer: Answer) -> UIMessage:
             continue
         if answer.kind == "approval":
             approval_id = part.approval.id if part.approval is not None else answer.tool_call_id
-            part.approval = ToolApproval(id=approval_id, approved=answer.approved, reason=answer.reason)
+            # A reason only with a denial that gave one: the part stays as the hook writes it otherwise.
+            part.approval = (ToolApproval(id=approval_id, approved=answer.approved, reason=answer.reason)
+                             if answer.reason is not None else ToolApproval(id=approval_id, approved=answer.approved))
             part.state = "approval-responded" if answer.approved else "output-denied"
         elif answer.is_error:
             part.state = "output-error"

@@ -110,4 +110,4 @@ async def test_a_harness_driven_by_a_built_script_has_the_conversation(think_har
 async def test_an_error_event_fails_the_turn(think_harness: HarnessFactory) -> None:
     h = await think_harness({"a": Agent(model=ScriptBuilder().otherwise().say("par", end=False).error("boom").model())})
     result = await h.session("a", "t").prompt("go")
-    assert result.status == "unanswered"
+    assert (result.status, result.outcome) == ("error", "unanswered")
