@@ -8,7 +8,7 @@ Under ``/agents/{agent}/{name}``, with ``?session=ID`` (default: the root sessio
 
 Everything a request carries is client input: messages are checked as the chat
 socket's are (user content only), answers apply only to calls the model made.
-Reads of an instance that has no file answer 404 and create nothing.
+Reads of an instance that has no file answer 404 (its lists: empty) and create nothing.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from think_server.storage import LeaseHeld, StorageError, describe_problem
 
 from ._actor import ChatHost
 from ._admission import AddressLimits, SocketCap
+from ._api_branches import branch_routes
 from ._moved import moved_response
 from ._offload import off_loop
 
@@ -277,6 +278,8 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         return JSONResponse(state.to_json())
 
     async def files(request: Request) -> Response:
+        if not await harness.exists(request.path_params["agent"], request.path_params["name"]):
+            return JSONResponse({"files": []})  # a list: an instance never used has none, and none is made
         agent, name = await address(request, read=True)
         glob = request.query_params.get("glob")
         try:
@@ -309,6 +312,9 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
             raise Refused(400, str(exc), "path") from None
 
     async def sessions(request: Request) -> Response:
+        if request.method == "GET" and not await harness.exists(request.path_params["agent"],
+                                                                request.path_params["name"]):
+            return JSONResponse({"sessions": [_UNUSED_ROOT]})  # its root, as listed before its first message
         agent, name = await address(request, read=request.method == "GET")
         handle = harness.sessions(agent, name)
         if request.method == "GET":
@@ -451,6 +457,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         Route(f"{base}/events", endpoint(events), methods=["GET"]),
         Route(f"{base}/schedules", endpoint(schedules), methods=["GET", "POST"]),
         Route(base + "/schedules/{schedule_id}", endpoint(schedule_item), methods=["GET", "DELETE"]),
+        *branch_routes(harness, endpoint, address, Refused),
     ]
 
 
@@ -592,6 +599,8 @@ class Followed(StreamingResponse):
 
 
 #: What ``POST /submit`` takes.
+#: The root session of an instance that has no file yet, as a list shows it (and nothing is created).
+_UNUSED_ROOT = {"id": "", "created_at": 0, "updated_at": 0, "message_count": 0, "title": None}
 _SUBMIT_FIELDS = frozenset({"input", "operation_id", "auto_continue", "when_busy"})
 
 #: What ``POST /schedules`` takes: the input, where it runs, its id, and exactly one of its times.

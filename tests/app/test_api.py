@@ -496,7 +496,7 @@ async def test_workspace_files_over_http(serve) -> None:
     srv = await serve()
     async with await http(srv) as c:
         base = f"{A}/desk"
-        assert (await c.get(f"{base}/files")).status_code == 404  # no instance yet: nothing made
+        assert (await c.get(f"{base}/files")).json() == {"files": []}  # no instance yet: none, and nothing made
         r = await c.put(f"{base}/files/notes/today.md", content=b"- tea\n")
         assert r.status_code == 200 and r.json()["path"] == "notes/today.md" and r.json()["is_text"] is True
         await c.put(f"{base}/files/logo.png", content=b"\x89PNG\x00")
