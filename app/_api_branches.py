@@ -2,6 +2,8 @@
 
 Under ``/agents/{agent}/{name}``, with ``?session=ID`` (default: the root session):
 
+* ``GET /branches``: the messages of the active path that have siblings, each with the ids of all
+  of them, oldest first (what a page needs to show "2 of 3" beside each, in one request).
 * ``GET /messages/{id}/branches``: the message and its siblings (the other answers to what it
   answers: a regeneration, an edit), oldest first, the one on the active path marked ``active``.
 * ``POST /messages/{id}/branch``: makes the branch through that message the active path (down to its
@@ -58,6 +60,10 @@ def branch_routes(harness: Harness, endpoint: Callable[[Handler], Handler], addr
         session = await session_of(request)
         return JSONResponse(await siblings(session, request.path_params["message_id"]))
 
+    async def forks(request: Request) -> Response:
+        session = await session_of(request)
+        return JSONResponse({"session": session.id, "forks": await session.forks()})
+
     async def branch(request: Request) -> Response:
         session = await session_of(request)
         message_id = request.path_params["message_id"]
@@ -80,6 +86,7 @@ def branch_routes(harness: Harness, endpoint: Callable[[Handler], Handler], addr
 
     base = "/agents/{agent}/{name}"
     return [
+        Route(f"{base}/branches", endpoint(forks), methods=["GET"]),
         Route(base + "/messages/{message_id}/branches", endpoint(branches), methods=["GET"]),
         Route(base + "/messages/{message_id}/branch", endpoint(branch), methods=["POST"]),
         Route(f"{base}/continue", endpoint(continue_), methods=["POST"]),
@@ -97,6 +104,13 @@ def branches_openapi(base: str, params: list[dict[str, Any]], session: dict[str,
                 "id": {"type": "string"}, "role": {"type": "string"}, "active": {"type": "boolean"},
                 "preview": {"type": "string"}}}}}}}}}
     return {
+        f"{base}/branches": {"get": {
+            "summary": "The messages of the active path that have siblings: for each, all their ids, oldest first",
+            "parameters": [*params, session],
+            "responses": {"200": {"description": "By message id", "content": {"application/json": {"schema": {
+                "type": "object", "properties": {"session": {"type": "string"}, "forks": {
+                    "type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}}}}}}},
+                          **errors(400, 401, 404)}}},
         base + "/messages/{message_id}/branches": {"get": {
             "summary": "A message and the other answers to what it answers (regenerations, edits), the one on "
                        "the active path marked", "parameters": [*params, session, message_id],

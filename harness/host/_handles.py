@@ -284,6 +284,18 @@ class SessionHandle:
             rows = await session.db.read.children(self.id, row.parent_id)
         return [(parse_message(json.loads(r.content)), r.id in on_path) for r in rows]
 
+    async def forks(self) -> dict[str, list[str]]:
+        """The messages of the active path that have siblings (a regeneration, an edit): for each,
+        its siblings' ids and its own, oldest first. One read per message of the path."""
+        async with self._use() as session:
+            ids = list((await session.history()).ids)
+            out: dict[str, list[str]] = {}
+            for parent, message_id in zip([None, *ids[:-1]], ids, strict=True):
+                rows = await session.db.read.children(self.id, parent)
+                if len(rows) > 1:
+                    out[message_id] = [r.id for r in rows]
+        return out
+
     async def switch_branch(self, message_id: str) -> None:
         """Make the branch through ``message_id`` the active path (down to its newest message).
 

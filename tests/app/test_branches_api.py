@@ -97,13 +97,18 @@ async def test_an_edit_is_a_new_branch_from_that_point_and_the_old_one_stays(ser
     root = await get_messages(srv, "edits")
     assert [text_of(m) for m in root] == ["first, edited", "You said: first, edited"]
     assert await branches(srv, "edits", again["id"]) == [(first["id"], False), (again["id"], True)]
+    async with httpx.AsyncClient(base_url=srv.base, timeout=30) as h:
+        forks = (await h.get(f"{A}/edits/branches")).json()["forks"]
+    assert forks == {again["id"]: [first["id"], again["id"]]}, "only the path's messages with siblings"
 
     # Nothing was lost: back to the first branch, down to its newest message (the edited second one).
     async with httpx.AsyncClient(base_url=srv.base, timeout=30) as h:
         assert (await h.post(f"{A}/edits/messages/{first['id']}/branch")).status_code == 200
         assert [m["id"] for m in await get_messages(srv, "edits")] == [m["id"] for m in after]
         assert (await h.post(f"{A}/edits/messages/{second['id']}/branch")).status_code == 200
+        forks = (await h.get(f"{A}/edits/branches")).json()["forks"]
     assert await get_messages(srv, "edits") == before
+    assert forks == {first["id"]: [first["id"], again["id"]], second["id"]: [second["id"], edited["id"]]}
     await c.close()
 
 
@@ -123,7 +128,8 @@ async def test_branch_routes_refuse_what_they_cannot_serve_as_json(serve) -> Non
         assert not await srv.app.state.harness.exists(AGENT, "never-used")
         spec = (await h.get("/openapi.json")).json()["paths"]
         assert {"/agents/{agent}/{name}/messages/{message_id}/branches",
-                "/agents/{agent}/{name}/messages/{message_id}/branch", "/agents/{agent}/{name}/continue"} <= set(spec)
+                "/agents/{agent}/{name}/messages/{message_id}/branch", "/agents/{agent}/{name}/continue",
+                "/agents/{agent}/{name}/branches"} <= set(spec)
     await c.close()
 
 
