@@ -10,6 +10,8 @@ Under ``/agents/{agent}/{name}``, with ``?session=ID`` (default: the root sessio
   newest message); every chat socket of the session gets the new transcript.
 * ``POST /continue``: another model call continuing the last answer, in the same message (after a
   Stop, say); the chat sockets see it stream.
+* ``POST /reset``: aborts what runs and clears the session's transcript (every branch), as the chat
+  socket's clear does: how a page empties the root session, which cannot be deleted.
 
 Regenerating and editing never delete: the old answer stays in the tree, one switch away.
 """
@@ -84,8 +86,14 @@ def branch_routes(harness: Harness, endpoint: Callable[[Handler], Handler], addr
         return JSONResponse({"operation_id": receipt.operation_id, "session": receipt.session,
                              "accepted": receipt.accepted, "status": "queued"}, status_code=202)
 
+    async def reset(request: Request) -> Response:
+        session = await session_of(request)
+        await session.reset()
+        return JSONResponse({"reset": True, "session": session.id})
+
     base = "/agents/{agent}/{name}"
     return [
+        Route(f"{base}/reset", endpoint(reset), methods=["POST"]),
         Route(f"{base}/branches", endpoint(forks), methods=["GET"]),
         Route(base + "/messages/{message_id}/branches", endpoint(branches), methods=["GET"]),
         Route(base + "/messages/{message_id}/branch", endpoint(branch), methods=["POST"]),
@@ -119,6 +127,10 @@ def branches_openapi(base: str, params: list[dict[str, Any]], session: dict[str,
             "summary": "Make the branch through the message the active path (down to its newest message)",
             "parameters": [*params, session, message_id],
             "responses": {"200": listed, **errors(400, 401, 404, 409)}}},
+        f"{base}/reset": {"post": {
+            "summary": "Abort what runs and clear the session's transcript (every branch); the root session's "
+                       "way to be emptied, since it cannot be deleted", "parameters": [*params, session],
+            "responses": {"200": {"description": "{\"reset\": true, \"session\"}"}, **errors(400, 401, 404)}}},
         f"{base}/continue": {"post": {
             "summary": "Call the model again to continue the last answer, in the same message",
             "parameters": [*params, session],

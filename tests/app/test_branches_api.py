@@ -129,7 +129,7 @@ async def test_branch_routes_refuse_what_they_cannot_serve_as_json(serve) -> Non
         spec = (await h.get("/openapi.json")).json()["paths"]
         assert {"/agents/{agent}/{name}/messages/{message_id}/branches",
                 "/agents/{agent}/{name}/messages/{message_id}/branch", "/agents/{agent}/{name}/continue",
-                "/agents/{agent}/{name}/branches"} <= set(spec)
+                "/agents/{agent}/{name}/branches", "/agents/{agent}/{name}/reset"} <= set(spec)
     await c.close()
 
 
@@ -160,3 +160,16 @@ async def test_the_lists_of_an_instance_never_used_are_empty_and_asking_creates_
         r = await h.get(f"{A}/fresh-one/files")
         assert (r.status_code, r.json()) == (200, {"files": []})
     assert not await srv.app.state.harness.exists(AGENT, "fresh-one")
+
+
+async def test_reset_empties_the_root_session_and_every_tab_hears_it(serve) -> None:
+    srv = await serve()
+    c = await Client.open(url(srv, "wipe"))
+    await send_turn(c, "hi")
+    async with httpx.AsyncClient(base_url=srv.base, timeout=30) as h:
+        r = await h.post(f"{A}/wipe/reset")
+        assert (r.status_code, r.json()) == (200, {"reset": True, "session": ""})
+        assert (await h.get(f"{A}/wipe/sessions")).json()["sessions"][0]["message_count"] == 0
+    assert await get_messages(srv, "wipe") == []
+    await c.wait_for(lambda f: f.get("type") == "cf_agent_chat_clear", start=0)
+    await c.close()
