@@ -12,12 +12,15 @@ Under ``/agents/{agent}/{name}``, with ``?session=ID`` (default: the root sessio
   Stop, say); the chat sockets see it stream.
 * ``POST /reset``: aborts what runs and clears the session's transcript (every branch), as the chat
   socket's clear does: how a page empties the root session, which cannot be deleted.
+* ``PATCH /session`` ``{"title"}``: renames the session ``?session=`` names, the root one too (which
+  ``PATCH /sessions/{id}`` cannot name: its id is empty).
 
 Regenerating and editing never delete: the old answer stays in the tree, one switch away.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,7 +28,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from think_server.harness import Harness, SessionBusy, SessionError, SessionHandle, SubmitRefused, validate_session_id
+from think_server.harness import (
+    Harness,
+    SessionBusy,
+    SessionError,
+    SessionHandle,
+    SessionNotFound,
+    SubmitRefused,
+    validate_session_id,
+)
 from think_server.protocol import message_text
 
 __all__ = ["branch_routes", "branches_openapi"]
@@ -33,6 +44,8 @@ __all__ = ["branch_routes", "branches_openapi"]
 Handler = Callable[[Request], Awaitable[Response]]
 #: The instance a request names (``read``: one that has no file is refused, 404); _api's ``address``.
 Address = Callable[..., Awaitable[tuple[str, str]]]
+#: The largest body ``PATCH /session`` reads (a title is at most 200 characters).
+MAX_TITLE_BODY = 4096
 #: How long a sibling's preview is (characters of its text).
 PREVIEW_CHARS = 80
 
@@ -91,8 +104,34 @@ def branch_routes(harness: Harness, endpoint: Callable[[Handler], Handler], addr
         await session.reset()
         return JSONResponse({"reset": True, "session": session.id})
 
+    async def title(request: Request) -> Response:
+        agent, name = await address(request, read=True)
+        sid = request.query_params.get("session", "")
+        raw = b""
+        async for chunk in request.stream():  # a title is short: a body past a few KB is refused unread
+            raw += chunk
+            if len(raw) > MAX_TITLE_BODY:
+                raise refused(413, f"a session's update is at most {MAX_TITLE_BODY} bytes")
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise refused(400, "expected a JSON object {\"title\": ...}") from None
+        if not isinstance(body, dict) or "title" not in body:
+            raise refused(400, "title: required (a string, or null to clear it)", "title")
+        if set(body) - {"title"}:
+            raise refused(400, f"{sorted(set(body) - {'title'})[0]}: not a field of a session's update (expected "
+                               "only title)", sorted(set(body) - {"title"})[0])
+        try:
+            renamed = await harness.sessions(agent, name).rename(sid, body["title"])
+        except SessionNotFound as exc:
+            raise refused(404, str(exc), "session") from None
+        except SessionError as exc:
+            raise refused(400, str(exc), "session" if "session id" in str(exc) else "title") from None
+        return JSONResponse(renamed.to_json())
+
     base = "/agents/{agent}/{name}"
     return [
+        Route(f"{base}/session", endpoint(title), methods=["PATCH"]),
         Route(f"{base}/reset", endpoint(reset), methods=["POST"]),
         Route(f"{base}/branches", endpoint(forks), methods=["GET"]),
         Route(base + "/messages/{message_id}/branches", endpoint(branches), methods=["GET"]),
@@ -127,6 +166,14 @@ def branches_openapi(base: str, params: list[dict[str, Any]], session: dict[str,
             "summary": "Make the branch through the message the active path (down to its newest message)",
             "parameters": [*params, session, message_id],
             "responses": {"200": listed, **errors(400, 401, 404, 409)}}},
+        f"{base}/session": {"patch": {
+            "summary": "Rename the session ?session= names, the root one too (a null or blank title clears it)",
+            "parameters": [*params, session],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["title"], "properties": {
+                    "title": {"type": ["string", "null"], "maxLength": 200}}}}}},
+            "responses": {"200": {"description": "Renamed", "content": {"application/json": {
+                "schema": {"$ref": "#/components/schemas/Session"}}}}, **errors(400, 401, 404)}}},
         f"{base}/reset": {"post": {
             "summary": "Abort what runs and clear the session's transcript (every branch); the root session's "
                        "way to be emptied, since it cannot be deleted", "parameters": [*params, session],

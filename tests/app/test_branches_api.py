@@ -162,7 +162,7 @@ async def test_the_lists_of_an_instance_never_used_are_empty_and_asking_creates_
     assert not await srv.app.state.harness.exists(AGENT, "fresh-one")
 
 
-async def test_reset_empties_the_root_session_and_every_tab_hears_it(serve) -> None:
+async def test_the_root_session_can_be_emptied_and_renamed_and_every_tab_hears_the_reset(serve) -> None:
     srv = await serve()
     c = await Client.open(url(srv, "wipe"))
     await send_turn(c, "hi")
@@ -170,6 +170,18 @@ async def test_reset_empties_the_root_session_and_every_tab_hears_it(serve) -> N
         r = await h.post(f"{A}/wipe/reset")
         assert (r.status_code, r.json()) == (200, {"reset": True, "session": ""})
         assert (await h.get(f"{A}/wipe/sessions")).json()["sessions"][0]["message_count"] == 0
+        # The root session has a title like any other (PATCH /sessions/{id} cannot name it: its id is empty).
+        r = await h.patch(f"{A}/wipe/session", json={"title": "  Main  "})
+        assert (r.status_code, r.json()["id"], r.json()["title"]) == (200, "", "Main")
+        assert (await h.get(f"{A}/wipe/sessions")).json()["sessions"][0]["title"] == "Main"
+        r = await h.patch(f"{A}/wipe/session", json={"title": "x" * 201})
+        assert (r.status_code, r.json()["field"]) == (400, "title")
+        r = await h.patch(f"{A}/wipe/session", params={"session": "nope"}, json={"title": "x"})
+        assert (r.status_code, r.json()["field"]) == (404, "session")
+        r = await h.patch(f"{A}/wipe/session", json={"title": "x" * 10_000})
+        assert r.status_code == 413
+        r = await h.patch(f"{A}/wipe/session", json={"name": "x"})
+        assert (r.status_code, r.json()["field"]) == (400, "title")
     assert await get_messages(srv, "wipe") == []
     await c.wait_for(lambda f: f.get("type") == "cf_agent_chat_clear", start=0)
     await c.close()
