@@ -2,7 +2,7 @@
 // read-only view of one). The files belong to the instance, so every conversation of it shows
 // the same ones; the list is read again after each answer.
 import { createContext, useCallback, useEffect, useState } from "react";
-import { listFiles, readFile } from "./api.js";
+import { AWAY, listFiles, readFile } from "./api.js";
 
 /** Opens a file in the panel (the tool cards of the file tools use it); null without a panel. */
 export const FileOpener = createContext(null);
@@ -32,6 +32,19 @@ export function useFiles(agent, name, version) {
     };
   }, [agent, name]);
   useEffect(() => refresh(), [refresh, version]);
+  // While the server is away, asked again every few seconds: the panel comes back with it.
+  useEffect(() => {
+    if (error !== AWAY) return undefined;
+    let stop = null;
+    const timer = setInterval(() => {
+      stop?.();
+      stop = refresh();
+    }, 4000);
+    return () => {
+      clearInterval(timer);
+      stop?.();
+    };
+  }, [error, refresh]);
   useEffect(() => setOpenPath(null), [agent, name]);
   return { files, error, refresh, openPath, open: setOpenPath };
 }
@@ -85,7 +98,8 @@ function FileView({ agent, name, file, version, onBack }) {
 /** The panel: nothing at all while the instance has no file (most agents keep none). */
 export function Files({ agent, name, state, version }) {
   const { files, error, refresh, openPath, open } = state;
-  if (!files?.length && !openPath && !error) return null;
+  const away = error === AWAY; // said calmly, as the chat says it; nothing at all without files to show
+  if (!files?.length && !openPath && (!error || away)) return null;
   const shown = openPath !== null ? files?.find((f) => f.path === openPath) : undefined;
   return (
     <aside className="files" aria-label="Files">
@@ -95,7 +109,12 @@ export function Files({ agent, name, state, version }) {
           Refresh
         </button>
       </div>
-      {error && (
+      {away && (
+        <p className="banner calm" role="status" data-testid="files-banner">
+          <span className="banner-text">{AWAY}</span>
+        </p>
+      )}
+      {error && !away && (
         <p className="files-error" role="alert">
           {error}
         </p>
