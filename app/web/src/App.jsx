@@ -154,10 +154,12 @@ function listed(sessions, openSession, titleOfSession) {
     const seen = FIRST_SEEN.get(openSession);
     rows = [{ id: openSession, created_at: seen, updated_at: seen, message_count: 0, title: null }, ...rows];
   }
-  // By last activity, as a chat app lists them: the server's updated_at moves with every turn.
+  // By last activity, as a chat app lists them (the server's updated_at moves with every turn); the
+  // open conversation, while empty, on top: it is the one being started.
+  const activity = (s) => (s.id === openSession && s.message_count === 0 ? Infinity : s.updated_at);
   return rows
-    .map((s) => ({ ...s, title: s.title || titleOfSession(s.id) }))
-    .sort((a, b) => b.updated_at - a.updated_at || b.created_at - a.created_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    .map((s) => ({ ...s, named: s.title, title: s.title || titleOfSession(s.id) }))
+    .sort((a, b) => activity(b) - activity(a) || b.created_at - a.created_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 
 const RELATIVE = new Intl.RelativeTimeFormat(undefined, { numeric: "auto", style: "short" });
@@ -240,6 +242,7 @@ function RenameForm({ session, onRename, onDone }) {
   );
 }
 
+/** A conversation in the list; one with something in it (the root's too) can be renamed and deleted. */
 function SessionRow({ session, current, onDelete, onRename, onOpen }) {
   const [mode, setMode] = useState(null); // null, "confirm" or "rename"
   const [deleting, setDeleting] = useState(false);
@@ -271,7 +274,7 @@ function SessionRow({ session, current, onDelete, onRename, onOpen }) {
           <time className="session-time" dateTime={new Date(session.updated_at || Date.now()).toISOString()}>
             {when(session.updated_at)}
           </time>
-          {mode === null && (
+          {mode === null && (session.message_count > 0 || session.named) && (
             <span className="session-actions">
               <button
                 type="button"
