@@ -158,7 +158,8 @@ def run_commands(block: str, base: str) -> list[str]:
 async def test_the_curl_session_runs(tmp_path: Path) -> None:
     # `curl -sN …/events` follows the stream until Ctrl-C: here, for three seconds.
     block = sh_block("Idempotency-Key: evt-1").replace("curl -sN", "curl -sN --max-time 3")
-    submitted, waited, transcript, fork, trip, named, one, listed, events, spec = await served(tmp_path, block)
+    (submitted, waited, transcript, fork, trip, named, one, listed, forks, continued, events,
+     spec) = await served(tmp_path, block)
     receipt = json.loads(submitted)
     assert (receipt["operation_id"], receipt["accepted"]) == ("evt-1", True)
     info = json.loads(waited)
@@ -168,6 +169,8 @@ async def test_the_curl_session_runs(tmp_path: Path) -> None:
     assert json.loads(trip)["id"] == "trip" and json.loads(named)["title"] == "Trip"
     assert (json.loads(one)["id"], json.loads(one)["title"]) == ("trip", "Trip")
     assert json.loads(listed)["sessions"][0]["id"] == "trip", "the newest first"
+    assert json.loads(forks) == {"session": "", "forks": {}}
+    assert json.loads(continued)["accepted"] is True
     assert "event: sync" in events or '"type":"sync"' in events, events[:300]
     assert json.loads(spec)["openapi"].startswith("3.1")
 
