@@ -109,9 +109,12 @@ async def test_bad_requests_name_the_field_and_store_nothing(serve) -> None:
 async def test_reads_of_an_unknown_instance_are_404_and_create_nothing(serve) -> None:
     srv = await serve()
     async with await http(srv) as c:
-        for path in ("operations", "operations/x", "sessions"):
+        for path in ("operations", "operations/x"):
             r = await c.get(f"{A}/ghost/{path}")
             assert r.status_code == 404, path
+        # Its lists are lists (issue 31: a page on a fresh instance logged 404s): the root session, no files.
+        assert [s["id"] for s in (await c.get(f"{A}/ghost/sessions")).json()["sessions"]] == [""]
+        assert (await c.get(f"{A}/ghost/files")).json() == {"files": []}
         assert (await c.delete(f"{A}/ghost/sessions/s1")).status_code == 404
         assert (await c.delete(f"{A}/ghost/operations/x")).status_code == 404
     assert not list(srv.data_dir.glob("agents/*/*.sqlite3"))
