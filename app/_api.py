@@ -600,7 +600,7 @@ class Followed(StreamingResponse):
 
 #: What ``POST /submit`` takes.
 #: The root session of an instance that has no file yet, as a list shows it (and nothing is created).
-_UNUSED_ROOT = {"id": "", "created_at": 0, "updated_at": 0, "message_count": 0, "title": None}
+_UNUSED_ROOT = {"id": "", "created_at": 0, "updated_at": 0, "active_at": 0, "message_count": 0, "title": None}
 _SUBMIT_FIELDS = frozenset({"input", "operation_id", "auto_continue", "when_busy"})
 
 #: What ``POST /schedules`` takes: the input, where it runs, its id, and exactly one of its times.

@@ -82,6 +82,8 @@ _SCHEMAS: dict[str, Any] = {
         "run_count": {"type": "integer"}}},
     "Session": {"type": "object", "properties": {
         "id": {"type": "string"}, "created_at": {"type": "integer"}, "updated_at": {"type": "integer"},
+        "active_at": {"type": "integer", "description": "last activity: when a message was last written, else "
+                                                         "when it was started (a rename does not move it)"},
         "message_count": {"type": "integer"}, "title": {"type": ["string", "null"]}}},
 }
 

@@ -7,6 +7,7 @@ not ``404``, and nothing is created by asking.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -150,13 +151,40 @@ async def test_continue_goes_on_in_the_same_message(serve) -> None:
     await c.close()
 
 
+@both_dbs
+async def test_a_session_s_last_activity_moves_with_its_messages_not_with_a_rename(serve) -> None:
+    srv = await serve()
+    c = await Client.open(url(srv, "activity") + "&session=older")
+    d = await Client.open(url(srv, "activity") + "&session=newer")
+    await send_turn(c, "hi")
+    await send_turn(d, "hi")
+
+    async def listed() -> dict[str, dict[str, Any]]:
+        async with httpx.AsyncClient(base_url=srv.base, timeout=30) as h:
+            return {s["id"]: s for s in (await h.get(f"{A}/activity/sessions")).json()["sessions"]}
+
+    before = await listed()
+    assert before["newer"]["active_at"] >= before["older"]["active_at"] >= before["older"]["created_at"]
+    async with httpx.AsyncClient(base_url=srv.base, timeout=30) as h:
+        assert (await h.patch(f"{A}/activity/sessions/older", json={"title": "Renamed"})).status_code == 200
+    renamed = await listed()
+    assert renamed["older"]["active_at"] == before["older"]["active_at"], "a rename is no activity"
+    assert renamed["older"]["updated_at"] > before["older"]["updated_at"]
+    await asyncio.sleep(0.01)  # a later millisecond than the other session's last message
+    await send_turn(c, "again")
+    after = await listed()
+    assert after["older"]["active_at"] > after["newer"]["active_at"], "a new message is activity"
+    await c.close()
+    await d.close()
+
+
 async def test_the_lists_of_an_instance_never_used_are_empty_and_asking_creates_nothing(serve) -> None:
     srv = await serve()
     async with httpx.AsyncClient(base_url=srv.base, timeout=30) as h:
         r = await h.get(f"{A}/fresh-one/sessions")
         assert r.status_code == 200, r.text
-        assert r.json() == {"sessions": [{"id": "", "created_at": 0, "updated_at": 0, "message_count": 0,
-                                          "title": None}]}
+        assert r.json() == {"sessions": [{"id": "", "created_at": 0, "updated_at": 0, "active_at": 0,
+                                          "message_count": 0, "title": None}]}
         r = await h.get(f"{A}/fresh-one/files")
         assert (r.status_code, r.json()) == (200, {"files": []})
     assert not await srv.app.state.harness.exists(AGENT, "fresh-one")

@@ -843,7 +843,7 @@ def test_keyboard_only(context: BrowserContext, server: ThinkServer, request: py
 def test_suggestions_rename_and_the_list(context: BrowserContext, server: ThinkServer,
                                         request: pytest.FixtureRequest) -> None:
     """An empty conversation offers the demo's topics; the list names a conversation by the title a
-    person gave it (PATCH), else its first message, shows when it changed, and keeps its order."""
+    person gave it (PATCH), else its first message, shows when it changed, by last activity."""
     name = conversation()
     tab = open_tab(context, server, name)
     nav = tab.page.get_by_role("navigation", name="Conversations")
@@ -882,11 +882,11 @@ def test_suggestions_rename_and_the_list(context: BrowserContext, server: ThinkS
     expect(tab.page.get_by_test_id("conversation")).to_have_text("Paris weather")
     tab.wait_answer(WEATHER_ANSWER)
     expect(tab.page).to_have_title("Paris weather · assistant · think-server")
-    # The order stays: newest first, not moved by a rename or a new message, the same after a reload.
+    # By last activity (issue 31): a rename did not move it, a new message does; the same after a reload.
     tab.send("one more")
     tab.wait_answer("You said: one more")
-    expect(rows).to_have_text(["second chat", "Paris weather"])
+    expect(rows).to_have_text(["Paris weather", "second chat"])
     tab.page.reload()
-    expect(rows).to_have_text(["second chat", "Paris weather"])
+    expect(rows).to_have_text(["Paris weather", "second chat"])
     shot(tab, request, "3-renamed")
     assert not tab.errors, tab.report()

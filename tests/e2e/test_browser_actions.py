@@ -282,7 +282,7 @@ def test_the_list_new_chats_order_rename_delete_and_other_tabs(context: BrowserC
     tab.send("echo again")
     tab.wait_answer("You said: echo again")
     expect(listed).to_have_text(["echo older", "echo newer"], timeout=SHORT)
-    assert server_sessions(server, name)[older]["updated_at"] > server_sessions(server, name)[newer]["updated_at"]
+    assert server_sessions(server, name)[older]["active_at"] > server_sessions(server, name)[newer]["active_at"]
     shots(tab, request, "2-by-activity")
 
     # The instance's first conversation, the root, is renamed and deleted like any other.

@@ -152,11 +152,11 @@ function listed(sessions, openSession, titleOfSession) {
   if (!rows.some((s) => s.id === openSession)) {
     if (!FIRST_SEEN.has(openSession)) FIRST_SEEN.set(openSession, Date.now());
     const seen = FIRST_SEEN.get(openSession);
-    rows = [{ id: openSession, created_at: seen, updated_at: seen, message_count: 0, title: null }, ...rows];
+    rows = [{ id: openSession, created_at: seen, updated_at: seen, active_at: seen, message_count: 0, title: null }, ...rows];
   }
-  // By last activity, as a chat app lists them (the server's updated_at moves with every turn); the
-  // open conversation, while empty, on top: it is the one being started.
-  const activity = (s) => (s.id === openSession && s.message_count === 0 ? Infinity : s.updated_at);
+  // By last activity, as a chat app lists them (the server's active_at: its last message written; a
+  // rename does not move it); the open conversation, while empty, on top: it is the one being started.
+  const activity = (s) => (s.id === openSession && s.message_count === 0 ? Infinity : (s.active_at ?? s.updated_at));
   return rows
     .map((s) => ({ ...s, named: s.title, title: s.title || titleOfSession(s.id) }))
     .sort((a, b) => activity(b) - activity(a) || b.created_at - a.created_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
@@ -372,7 +372,7 @@ function Sidebar({ agents, current, list, open: drawerOpen, onClose }) {
       )}
       <h2>Conversations</h2>
       {away && (
-        <p className="banner calm" role="status" data-testid="sidebar-banner">
+        <p className="banner calm" aria-live="polite" data-testid="sidebar-banner">
           <span className="banner-text">{AWAY}</span>
         </p>
       )}

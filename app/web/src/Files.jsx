@@ -110,7 +110,7 @@ export function Files({ agent, name, state, version }) {
         </button>
       </div>
       {away && (
-        <p className="banner calm" role="status" data-testid="files-banner">
+        <p className="banner calm" aria-live="polite" data-testid="files-banner">
           <span className="banner-text">{AWAY}</span>
         </p>
       )}

@@ -47,7 +47,7 @@ async function call(path, init = {}) {
 }
 
 /** The root session as the server lists it before the instance has a file. */
-const EMPTY_ROOT = { id: "", created_at: 0, updated_at: 0, message_count: 0, title: null };
+const EMPTY_ROOT = { id: "", created_at: 0, updated_at: 0, active_at: 0, message_count: 0, title: null };
 
 /**
  * The instance's sessions ({id, created_at, updated_at, message_count, title}: title is what a
