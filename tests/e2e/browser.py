@@ -306,8 +306,10 @@ def context(playwright: Playwright, tmp_path: Path) -> Iterator[BrowserContext]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def launch(playwright: Playwright, profile: Path, viewport: ViewportSize | None = None) -> BrowserContext:
-    """Chromium on a profile of its own (a fresh one is a browser that never saw the page)."""
+def launch(playwright: Playwright, profile: Path, viewport: ViewportSize | None = None,
+           touch: bool = False) -> BrowserContext:
+    """Chromium on a profile of its own (a fresh one is a browser that never saw the page); ``touch``:
+    as a phone's, a touch screen (``pointer: coarse``)."""
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: `make browser-deps` installs Debian's chromium (apt-get, as root)")
     ctx = playwright.chromium.launch_persistent_context(
@@ -318,6 +320,8 @@ def launch(playwright: Playwright, profile: Path, viewport: ViewportSize | None 
         timezone_id=BROWSER_TZ,
         locale="en-US",
         viewport=viewport or ViewportSize(width=1100, height=900),
+        has_touch=touch,
+        is_mobile=touch,
     )
     ctx.add_init_script(RECORDER)
     return ctx

@@ -12,6 +12,7 @@ Each state is shot at desktop (1280x800) and phone (390x844) width into ``test-a
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -40,7 +41,7 @@ from .browser import (
     web_dist,
     web_dist_v6,
 )
-from .conftest import ThinkServer
+from .conftest import ThinkServer, run_think_server
 
 __all__ = ["context", "playwright", "pytest_generate_tests", "restartable", "server", "web_dist", "web_dist_v6"]
 
@@ -345,6 +346,106 @@ def test_the_sidebar_and_files_say_calmly_that_the_server_is_away(playwright: Pl
         expect(nav.get_by_test_id("sidebar-banner")).to_have_count(0, timeout=SHORT)
         expect(files.get_by_test_id("files-banner")).to_have_count(0, timeout=SHORT)
         shots(tab, request, "2-back")
+        assert not tab.errors, tab.report()
+    finally:
+        ctx.close()
+
+
+# ── phone ───────────────────────────────────────────────────────────────
+
+#: A table wider than a phone, with words longer than a phone's share of a column.
+WIDE_TABLE = ("| word | meaning |\n| --- | --- |\n"
+              "| supercalifragilisticexpialidocious | extraordinarily good, wonderful, and then some more words |\n"
+              "| pneumonoultramicroscopicsilicovolcanoconiosis | a lung disease from very fine ash and dust |\n")
+
+
+@pytest.fixture(scope="module")
+def table_server(web_dist: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The demo agent on a script that answers "table" with WIDE_TABLE."""
+    where = tmp_path_factory.mktemp("browser-table-server")
+    script = where / "table-script.json"
+    script.write_text(json.dumps({"rules": [
+        {"match": "table", "steps": [[{"text": [WIDE_TABLE]}]]},
+        {"match": "*", "steps": [[{"text": ["You said: {user}"]}]]},
+    ]}))
+    with run_think_server(where, model=f"scripted:{script}", env={"THINK_WEB_DIR": str(web_dist)}) as srv:
+        yield srv
+
+
+@pytest.mark.ai_sdk("ai7")  # the page's own layout and controls
+def test_phone_files_are_a_sheet_and_a_touch_screen_gets_no_keyboard_hints(
+        playwright: Playwright, server: ThinkServer, tmp_path: Any, request: pytest.FixtureRequest) -> None:
+    ctx = launch(playwright, tmp_path / "phone-profile", viewport=PHONE, touch=True)
+    try:
+        name = conversation()
+        tab = open_tab(ctx, server, name)
+        box = tab.page.get_by_role("textbox", name="Message")
+        # No focus on load (it would open the keyboard), no Enter/Shift+Enter/Esc hints.
+        expect(box).not_to_be_focused()
+        expect(box).to_have_attribute("placeholder", "Message")
+        files_button = tab.page.get_by_role("button", name="Files", exact=True)
+        expect(files_button).to_have_count(0)  # no files yet
+        tab.send("note")
+        tab.wait_answer("I wrote notes.md in the workspace: open it from the Files panel or from the tool card.")
+        sheet = tab.page.locator("aside#files")
+        expect(sheet).to_be_hidden()
+        shot(tab, request, "1-no-sheet")
+
+        # A file tool's Open shows the file, in a sheet over the chat.
+        tab.tool("write").get_by_role("button", name="Open").click()
+        expect(sheet).to_be_visible()
+        expect(sheet.locator(".file-view")).to_have_attribute("data-path", "notes.md")
+        expect(sheet.get_by_role("button", name="Close files")).to_be_focused()
+        expect(sheet.locator(".file-content")).to_contain_text("# Notes")
+        rect = sheet.bounding_box()
+        assert rect and rect["x"] >= 0 and rect["x"] + rect["width"] <= PHONE["width"] + 1, rect
+        shot(tab, request, "2-sheet-file")
+        tab.page.keyboard.press("Escape")
+        expect(sheet).to_be_hidden()
+        expect(files_button).to_be_focused()
+
+        # The header's Files opens the list; Close closes it.
+        files_button.click()
+        expect(files_button).to_have_attribute("aria-expanded", "true")
+        expect(sheet).to_be_visible()
+        sheet.get_by_role("button", name="← All files").click()
+        expect(sheet.locator("button.file")).to_have_text([re.compile("notes.md")])
+        shot(tab, request, "3-sheet-list")
+        sheet.get_by_role("button", name="Close files").click()
+        expect(sheet).to_be_hidden()
+        expect(files_button).to_have_attribute("aria-expanded", "false")
+        assert not tab.errors, tab.report()
+    finally:
+        ctx.close()
+
+
+def test_phone_tables_scroll_sideways_and_keep_their_words_whole(
+        playwright: Playwright, table_server: ThinkServer, tmp_path: Any,
+        request: pytest.FixtureRequest) -> None:
+    ctx = launch(playwright, tmp_path / "table-profile", viewport=PHONE)
+    try:
+        tab = open_tab(ctx, table_server, conversation())
+        tab.send("table")
+        tab.wait_ready()
+        table = rows(tab, "assistant").last.locator(".text table")
+        expect(table.locator("td")).to_have_count(4)
+        # Each long word is one line in its cell: never broken inside ("mo/re").
+        lines = tab.page.evaluate("""() => [...document.querySelectorAll('.text td')].map(td => {
+            const range = document.createRange();
+            range.selectNodeContents(td);
+            const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+            return [td.textContent, tops.size];
+        })""")
+        words = {text: n for text, n in lines if " " not in text}
+        assert words == {"supercalifragilisticexpialidocious": 1,
+                         "pneumonoultramicroscopicsilicovolcanoconiosis": 1}, lines
+        # The table is wider than the message, and scrolls sideways inside it.
+        widths = table.evaluate("t => [t.scrollWidth, t.clientWidth]")
+        assert widths[0] > widths[1], widths
+        assert tab.page.evaluate("document.scrollingElement.scrollWidth") <= PHONE["width"]
+        shot(tab, request, "1-table")
+        table.evaluate("t => { t.scrollLeft = t.scrollWidth; }")
+        shot(tab, request, "2-scrolled")
         assert not tab.errors, tab.report()
     finally:
         ctx.close()

@@ -448,6 +448,22 @@ export function App() {
   // The workspace's files change with the answers: read again after each one.
   const [answers, setAnswers] = useState(0);
   const files = useFiles(current?.agent, current?.name, answers);
+  // At phone width the Files panel is a sheet over the chat: opened from the header or by a file
+  // tool's Open button (on a wide screen the panel is always beside the chat and this changes nothing).
+  const [sheet, setSheet] = useState(false);
+  const filesToggle = useRef(null);
+  const openFile = useCallback(
+    (path) => {
+      files.open(path);
+      setSheet(true);
+    },
+    [files.open]
+  );
+  const closeSheet = useCallback(() => {
+    setSheet(false);
+    filesToggle.current?.focus();
+  }, []);
+  const hasFiles = (files.files?.length ?? 0) > 0;
   const onSettled = useCallback(() => {
     list.refresh();
     setAnswers((n) => n + 1);
@@ -470,7 +486,8 @@ export function App() {
       <div className="layout" data-drawer={drawer.isOpen ? "open" : "closed"}>
         <Sidebar agents={agents} current={current} list={list} open={drawer.isOpen} onClose={drawer.close} />
         {drawer.isOpen && <div className="scrim" aria-hidden="true" onClick={() => drawer.close()} />}
-        <FileOpener.Provider value={files.open}>
+        {sheet && hasFiles && <div className="scrim sheet-scrim" aria-hidden="true" onClick={closeSheet} />}
+        <FileOpener.Provider value={openFile}>
           <Chat
             key={key}
             agent={current.agent}
@@ -480,7 +497,7 @@ export function App() {
             onSettled={onSettled}
           />
         </FileOpener.Provider>
-        <Files agent={current.agent} name={current.name} state={files} version={answers} />
+        <Files agent={current.agent} name={current.name} state={files} version={answers} sheet={sheet} onCloseSheet={closeSheet} />
       </div>
     );
   }
@@ -501,6 +518,18 @@ export function App() {
           </button>
         )}
         <h1>think-server</h1>
+        {current && hasFiles && (
+          <button
+            type="button"
+            className="files-toggle secondary"
+            ref={filesToggle}
+            aria-controls="files"
+            aria-expanded={sheet}
+            onClick={() => (sheet ? closeSheet() : setSheet(true))}
+          >
+            Files
+          </button>
+        )}
         {current && (
           <p className="where">
             <span className="agent-name">{current.agent}</span> / <span data-testid="instance">{current.name}</span>{" "}

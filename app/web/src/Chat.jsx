@@ -40,6 +40,12 @@ const SUGGESTIONS = [
   { text: "story", hint: "a slow stream to stop" }
 ];
 
+/**
+ * A touch screen (a phone): no keyboard hints it cannot use, and no focus on load (that would open
+ * the on-screen keyboard over the conversation).
+ */
+const TOUCH = typeof window !== "undefined" && window.matchMedia?.("(pointer: coarse)").matches === true;
+
 /** The hook's error when the socket closed under a stream: the connection banner says that better. */
 const SOCKET_CLOSED = "WebSocket closed mid-stream";
 
@@ -547,15 +553,17 @@ function Conversation({ agent, name, session, socket, connection, attempts, onRe
           value={draft}
           onChange={(e) => setDraft(e.target.value)}
           onKeyDown={onKeyDown}
-          placeholder={busy ? "Esc stops the answer" : "Message (Enter to send, Shift+Enter for a new line)"}
-          autoFocus
+          placeholder={
+            TOUCH ? "Message" : busy ? "Esc stops the answer" : "Message (Enter to send, Shift+Enter for a new line)"
+          }
+          autoFocus={!TOUCH}
         />
         <div className="actions">
           <p className="status" role="status" data-testid="status">
             {statusText({ chat, connection, busy, awaitingApproval })}
           </p>
           {busy ? (
-            <button type="button" className="stop" onClick={stopAnswer} title="Stop the answer (Esc)">
+            <button type="button" className="stop" onClick={stopAnswer} title={TOUCH ? "Stop the answer" : "Stop the answer (Esc)"}>
               Stop
             </button>
           ) : (

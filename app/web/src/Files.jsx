@@ -1,7 +1,7 @@
 // The instance's workspace beside the conversation: the files its agent keeps (a list, and a
 // read-only view of one). The files belong to the instance, so every conversation of it shows
 // the same ones; the list is read again after each answer.
-import { createContext, useCallback, useEffect, useState } from "react";
+import { createContext, useCallback, useEffect, useRef, useState } from "react";
 import { AWAY, listFiles, readFile } from "./api.js";
 
 /** Opens a file in the panel (the tool cards of the file tools use it); null without a panel. */
@@ -96,15 +96,33 @@ function FileView({ agent, name, file, version, onBack }) {
 }
 
 /** The panel: nothing at all while the instance has no file (most agents keep none). */
-export function Files({ agent, name, state, version }) {
+export function Files({ agent, name, state, version, sheet = false, onCloseSheet = () => {} }) {
   const { files, error, refresh, openPath, open } = state;
+  const close = useRef(null);
+  useEffect(() => {
+    if (sheet) close.current?.focus(); // into the sheet (at phone width; elsewhere it is hidden)
+  }, [sheet]);
   const away = error === AWAY; // said calmly, as the chat says it; nothing at all without files to show
   if (!files?.length && !openPath && (!error || away)) return null;
   const shown = openPath !== null ? files?.find((f) => f.path === openPath) : undefined;
   return (
-    <aside className="files" aria-label="Files">
+    <aside
+      className="files"
+      id="files"
+      aria-label="Files"
+      data-sheet={sheet ? "open" : "closed"}
+      onKeyDown={(e) => {
+        if (e.key === "Escape" && sheet && !e.defaultPrevented) {
+          e.preventDefault();
+          onCloseSheet();
+        }
+      }}
+    >
       <div className="files-head">
         <h2>Files</h2>
+        <button type="button" className="secondary sheet-close" ref={close} onClick={onCloseSheet} aria-label="Close files">
+          Close
+        </button>
         <button type="button" className="secondary refresh" onClick={refresh} title="Read the list again">
           Refresh
         </button>
