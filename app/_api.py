@@ -8,7 +8,7 @@ files, schedules).
 
 Everything a request carries is client input: messages are checked as the chat
 socket's are (user content only), answers apply only to calls the model made.
-Reads of an instance that has no file answer 404 and create nothing.
+Reads of an instance that has no file answer 404 (its lists: empty) and create nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from think_server.protocol import client_id_problem, describe_value
 
 from ._actor import ChatHost
 from ._admission import AddressLimits, SocketCap
+from ._api_branches import branch_routes
 from ._api_common import (
     MAX_WAIT_S,
     Api,
@@ -78,6 +79,7 @@ def api_routes(harness: Harness, host: ChatHost, guard: Guard, check_address: Ca
         route("/messages", messages, ["POST"]),
         route("/events", events, ["GET"]),
         *session_routes(api, endpoint, base),
+        *branch_routes(harness, endpoint, api.address, Refused),
     ]
 
 

@@ -111,6 +111,8 @@ async def memory(api: Api, request: Request) -> Response:
 
 
 async def files(api: Api, request: Request) -> Response:
+    if not await api.harness.exists(request.path_params["agent"], request.path_params["name"]):
+        return JSONResponse({"files": []})  # a list: an instance never used has none, and none is made
     agent, name = await api.address(request, read=True)
     glob = request.query_params.get("glob")
     try:
@@ -147,6 +149,9 @@ async def file_item(api: Api, request: Request) -> Response:
 
 
 async def sessions(api: Api, request: Request) -> Response:
+    if request.method == "GET" and not await api.harness.exists(request.path_params["agent"],
+                                                                request.path_params["name"]):
+        return JSONResponse({"sessions": [_UNUSED_ROOT]})  # its root, as listed before its first message
     agent, name = await api.address(request, read=request.method == "GET")
     handle = api.harness.sessions(agent, name)
     if request.method == "GET":
@@ -243,3 +248,7 @@ async def schedule_item(api: Api, request: Request) -> Response:
 
 #: What ``POST /schedules`` takes: the input, where it runs, its id, and exactly one of its times.
 _SCHEDULE_FIELDS = frozenset({"input", "session", "id", "delay_s", "at", "cron"})
+
+
+#: The root session of an instance that has no file yet, as a list shows it (and nothing is created).
+_UNUSED_ROOT = {"id": "", "created_at": 0, "updated_at": 0, "active_at": 0, "message_count": 0, "title": None}

@@ -8,6 +8,7 @@ from typing import Any
 from think_server.harness import WHEN_BUSY
 from think_server.protocol import MAX_CLIENT_ID_LENGTH, SERVER_ID_PREFIXES
 
+from ._api_branches import branches_openapi
 from ._uichat import chat_openapi
 
 __all__ = ["openapi"]
@@ -86,6 +87,8 @@ _SCHEMAS: dict[str, Any] = {
         "run_count": {"type": "integer"}}},
     "Session": {"type": "object", "properties": {
         "id": {"type": "string"}, "created_at": {"type": "integer"}, "updated_at": {"type": "integer"},
+        "active_at": {"type": "integer", "description": "last activity: when a message was last written, else "
+                                                         "when it was started (a rename does not move it)"},
         "message_count": {"type": "integer"}, "title": {"type": ["string", "null"]}}},
 }
 
@@ -273,6 +276,7 @@ def openapi(agents: list[str], version: str, extra_paths: dict[str, Any] | None 
         "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text"}}}},
     }
     paths.update(chat_openapi(base, params, _errors))
+    paths.update(branches_openapi(base, params, _SESSION_PARAM, _errors))
     for path, item in paths.items():  # what the edge refuses before a route sees the request
         for method, operation in item.items():
             edge = [421] if not path.startswith("/agents/") else [403, 421]

@@ -213,9 +213,7 @@ class ThinkChat:
         # not refused, or that conversation could never go on.
         body.messages[:] = [m for m in body.messages
                             if not (m.role == "assistant" and all(p.type == "step-start" for p in m.parts))]
-        regenerate_from = None
-        if body.trigger == "regenerate-message":
-            regenerate_from = body.message_ids[-1] if body.message_ids else None
+        regenerate_from = body.branch_point() if body.trigger == "regenerate-message" else None
         client_tools = None if body.clientTools is None else [t.model_dump(exclude_unset=True)
                                                               for t in body.clientTools]
         self._requesters[rid] = conn.id

@@ -446,6 +446,17 @@ class ChatRequestBody(BaseModel):
     # Every other top-level key: the app's custom body, handed to the model code.
     extra: dict[str, Any] = Field(default_factory=dict)
 
+    def branch_point(self) -> str | None:
+        """Where a regeneration branches: under the last message the client sent (answered again).
+        An edit sends the edited text as a new message (a new id) after messages the server holds:
+        it starts a new branch under the message it follows (``""``: the root, for a first message),
+        and the old one stays. Meaningful once ``messages`` holds only the new ones (``known`` given)."""
+        new = {m.id for m in self.messages}
+        first_new = next((i for i, mid in enumerate(self.message_ids) if mid in new), None)
+        if first_new is None:
+            return self.message_ids[-1] if self.message_ids else None
+        return self.message_ids[first_new - 1] if first_new else ""
+
 
 _TRIGGERS: Final[frozenset[str]] = frozenset({"submit-message", "regenerate-message"})
 _BODY: Final = "invalid chat request body"

@@ -52,8 +52,8 @@ class MessageReads(Protocol):
         """The newest childless message in the subtree of ``message_id`` (itself if it has no children)."""
         ...
 
-    async def children(self, session_id: str, parent_id: str) -> list[MessageRow]:
-        """The answers to a message, oldest first: its branches."""
+    async def children(self, session_id: str, parent_id: str | None) -> list[MessageRow]:
+        """The answers to a message, oldest first: its branches (``None``: the session's first messages)."""
         ...
 
 

@@ -26,6 +26,7 @@ class SessionInfoRow:
     updated_at: int
     message_count: int
     title: str | None = None
+    last_message_at: int | None = None  # when a message of it was last written (added or updated); None: none
 
 
 class SessionReads(Protocol):

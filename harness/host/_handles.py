@@ -317,6 +317,30 @@ class SessionHandle:
             rows = await instance.db.read.children(self.id, message_id)
         return [parse_message(json.loads(row.content)) for row in rows]
 
+    async def siblings(self, message_id: str) -> list[tuple[UIMessage, bool]]:
+        """``message_id`` and the other answers to what it answers (the same parent; for a first
+        message, the session's other first messages), oldest first, each with whether it is on
+        the active path. Empty when the session holds no such message."""
+        async with self._use() as session:
+            on_path = set((await session.history()).ids)
+            row = await session.db.read.message(self.id, message_id)
+            if row is None:
+                return []
+            rows = await session.db.read.children(self.id, row.parent_id)
+        return [(parse_message(json.loads(r.content)), r.id in on_path) for r in rows]
+
+    async def forks(self) -> dict[str, list[str]]:
+        """The messages of the active path that have siblings (a regeneration, an edit): for each,
+        its siblings' ids and its own, oldest first. One read per message of the path."""
+        async with self._use() as session:
+            ids = list((await session.history()).ids)
+            out: dict[str, list[str]] = {}
+            for parent, message_id in zip([None, *ids[:-1]], ids, strict=True):
+                rows = await session.db.read.children(self.id, parent)
+                if len(rows) > 1:
+                    out[message_id] = [r.id for r in rows]
+        return out
+
     async def switch_branch(self, message_id: str) -> None:
         """Make the branch through ``message_id`` the active path (down to its newest message).
 

@@ -49,10 +49,13 @@ class SessionInfo:
     updated_at: int
     message_count: int
     title: str | None = None  # a name a person gave it; None: none
+    # Its last activity: when a message was last written (a turn, an answer going on), else when it
+    # was started. A rename or a setting moves updated_at, not this: a list by activity keeps still.
+    active_at: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "created_at": self.created_at, "updated_at": self.updated_at,
-                "message_count": self.message_count, "title": self.title}
+                "active_at": self.active_at, "message_count": self.message_count, "title": self.title}
 
 
 def validate_session_id(session_id: object) -> str:
@@ -66,7 +69,8 @@ def validate_session_id(session_id: object) -> str:
 
 
 def _info(row: SessionInfoRow) -> SessionInfo:
-    return SessionInfo(row.id, row.created_at, row.updated_at, row.message_count, row.title)
+    return SessionInfo(row.id, row.created_at, row.updated_at, row.message_count, row.title,
+                       row.last_message_at if row.last_message_at is not None else row.created_at)
 
 
 MAX_TITLE = 200
@@ -106,7 +110,7 @@ async def create_session(instance: Instance, session_id: str | None = None) -> S
     async with instance.db.transaction() as tx:
         if not await tx.create_session(sid, now):
             raise SessionExists(f"session {sid!r} exists already")
-    return SessionInfo(sid, now, now, 0)
+    return SessionInfo(sid, now, now, 0, active_at=now)
 
 
 async def fork_session(instance: Instance, from_id: str, at_message: str | None = None,
@@ -141,7 +145,7 @@ async def fork_session(instance: Instance, from_id: str, at_message: str | None 
         source = await tx.session(from_id)
         if source is not None and source.client_tools_json:  # the browser's tools, as the source had them
             await tx.set_client_tools(sid, source.client_tools_json, now)
-    return SessionInfo(sid, now, now, len(path))
+    return SessionInfo(sid, now, now, len(path), active_at=now)
 
 
 async def rename_session(instance: Instance, session_id: str, title: object) -> SessionInfo:

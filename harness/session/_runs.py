@@ -127,6 +127,9 @@ class OperationRuns:
             # A new branch under the message answered again: the old answer leaves the
             # active path once the new one is persisted, and the model never sees it.
             base_len = ids.index(regenerate_from) + 1
+        elif regenerate_from == "":
+            # From the root: the new messages (an edited first message) start a branch of their own.
+            base_len = 0
         else:
             base_len = len(ids)
         message_id = self.clock.new_id()

@@ -227,7 +227,8 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         trace: Mapping[str, str] | None = None,
         server_ids: bool = False,
     ) -> Receipt:
-        """Durably queue input: new messages to answer, a regeneration of ``regenerate_from``, or
+        """Durably queue input: new messages to answer, a regeneration of ``regenerate_from`` (with
+        ``messages``: they start a new branch under it, as an edit does; ``""``: under the root), or
         (``continue_last``) another model call continuing the last assistant message.
 
         New messages arriving while the session is busy go as ``when_busy`` says (default: the

@@ -109,10 +109,13 @@ class PostgresMessageReads(Access):
         r = await self._fetchrow(_NEWEST_LEAF_UNDER, session_id, message_id)
         return None if r is None else str(r[0])
 
-    async def children(self, session_id: str, parent_id: str) -> list[MessageRow]:
-        rows = await self._fetch(
-            f"SELECT {_COLUMNS} FROM messages WHERE instance = $1 AND session_id = $2 AND parent_id = $3 ORDER BY seq",
-            session_id, parent_id)
+    async def children(self, session_id: str, parent_id: str | None) -> list[MessageRow]:
+        if parent_id is None:  # the first messages (IS NOT DISTINCT FROM would not use the index)
+            rows = await self._fetch(f"SELECT {_COLUMNS} FROM messages WHERE instance = $1 AND session_id = $2 "
+                                     "AND parent_id IS NULL ORDER BY seq", session_id)
+        else:
+            rows = await self._fetch(f"SELECT {_COLUMNS} FROM messages WHERE instance = $1 AND session_id = $2 "
+                                     "AND parent_id = $3 ORDER BY seq", session_id, parent_id)
         return [_row(r) for r in rows]
 
 

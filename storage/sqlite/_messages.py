@@ -99,9 +99,9 @@ class SqliteMessageReads(Access):
         )
         return None if r is None else str(r[0])
 
-    async def children(self, session_id: str, parent_id: str) -> list[MessageRow]:
-        rows = await self._fetchall(
-            f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND parent_id = ? ORDER BY seq",
+    async def children(self, session_id: str, parent_id: str | None) -> list[MessageRow]:
+        rows = await self._fetchall(  # IS: NULL matches the first messages; SQLite still uses the index
+            f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND parent_id IS ? ORDER BY seq",
             (session_id, parent_id),
         )
         return [_row(r) for r in rows]

@@ -12,10 +12,11 @@ class SqliteSessionReads(Access):
     async def sessions(self) -> list[SessionInfoRow]:
         rows = await self._fetchall(
             "SELECT s.id, s.created_at, s.updated_at, "
-            "(SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.title "
+            "(SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.title, "
+            "(SELECT max(m.updated_at) FROM messages m WHERE m.session_id = s.id) "
             "FROM sessions s ORDER BY s.created_at, s.id"
         )
-        return [SessionInfoRow(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+        return [SessionInfoRow(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
 
     async def sessions_with_open_work(self) -> list[str]:
         rows = await self._fetchall(

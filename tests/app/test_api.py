@@ -109,9 +109,12 @@ async def test_bad_requests_name_the_field_and_store_nothing(serve) -> None:
 async def test_reads_of_an_unknown_instance_are_404_and_create_nothing(serve) -> None:
     srv = await serve()
     async with await http(srv) as c:
-        for path in ("operations", "operations/x", "sessions"):
+        for path in ("operations", "operations/x"):
             r = await c.get(f"{A}/ghost/{path}")
             assert r.status_code == 404, path
+        # Its lists are lists (issue 31: a page on a fresh instance logged 404s): the root session, no files.
+        assert [s["id"] for s in (await c.get(f"{A}/ghost/sessions")).json()["sessions"]] == [""]
+        assert (await c.get(f"{A}/ghost/files")).json() == {"files": []}
         assert (await c.delete(f"{A}/ghost/sessions/s1")).status_code == 404
         assert (await c.delete(f"{A}/ghost/operations/x")).status_code == 404
     assert not list(srv.data_dir.glob("agents/*/*.sqlite3"))
@@ -496,7 +499,7 @@ async def test_workspace_files_over_http(serve) -> None:
     srv = await serve()
     async with await http(srv) as c:
         base = f"{A}/desk"
-        assert (await c.get(f"{base}/files")).status_code == 404  # no instance yet: nothing made
+        assert (await c.get(f"{base}/files")).json() == {"files": []}  # no instance yet: none, and nothing made
         r = await c.put(f"{base}/files/notes/today.md", content=b"- tea\n")
         assert r.status_code == 200 and r.json()["path"] == "notes/today.md" and r.json()["is_text"] is True
         await c.put(f"{base}/files/logo.png", content=b"\x89PNG\x00")

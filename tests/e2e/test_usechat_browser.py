@@ -13,8 +13,8 @@ import httpx
 import pytest
 from playwright.sync_api import BrowserContext, Page, Route, expect
 
+from .browser import WEB_DIR, WEB_V6_DIR, _run, context, ensure_packages, launch, playwright
 from .conftest import REPO, ThinkServer, find_node
-from .test_browser import WEB_DIR, WEB_V6_DIR, _run, context, ensure_packages, launch, playwright
 
 PAGE = REPO / "tests" / "e2e" / "usechat-web"
 #: Where each AI SDK major's packages are installed (their own lock files).

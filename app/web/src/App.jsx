@@ -1,5 +1,5 @@
 import { useCallback, useEffect, useRef, useState } from "react";
-import { createSession, deleteSession, getMessages, listSessions, renameSession, titleOf } from "./api.js";
+import { AWAY, deleteSession, getMessages, listSessions, newSessionId, renameSession, titleOf } from "./api.js";
 import { Chat } from "./Chat.jsx";
 import { FileOpener, Files, useFiles } from "./Files.jsx";
 import {
@@ -71,12 +71,16 @@ function open(conversation, { replace = false } = {}) {
 const TITLES = new Map();
 const titleKey = (agent, name, session) => JSON.stringify([agent, name, session]);
 
+/** How often the list is asked again while the page shows: a conversation another tab started appears. */
+const LIST_EVERY_MS = 4000;
+
 /**
- * The instance's sessions as the server lists them, with a title for each; listed
- * again on `refresh()` and whenever the window gets the focus back.
+ * The instance's sessions as the server lists them, with a title for each; listed again on
+ * `refresh()`, whenever the window gets the focus back, and every few seconds while it shows.
+ * While the server is away the last list stays, marked `away`.
  */
 function useSessions(agent, name, openSession) {
-  const [state, setState] = useState({ sessions: null, error: null });
+  const [state, setState] = useState({ sessions: null, error: null, away: false });
   const [, setTitlesSeen] = useState(0);
   const asked = useRef(0);
   const refresh = useCallback(async () => {
@@ -84,17 +88,23 @@ function useSessions(agent, name, openSession) {
     const n = ++asked.current;
     try {
       const sessions = await listSessions(agent, name);
-      if (n === asked.current) setState({ sessions, error: null });
+      if (n === asked.current) setState({ sessions, error: null, away: false });
     } catch (e) {
-      if (n === asked.current) setState((s) => ({ sessions: s.sessions, error: String(e.message ?? e) }));
+      if (n === asked.current) {
+        setState((s) => ({ sessions: s.sessions, error: e.offline ? null : String(e.message ?? e), away: !!e.offline }));
+      }
     }
   }, [agent, name]);
 
   useEffect(() => {
-    setState({ sessions: null, error: null });
+    setState({ sessions: null, error: null, away: false });
     refresh();
     window.addEventListener("focus", refresh);
-    return () => window.removeEventListener("focus", refresh);
+    const timer = setInterval(() => document.visibilityState === "visible" && refresh(), LIST_EVERY_MS);
+    return () => {
+      window.removeEventListener("focus", refresh);
+      clearInterval(timer);
+    };
   }, [refresh]);
 
   // Titles: the open conversation reports its own (setTitle); the others load their
@@ -142,13 +152,14 @@ function listed(sessions, openSession, titleOfSession) {
   if (!rows.some((s) => s.id === openSession)) {
     if (!FIRST_SEEN.has(openSession)) FIRST_SEEN.set(openSession, Date.now());
     const seen = FIRST_SEEN.get(openSession);
-    rows = [{ id: openSession, created_at: seen, updated_at: seen, message_count: 0, title: null }, ...rows];
+    rows = [{ id: openSession, created_at: seen, updated_at: seen, active_at: seen, message_count: 0, title: null }, ...rows];
   }
-  // Newest first by when each was started: a conversation keeps its place when it gets a message
-  // or a title (the server's updated_at moves for both), so the list never jumps under the pointer.
+  // By last activity, as a chat app lists them (the server's active_at: its last message written; a
+  // rename does not move it); the open conversation, while empty, on top: it is the one being started.
+  const activity = (s) => (s.id === openSession && s.message_count === 0 ? Infinity : (s.active_at ?? s.updated_at));
   return rows
-    .map((s) => ({ ...s, title: s.title || titleOfSession(s.id) }))
-    .sort((a, b) => b.created_at - a.created_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    .map((s) => ({ ...s, named: s.title, title: s.title || titleOfSession(s.id) }))
+    .sort((a, b) => activity(b) - activity(a) || b.created_at - a.created_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 
 const RELATIVE = new Intl.RelativeTimeFormat(undefined, { numeric: "auto", style: "short" });
@@ -231,6 +242,7 @@ function RenameForm({ session, onRename, onDone }) {
   );
 }
 
+/** A conversation in the list; one with something in it (the root's too) can be renamed and deleted. */
 function SessionRow({ session, current, onDelete, onRename, onOpen }) {
   const [mode, setMode] = useState(null); // null, "confirm" or "rename"
   const [deleting, setDeleting] = useState(false);
@@ -262,7 +274,7 @@ function SessionRow({ session, current, onDelete, onRename, onOpen }) {
           <time className="session-time" dateTime={new Date(session.updated_at || Date.now()).toISOString()}>
             {when(session.updated_at)}
           </time>
-          {session.id !== "" && mode === null && (
+          {mode === null && (session.message_count > 0 || session.named) && (
             <span className="session-actions">
               <button
                 type="button"
@@ -303,23 +315,15 @@ function SessionRow({ session, current, onDelete, onRename, onOpen }) {
 }
 
 function Sidebar({ agents, current, list, open: drawerOpen, onClose }) {
-  const [busy, setBusy] = useState(false);
   const [problem, setProblem] = useState(null);
   const { agent, name } = current;
   useMinute();
-  const onNew = async () => {
-    setBusy(true);
+  // Nothing is made on the server yet: the conversation exists once its first message is sent,
+  // so a New chat left empty leaves no row behind.
+  const onNew = () => {
     setProblem(null);
-    try {
-      const made = await createSession(agent, name);
-      open({ agent, name, session: made.id });
-      onClose();
-      await list.refresh();
-    } catch (e) {
-      setProblem(`Cannot start a new chat: ${e.message ?? e}`);
-    } finally {
-      setBusy(false);
-    }
+    open({ agent, name, session: newSessionId() });
+    onClose();
   };
   const onDelete = async (session) => {
     setProblem(null);
@@ -336,6 +340,7 @@ function Sidebar({ agents, current, list, open: drawerOpen, onClose }) {
     await list.refresh();
   };
   const error = problem ?? (list.error && `Cannot list the conversations: ${list.error}`);
+  const away = list.away && !problem;
   const earlier = earlierNames(agent).filter((n) => n !== name);
   return (
     <nav
@@ -350,7 +355,7 @@ function Sidebar({ agents, current, list, open: drawerOpen, onClose }) {
         }
       }}
     >
-      <button type="button" className="new-chat" onClick={onNew} disabled={busy}>
+      <button type="button" className="new-chat" onClick={onNew}>
         New chat
       </button>
       {agents.length > 1 && (
@@ -366,6 +371,11 @@ function Sidebar({ agents, current, list, open: drawerOpen, onClose }) {
         </label>
       )}
       <h2>Conversations</h2>
+      {away && (
+        <p className="banner calm" aria-live="polite" data-testid="sidebar-banner">
+          <span className="banner-text">{AWAY}</span>
+        </p>
+      )}
       {error && (
         <p className="sidebar-error" role="alert">
           {error}
@@ -438,6 +448,22 @@ export function App() {
   // The workspace's files change with the answers: read again after each one.
   const [answers, setAnswers] = useState(0);
   const files = useFiles(current?.agent, current?.name, answers);
+  // At phone width the Files panel is a sheet over the chat: opened from the header or by a file
+  // tool's Open button (on a wide screen the panel is always beside the chat and this changes nothing).
+  const [sheet, setSheet] = useState(false);
+  const filesToggle = useRef(null);
+  const openFile = useCallback(
+    (path) => {
+      files.open(path);
+      setSheet(true);
+    },
+    [files.open]
+  );
+  const closeSheet = useCallback(() => {
+    setSheet(false);
+    filesToggle.current?.focus();
+  }, []);
+  const hasFiles = (files.files?.length ?? 0) > 0;
   const onSettled = useCallback(() => {
     list.refresh();
     setAnswers((n) => n + 1);
@@ -460,7 +486,8 @@ export function App() {
       <div className="layout" data-drawer={drawer.isOpen ? "open" : "closed"}>
         <Sidebar agents={agents} current={current} list={list} open={drawer.isOpen} onClose={drawer.close} />
         {drawer.isOpen && <div className="scrim" aria-hidden="true" onClick={() => drawer.close()} />}
-        <FileOpener.Provider value={files.open}>
+        {sheet && hasFiles && <div className="scrim sheet-scrim" aria-hidden="true" onClick={closeSheet} />}
+        <FileOpener.Provider value={openFile}>
           <Chat
             key={key}
             agent={current.agent}
@@ -470,7 +497,7 @@ export function App() {
             onSettled={onSettled}
           />
         </FileOpener.Provider>
-        <Files agent={current.agent} name={current.name} state={files} version={answers} />
+        <Files agent={current.agent} name={current.name} state={files} version={answers} sheet={sheet} onCloseSheet={closeSheet} />
       </div>
     );
   }
@@ -491,6 +518,18 @@ export function App() {
           </button>
         )}
         <h1>think-server</h1>
+        {current && hasFiles && (
+          <button
+            type="button"
+            className="files-toggle secondary"
+            ref={filesToggle}
+            aria-controls="files"
+            aria-expanded={sheet}
+            onClick={() => (sheet ? closeSheet() : setSheet(true))}
+          >
+            Files
+          </button>
+        )}
         {current && (
           <p className="where">
             <span className="agent-name">{current.agent}</span> / <span data-testid="instance">{current.name}</span>{" "}

@@ -1,7 +1,8 @@
 import { useAgentChat } from "@cloudflare/ai-chat/react";
 import { useAgent } from "agents/react";
 import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "react";
-import { getMessages, titleOf } from "./api.js";
+import { EditForm, MessageActions, newMessageId } from "./Actions.jsx";
+import { continueAnswer, getForks, getMessages, switchBranch, titleOf } from "./api.js";
 import { authToken } from "./conversations.js";
 import { Message, TurnError, hasContent } from "./Parts.jsx";
 
@@ -38,6 +39,12 @@ const SUGGESTIONS = [
   { text: "note", hint: "a file the agent writes" },
   { text: "story", hint: "a slow stream to stop" }
 ];
+
+/**
+ * A touch screen (a phone): no keyboard hints it cannot use, and no focus on load (that would open
+ * the on-screen keyboard over the conversation).
+ */
+const TOUCH = typeof window !== "undefined" && window.matchMedia?.("(pointer: coarse)").matches === true;
 
 /** The hook's error when the socket closed under a stream: the connection banner says that better. */
 const SOCKET_CLOSED = "WebSocket closed mid-stream";
@@ -141,6 +148,9 @@ export function Chat({ agent, name, session, onTitle, onSettled }) {
   if (stored === null) return <p className="notice">Loading the conversation…</p>;
   return (
     <Conversation
+      agent={agent}
+      name={name}
+      session={session}
       socket={socket}
       connection={connection}
       attempts={attempts}
@@ -198,7 +208,9 @@ function useTurns(socket) {
     return () => socket.removeEventListener("message", onMessage);
   }, [socket]);
   const forget = useCallback((id) => setFailures((all) => all.filter((f) => f.id !== id)), []);
-  return { live, stopped, failures, forget };
+  // A stopped answer that goes on (Continue) is no longer stopped.
+  const unstop = useCallback((id) => setStopped((s) => (s.has(id) ? new Set([...s].filter((x) => x !== id)) : s)), []);
+  return { live, stopped, failures, forget, unstop };
 }
 
 function statusText({ chat, connection, busy, awaitingApproval }) {
@@ -264,14 +276,38 @@ function useAutoSize(ref, value) {
   }, [ref, value]);
 }
 
-function Conversation({ socket, connection, attempts, onRetryNow, stored, onTitle, onSettled }) {
+/**
+ * The versions the server holds of the messages shown ({id: [sibling ids, oldest first]}, only
+ * those with more than one), asked again whenever the messages shown change and no answer runs.
+ */
+function useForks(agent, name, session, messages, busy) {
+  const [forks, setForks] = useState({});
+  const key = messages.map((m) => m.id).join(",");
+  useEffect(() => {
+    if (busy) return undefined;
+    if (!key) {
+      setForks({});
+      return undefined;
+    }
+    let live = true;
+    getForks(agent, name, session)
+      .then((found) => live && setForks(found))
+      .catch(() => {}); // no switcher until the next change: the messages themselves are what matters
+    return () => {
+      live = false;
+    };
+  }, [agent, name, session, key, busy]);
+  return forks;
+}
+
+function Conversation({ agent, name, session, socket, connection, attempts, onRetryNow, stored, onTitle, onSettled }) {
   const chat = useAgentChat({
     agent: socket,
     onToolCall: answerToolCall,
     getInitialMessages: null,
     messages: stored
   });
-  const { messages, status, error, sendMessage, stop, clearHistory, addToolApprovalResponse } = chat;
+  const { messages, status, error, sendMessage, stop, addToolApprovalResponse } = chat;
   const [draft, setDraft] = useState("");
   const busy = status === "submitted" || status === "streaming" || chat.isServerStreaming || chat.isRecovering;
   const input = useRef(null);
@@ -279,6 +315,9 @@ function Conversation({ socket, connection, attempts, onRetryNow, stored, onTitl
   const end = useRef(null);
   const turns = useTurns(socket);
   const { live, forget } = turns;
+  const forks = useForks(agent, name, session, messages, busy);
+  const [editing, setEditing] = useState(null); // the id of the user message being edited
+  const [actionError, setActionError] = useState(null);
   const initialIds = useRef(new Set(stored.map((m) => m.id)));
   // Messages typed while the socket was down go once it opens: until then they are marked.
   const [offlineSince, setOfflineSince] = useState(null); // ids of the messages before the first one
@@ -362,6 +401,45 @@ function Conversation({ socket, connection, attempts, onRetryNow, stored, onTitl
     input.current?.focus();
   };
 
+  // Regenerate, Edit, Continue and the branch switcher: each keeps what was there (the server
+  // makes a new branch, or goes on in the same message); none runs while an answer does.
+  const canAct = !busy && connection === "open";
+  const regenerate = () => {
+    setActionError(null);
+    chat.clearError();
+    chat.regenerate();
+    input.current?.focus();
+  };
+  const sendEdit = (message, text) => {
+    const at = messages.findIndex((m) => m.id === message.id);
+    setEditing(null);
+    if (at < 0 || busy) return;
+    setActionError(null);
+    chat.clearError();
+    // The edited text is a new message (a new id) after the ones before the original: sent as a
+    // regeneration, it starts a new branch there, and the original stays one switch away.
+    chat.setMessages([...messages.slice(0, at), { id: newMessageId(), role: "user", parts: [{ type: "text", text }] }]);
+    chat.regenerate();
+    input.current?.focus();
+  };
+  const goOn = async (message) => {
+    setActionError(null);
+    try {
+      await continueAnswer(agent, name, session);
+      turns.unstop(message.id);
+    } catch (e) {
+      setActionError(`Cannot continue: ${e.message ?? e}`);
+    }
+  };
+  const switchTo = async (id) => {
+    setActionError(null);
+    try {
+      await switchBranch(agent, name, session, id); // every tab, this one too, gets the transcript
+    } catch (e) {
+      setActionError(`Cannot show that version: ${e.message ?? e}`);
+    }
+  };
+
   // The failed turns: each shows inside its reply, or as a reply of its own when it failed
   // before its first word. The hook's own error (this tab's request) shows the same way
   // when the socket did not already tell.
@@ -401,6 +479,23 @@ function Conversation({ socket, connection, attempts, onRetryNow, stored, onTitl
     const failure = failures.find((f) => f.messageId === m.id);
     if (m.role === "assistant" && !streaming && !hasContent(m)) continue; // a reply that never said a word
     if (failure) placed.add(failure.id);
+    if (editing === m.id) {
+      rows.push(<EditForm key={m.id} message={m} onSend={(text) => sendEdit(m, text)} onCancel={() => setEditing(null)} />);
+      continue;
+    }
+    const last = m.id === lastId;
+    const actions =
+      streaming || (offlineSince !== null && !offlineSince.has(m.id)) ? null : (
+        <MessageActions
+          message={m}
+          siblings={forks[m.id]}
+          busy={!canAct}
+          onSwitch={canAct ? switchTo : null}
+          onEdit={m.role === "user" && canAct ? () => setEditing(m.id) : null}
+          onRegenerate={m.role === "assistant" && last && canAct && !failure ? regenerate : null}
+          onContinue={m.role === "assistant" && last && canAct && turns.stopped.has(m.id) ? () => goOn(m) : null}
+        />
+      );
     rows.push(
       <Message
         key={m.id}
@@ -412,6 +507,7 @@ function Conversation({ socket, connection, attempts, onRetryNow, stored, onTitl
         pending={offlineSince !== null && m.role === "user" && !offlineSince.has(m.id)}
         live={!initialIds.current.has(m.id)}
         superseded={m.id !== lastId}
+        actions={actions}
       />
     );
     for (const f of failures) {
@@ -431,6 +527,11 @@ function Conversation({ socket, connection, attempts, onRetryNow, stored, onTitl
   return (
     <main className="chat" data-status={status} data-busy={busy ? "true" : "false"} data-connection={connection}>
       <ConnectionBanner connection={connection} attempts={attempts} onRetry={onRetryNow} />
+      {actionError && (
+        <p className="notice error action-error" role="alert">
+          {actionError}
+        </p>
+      )}
       <ol className="messages" ref={list} aria-label="Messages">
         {messages.length === 0 && failures.length === 0 && <Suggestions onPick={send} disabled={busy} />}
         {rows}
@@ -452,18 +553,17 @@ function Conversation({ socket, connection, attempts, onRetryNow, stored, onTitl
           value={draft}
           onChange={(e) => setDraft(e.target.value)}
           onKeyDown={onKeyDown}
-          placeholder={busy ? "Esc stops the answer" : "Message (Enter to send, Shift+Enter for a new line)"}
-          autoFocus
+          placeholder={
+            TOUCH ? "Message" : busy ? "Esc stops the answer" : "Message (Enter to send, Shift+Enter for a new line)"
+          }
+          autoFocus={!TOUCH}
         />
         <div className="actions">
           <p className="status" role="status" data-testid="status">
             {statusText({ chat, connection, busy, awaitingApproval })}
           </p>
-          <button type="button" className="secondary" onClick={() => clearHistory()} disabled={busy || messages.length === 0}>
-            Clear
-          </button>
           {busy ? (
-            <button type="button" className="stop" onClick={stopAnswer} title="Stop the answer (Esc)">
+            <button type="button" className="stop" onClick={stopAnswer} title={TOUCH ? "Stop the answer" : "Stop the answer (Esc)"}>
               Stop
             </button>
           ) : (

@@ -1,8 +1,8 @@
 // The instance's workspace beside the conversation: the files its agent keeps (a list, and a
 // read-only view of one). The files belong to the instance, so every conversation of it shows
 // the same ones; the list is read again after each answer.
-import { createContext, useCallback, useEffect, useState } from "react";
-import { listFiles, readFile } from "./api.js";
+import { createContext, useCallback, useEffect, useRef, useState } from "react";
+import { AWAY, listFiles, readFile } from "./api.js";
 
 /** Opens a file in the panel (the tool cards of the file tools use it); null without a panel. */
 export const FileOpener = createContext(null);
@@ -32,6 +32,19 @@ export function useFiles(agent, name, version) {
     };
   }, [agent, name]);
   useEffect(() => refresh(), [refresh, version]);
+  // While the server is away, asked again every few seconds: the panel comes back with it.
+  useEffect(() => {
+    if (error !== AWAY) return undefined;
+    let stop = null;
+    const timer = setInterval(() => {
+      stop?.();
+      stop = refresh();
+    }, 4000);
+    return () => {
+      clearInterval(timer);
+      stop?.();
+    };
+  }, [error, refresh]);
   useEffect(() => setOpenPath(null), [agent, name]);
   return { files, error, refresh, openPath, open: setOpenPath };
 }
@@ -83,19 +96,43 @@ function FileView({ agent, name, file, version, onBack }) {
 }
 
 /** The panel: nothing at all while the instance has no file (most agents keep none). */
-export function Files({ agent, name, state, version }) {
+export function Files({ agent, name, state, version, sheet = false, onCloseSheet = () => {} }) {
   const { files, error, refresh, openPath, open } = state;
-  if (!files?.length && !openPath && !error) return null;
+  const close = useRef(null);
+  useEffect(() => {
+    if (sheet) close.current?.focus(); // into the sheet (at phone width; elsewhere it is hidden)
+  }, [sheet]);
+  const away = error === AWAY; // said calmly, as the chat says it; nothing at all without files to show
+  if (!files?.length && !openPath && (!error || away)) return null;
   const shown = openPath !== null ? files?.find((f) => f.path === openPath) : undefined;
   return (
-    <aside className="files" aria-label="Files">
+    <aside
+      className="files"
+      id="files"
+      aria-label="Files"
+      data-sheet={sheet ? "open" : "closed"}
+      onKeyDown={(e) => {
+        if (e.key === "Escape" && sheet && !e.defaultPrevented) {
+          e.preventDefault();
+          onCloseSheet();
+        }
+      }}
+    >
       <div className="files-head">
         <h2>Files</h2>
+        <button type="button" className="secondary sheet-close" ref={close} onClick={onCloseSheet} aria-label="Close files">
+          Close
+        </button>
         <button type="button" className="secondary refresh" onClick={refresh} title="Read the list again">
           Refresh
         </button>
       </div>
-      {error && (
+      {away && (
+        <p className="banner calm" aria-live="polite" data-testid="files-banner">
+          <span className="banner-text">{AWAY}</span>
+        </p>
+      )}
+      {error && !away && (
         <p className="files-error" role="alert">
           {error}
         </p>

@@ -11,7 +11,7 @@ const REMARK = [remarkGfm];
 // Only fenced blocks that name their language are highlighted: guessing one is slow and often wrong.
 const REHYPE = [[rehypeHighlight, { detect: false }]];
 
-async function copyText(text) {
+export async function copyText(text) {
   if (navigator.clipboard && window.isSecureContext) {
     await navigator.clipboard.writeText(text);
     return;

@@ -248,9 +248,10 @@ export function TurnError({ text, onRetry }) {
  * One message. `streaming`: the answer is still coming (a caret follows its text);
  * `stopped`: it was stopped; `error`: {text, onRetry} of the turn it failed;
  * `pending`: typed while offline, not sent yet; `live`: it arrived while the page was open;
- * `superseded`: a newer message follows it (a card it still shows asking cannot be answered).
+ * `superseded`: a newer message follows it (a card it still shows asking cannot be answered);
+ * `actions`: the row of what can be done with it (Copy, Edit, Regenerate, Continue, its versions).
  */
-export function Message({ message, onApproval, streaming, stopped, error, pending, live, superseded }) {
+export function Message({ message, onApproval, streaming, stopped, error, pending, live, superseded, actions }) {
   const groups = groupParts(message.parts);
   const lastText = streaming ? groups.findLastIndex((g) => g.type === "text") : -1;
   return (
@@ -280,6 +281,7 @@ export function Message({ message, onApproval, streaming, stopped, error, pendin
       {pending && <p className="pending-mark">Not sent yet: it goes when the connection is back.</p>}
       {stopped && <p className="stopped-mark">Stopped</p>}
       {error && <TurnError text={error.text} onRetry={error.onRetry} />}
+      {actions}
     </li>
   );
 }

@@ -9,7 +9,15 @@ export class ApiError extends Error {
     super(message);
     this.status = status;
   }
+
+  /** No answer at all: the server is away (or the network), not a refusal. */
+  get offline() {
+    return this.status === 0;
+  }
 }
+
+/** What the page says while the server is away, everywhere (the chat's banner says the same). */
+export const AWAY = "Lost the connection to the server. Reconnecting…";
 
 function base(agent, name) {
   return `/agents/${encodeURIComponent(agent)}/${encodeURIComponent(name)}`;
@@ -19,7 +27,12 @@ async function call(path, init = {}) {
   const token = authToken();
   const headers = { accept: "application/json", ...(init.body ? { "content-type": "application/json" } : {}) };
   if (token) headers.authorization = `Bearer ${token}`;
-  const res = await fetch(path, { ...init, headers });
+  let res;
+  try {
+    res = await fetch(path, { ...init, headers });
+  } catch {
+    throw new ApiError(0, AWAY); // the browser's own words ("Failed to fetch") say nothing to a person
+  }
   if (!res.ok) {
     let detail = "";
     try {
@@ -34,7 +47,7 @@ async function call(path, init = {}) {
 }
 
 /** The root session as the server lists it before the instance has a file. */
-const EMPTY_ROOT = { id: "", created_at: 0, updated_at: 0, message_count: 0, title: null };
+const EMPTY_ROOT = { id: "", created_at: 0, updated_at: 0, active_at: 0, message_count: 0, title: null };
 
 /**
  * The instance's sessions ({id, created_at, updated_at, message_count, title}: title is what a
@@ -50,21 +63,28 @@ export async function listSessions(agent, name) {
   }
 }
 
-/** A new, empty session (the server names it); its {id, ...}. */
-export function createSession(agent, name) {
-  return call(`${base(agent, name)}/sessions`, { method: "POST", body: "{}" });
+/**
+ * A new conversation's id, made here: the server creates the session with its first message, so a
+ * New chat left empty leaves nothing behind.
+ */
+export function newSessionId() {
+  return `c-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
 }
 
 /** Gives a session a title (null takes it away); the session as the server lists it. */
 export function renameSession(agent, name, session, title) {
-  return call(`${base(agent, name)}/sessions/${encodeURIComponent(session)}`, {
+  // ?session= names the root session too (its empty id cannot be a path).
+  return call(`${base(agent, name)}/session${session ? `?session=${encodeURIComponent(session)}` : ""}`, {
     method: "PATCH",
     body: JSON.stringify({ title })
   });
 }
 
-export function deleteSession(agent, name, session) {
-  return call(`${base(agent, name)}/sessions/${encodeURIComponent(session)}`, { method: "DELETE" });
+/** Deletes a session; the root one, which cannot be deleted, is emptied (and loses its title) instead. */
+export async function deleteSession(agent, name, session) {
+  if (session) return call(`${base(agent, name)}/sessions/${encodeURIComponent(session)}`, { method: "DELETE" });
+  await call(`${base(agent, name)}/reset`, { method: "POST" });
+  return renameSession(agent, name, "", null);
 }
 
 /** A session's transcript (UI messages, oldest first). */
@@ -112,7 +132,34 @@ export async function listFiles(agent, name) {
 export async function readFile(agent, name, path) {
   const token = authToken();
   const url = filePath(agent, name, path);
-  const res = await fetch(url, { headers: token ? { authorization: `Bearer ${token}` } : {} });
+  let res;
+  try {
+    res = await fetch(url, { headers: token ? { authorization: `Bearer ${token}` } : {} });
+  } catch {
+    throw new ApiError(0, AWAY);
+  }
   if (!res.ok) throw new ApiError(res.status, `GET ${url} answered ${res.status}`);
   return res.text();
+}
+
+function sessionQuery(session) {
+  return session ? `?session=${encodeURIComponent(session)}` : "";
+}
+
+/** The messages of the session's active path that have siblings: {messageId: [sibling ids, oldest first]}. */
+export async function getForks(agent, name, session) {
+  const { forks } = await call(`${base(agent, name)}/branches${sessionQuery(session)}`);
+  return forks && typeof forks === "object" ? forks : {};
+}
+
+/** Makes the branch through a message the active path; every tab of the session gets the transcript. */
+export function switchBranch(agent, name, session, messageId) {
+  return call(`${base(agent, name)}/messages/${encodeURIComponent(messageId)}/branch${sessionQuery(session)}`, {
+    method: "POST"
+  });
+}
+
+/** Another model call continuing the last answer, in the same message (the tabs see it stream). */
+export function continueAnswer(agent, name, session) {
+  return call(`${base(agent, name)}/continue${sessionQuery(session)}`, { method: "POST" });
 }
