@@ -127,6 +127,7 @@ conformance: $(STAMP) $(if $(filter postgres,$(DB)),postgres-deps)
 test: lint typecheck unit
 	$(PY) tests/run_conformance.py --required
 	$(PY) tests/run_conformance.py --required --db postgres
+	$(PY) tests/run_self_check.py
 
 # Crash safety: the real server under a mixed load, SIGKILLed KILLS times (from outside and, with
 # the test-only THINK_FAULTS switch, inside its transactions), every invariant checked after every
