@@ -3,43 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.harness.host.reference_agent import make
 from think_server.harness import (
-    Agent,
     AnswerRefused,
-    Harness,
     OperationSettled,
-    ScriptedModel,
     WaitingCall,
-    client_tool,
-    tool,
 )
 from think_server.harness.providers._transcript import ModelToolResult, to_model_turns
 from think_server.protocol import ToolPart, message_text
-
-SCRIPT = Path(__file__).parents[2] / "fixtures" / "reference-script.json"
-
-
-@tool(name="transferFunds", needs_approval=True)
-def transfer_funds(amount: float, to: str) -> str:
-    """Move money.
-
-    Args:
-        amount: How much.
-        to: To whom.
-    """
-    return f"sent {amount:g} to {to}"
-
-
-get_location = client_tool("getLocation", "Where the user is.", {"type": "object", "properties": {}})
-
-
-def make(tmp_path: Path, **kw: Any) -> Harness:
-    agents = {"Assistant": Agent(system="Be brief.", tools=[transfer_funds, get_location])}
-    return Harness(agents, data_dir=tmp_path, model=ScriptedModel(SCRIPT), **kw)
 
 
 async def test_a_turn_waiting_for_an_approval_says_which_call_on_every_result(tmp_path: Path) -> None:

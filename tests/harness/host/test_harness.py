@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.harness.host.reference_agent import SCRIPT, make
 from think_server.harness import (
     Agent,
     AnswerRefused,
@@ -22,32 +23,10 @@ from think_server.harness import (
     SessionExists,
     SessionNotFound,
     WouldDeadlock,
-    client_tool,
     tool,
 )
 from think_server.protocol import TextPart, ToolPart, UIMessage, message_text
 from think_server.storage.postgres import PostgresStore
-
-SCRIPT = Path(__file__).parents[2] / "fixtures" / "reference-script.json"
-
-
-@tool(name="transferFunds", needs_approval=True)
-def transfer_funds(amount: float, to: str) -> str:
-    """Move money.
-
-    Args:
-        amount: How much.
-        to: To whom.
-    """
-    return f"sent {amount:g} to {to}"
-
-
-get_location = client_tool("getLocation", "Where the user is.", {"type": "object", "properties": {}})
-
-
-def make(tmp_path: Path, **kw: Any) -> Harness:
-    agents = {"Assistant": Agent(system="Be brief.", tools=[transfer_funds, get_location])}
-    return Harness(agents, data_dir=tmp_path, model=ScriptedModel(SCRIPT), **kw)
 
 
 async def test_prompt_answers_and_the_transcript_is_kept(tmp_path: Path) -> None:
