@@ -93,6 +93,8 @@ from .agent import (
 from .host import (
     DataDirInUse,
     Harness,
+    HarnessNotStarted,
+    HarnessState,
     InFlight,
     PromptResult,
     Schedule,
@@ -175,6 +177,8 @@ __all__ = [
     "GrepResult",
     "Harness",
     "HarnessEvent",
+    "HarnessNotStarted",
+    "HarnessState",
     "History",
     "HistoryBudget",
     "HookContext",

@@ -12,7 +12,7 @@ May import: the top and every other room. Only ``harness/__init__`` imports it.
 from __future__ import annotations
 
 from ._handles import InFlight, PromptResult, SessionHandle, Sessions, SessionState, WouldDeadlock
-from ._harness import DataDirInUse, Harness, check_data_dir_free
+from ._harness import DataDirInUse, Harness, HarnessNotStarted, HarnessState, check_data_dir_free
 from ._schedules import Schedule, ScheduleError, ScheduleExists, ScheduleRefused, Schedules
 from ._subagents import agent_tool
 from ._workspace_handle import WorkspaceHandle
@@ -20,6 +20,8 @@ from ._workspace_handle import WorkspaceHandle
 __all__ = [
     "DataDirInUse",
     "Harness",
+    "HarnessNotStarted",
+    "HarnessState",
     "InFlight",
     "PromptResult",
     "Schedule",

@@ -13,6 +13,7 @@ in the same process reaches the same instances the chat sockets use.
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -45,7 +46,28 @@ from ._handles import SessionHandle, Sessions
 from ._schedules import Schedules
 from ._workspace_handle import WorkspaceHandle
 
-__all__ = ["DataDirInUse", "Harness", "check_data_dir_free"]
+__all__ = ["DataDirInUse", "Harness", "HarnessNotStarted", "HarnessState", "check_data_dir_free"]
+
+
+class HarnessState(enum.Enum):
+    """Where a harness is in its life: it serves (opens instances, reads, writes) only while STARTED."""
+
+    NEW = "new"
+    STARTED = "started"
+    CLOSED = "closed"
+
+
+_NEXT: dict[HarnessState, frozenset[HarnessState]] = {
+    HarnessState.NEW: frozenset({HarnessState.STARTED, HarnessState.CLOSED}),
+    HarnessState.STARTED: frozenset({HarnessState.CLOSED}),
+    HarnessState.CLOSED: frozenset(),
+}
+
+
+class HarnessNotStarted(RuntimeError):
+    """A call on a harness that was never started (or is closed). Unstarted, it would half-work: no
+    data dir lock (a second server could run on the same files), no recovery of what a crash left
+    open, no schedules; so it refuses instead."""
 
 
 class Harness:
@@ -109,19 +131,23 @@ class Harness:
         if self.registry.leases is not None:
             scan = takeover_scan_s if takeover_scan_s is not None else self.node.lease_s / 2
             self.takeover = Takeover(self.registry, self.registry.leases, scan)
-        self._started = False
+        self.state = HarnessState.NEW
 
     # -- lifetime ---------------------------------------------------------------
 
     async def start(self) -> None:
         """Open the work index, resume in the background what a crash or a stop left open, run schedules."""
-        if self._started:
+        if self.state is HarnessState.STARTED:
             return
+        self._move(HarnessState.STARTED)  # refused once closed: a closed harness is not started again
         try:
             await self.store.start()  # before anything of it is read or written
         except StoreInUse as exc:
+            self.state = HarnessState.NEW
             raise DataDirInUse(str(exc)) from None
-        self._started = True
+        except BaseException:
+            self.state = HarnessState.NEW
+            raise
         self.recovery.start(await self.registry.open_index())
         await self.scheduler.start()
         if self.takeover is not None:
@@ -139,6 +165,8 @@ class Harness:
         for model in {id(m): m for m in self.models.values()}.values():
             await model.aclose()
         await self.store.close()  # releases the data dir
+        # Last: what closes above may still use the harness (a sub-agent's turn ending, say).
+        self.state = HarnessState.CLOSED
 
     async def __aenter__(self) -> Harness:
         await self.start()
@@ -147,6 +175,19 @@ class Harness:
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         await self.close()
+
+    def _move(self, to: HarnessState) -> None:
+        if to not in _NEXT[self.state]:
+            raise HarnessNotStarted(f"the harness is {self.state.value}: it cannot become {to.value} "
+                                    "(make a new Harness)")
+        self.state = to
+
+    def _serving(self) -> None:
+        if self.state is not HarnessState.STARTED:
+            why = ("was never started: use `async with Harness(...) as h:` or `await h.start()` first (mounted in "
+                   "an app: pass its lifespan, README \"Mounting in your application\")"
+                   if self.state is HarnessState.NEW else "is closed")
+            raise HarnessNotStarted(f"the harness {why}")
 
     # -- addressing ---------------------------------------------------------------
 
@@ -164,6 +205,7 @@ class Harness:
 
     async def exists(self, agent: str, name: str) -> bool:
         """Whether the instance has storage (or is open): reads of one that does not never create it."""
+        self._serving()
         key, name = self._address(agent, name)
         return await self.registry.exists(key, name)
 
@@ -191,6 +233,7 @@ class Harness:
 
     async def instance(self, agent: str, name: str) -> Instance:
         """The open instance (opened if needed). It may close when idle: hold it while you use it."""
+        self._serving()
         return await self.registry.get(*self._address(agent, name))
 
     @contextlib.asynccontextmanager

@@ -447,3 +447,23 @@ async def test_a_harness_on_a_postgres_store_answers_and_a_new_one_finds_everyth
         assert await files.read("notes.txt") == "small"
         assert await files.read("big.bin") == bytes(range(256)) * 2000
         assert (await s.prompt("echo me")).text == "You said: echo me"
+
+
+async def test_a_harness_never_started_refuses_instead_of_half_working(tmp_path: Path) -> None:
+    from think_server.harness import HarnessNotStarted, HarnessState
+
+    h = make(tmp_path)
+    assert h.state is HarnessState.NEW
+    with pytest.raises(HarnessNotStarted, match=r"never started: use `async with Harness\(\.\.\.\) as h:`"):
+        await h.session("assistant", "x").prompt("hi")
+    with pytest.raises(HarnessNotStarted):
+        await h.exists("assistant", "x")
+    assert not list(tmp_path.rglob("*.sqlite3")), "nothing was opened or written"
+    async with h:
+        assert h.state is HarnessState.STARTED
+        assert (await h.session("assistant", "x").prompt("hi")).outcome == "done"
+    assert h.state is HarnessState.CLOSED
+    with pytest.raises(HarnessNotStarted, match="is closed"):
+        await h.session("assistant", "x").messages()
+    with pytest.raises(HarnessNotStarted, match="make a new Harness"):
+        await h.start()
