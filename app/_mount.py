@@ -20,6 +20,8 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
+from think_server.harness import Harness
+
 from ._close import close_reason
 from ._wirestream import error_frame
 
@@ -78,6 +80,13 @@ class ThinkApp(Starlette):
         self._start = start
         self._warned = False
         super().__init__(lifespan=lambda app: self.lifespan(), **options)
+
+    @property
+    def harness(self) -> Harness:
+        """The engine behind the app: code in the same process drives the same instances with it
+        (``think.harness.session(agent, name)``), once the lifespan runs."""
+        harness: Harness = self.state.harness
+        return harness
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: object = None) -> AsyncIterator[None]:
