@@ -49,7 +49,7 @@ from .._tracing import span, traces_content
 from ..agent import HookError, RecoveryPolicy
 from ._chunklog import ChunkLog
 from ._event_chunks import streamed_chunk
-from ._marks import THINK_KEY, ReasoningTimes, outcome_mark, without_outcome
+from ._marks import THINK_KEY, ReasoningTimes, outcome_mark, think_of, without_outcome
 from ._turn_hooks import CONTEXT_OVERFLOW
 from ._turn_plan import (
     CallScope,
@@ -199,8 +199,9 @@ class Turn(TurnTools):
 
     def _mark(self, think: dict[str, Any], *, hold: bool = False) -> None:
         """Merge ``think`` into the message's own metadata key, in the message and on the wire (module
-        :mod:`._marks`): stored with the message, and the tab watching sees what a reload will."""
-        self._emit(MessageMetadataChunk(messageMetadata={THINK_KEY: think}), hold=hold)
+        :mod:`._marks`), whole: the hook merges a watched stream's metadata one level deep only."""
+        whole = {**think_of(self._assembler.message.metadata), **think}
+        self._emit(MessageMetadataChunk(messageMetadata={THINK_KEY: whole}), hold=hold)
 
     async def _run_inner(self, coro: Awaitable[Any]) -> Any:
         """Run a cancellable piece of the turn; abort() cancels it, not the turn."""
@@ -543,8 +544,7 @@ class Turn(TurnTools):
             outcome = Outcome("error", "unanswered", result.note, message_text(msg))
         else:
             outcome = Outcome("completed", "done", None, message_text(msg))
-        mark = outcome_mark(outcome.status, outcome.reason)
-        if mark is not None:  # with the settlement, in its transaction
+        if (mark := outcome_mark(outcome.status, outcome.reason)) is not None:  # in the settling transaction
             self._mark(mark, hold=True)
         self._emit(FinishChunk(finishReason=result.finish_reason), hold=True)
         return await self._settle(outcome, stream_status="completed", progress=True)
@@ -573,8 +573,7 @@ class Turn(TurnTools):
                 error = "The tool call was aborted." if status == "aborted" else INTERRUPTED_TOOL_ERROR
                 self._emit(ToolOutputErrorChunk(toolCallId=part.toolCallId, errorText=error), hold=True)
                 records.append((part.toolCallId, "interrupted", None, error))
-        mark = outcome_mark(status, reason)
-        if mark is not None:  # stored with the message, in the transaction that settles the turn
+        if (mark := outcome_mark(status, reason)) is not None:  # stored in the transaction that settles the turn
             self._mark(mark, hold=True)
         self._assembler.settle()
         outcome = Outcome(status, "unanswered", reason, message_text(self._assembler.message))

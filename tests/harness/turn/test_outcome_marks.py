@@ -130,6 +130,8 @@ async def test_continue_takes_the_stopped_mark_off_with_the_turns_start_and_keep
                       [*text("t2", " and the rest.")])
     inst = await open_instance(model)
     s = await inst.session()
+    first = Recorder()
+    s.subscribe(first)
     op = (await s.submit([user("u1", "hi")])).operation_id
     await asyncio.wait_for(pause.reached.wait(), GUARD)
     await s.abort(op)
@@ -137,6 +139,9 @@ async def test_continue_takes_the_stopped_mark_off_with_the_turns_start_and_keep
     answer = (await s.transcript())[-1]
     before = think(peek.message(s.id, answer.id))
     assert before is not None and before["outcome"] == "stopped" and len(before["reasoning_ms"]) == 1
+    # Each metadata chunk holds the key whole: a tab that merges one level deep keeps the times too.
+    marks = [json.loads(b) for e in first.of(ChunksCommitted) for b in e.bodies if "message-metadata" in b]
+    assert marks[-1]["messageMetadata"] == {"think": before}
 
     rec = Recorder()
     s.subscribe(rec)
