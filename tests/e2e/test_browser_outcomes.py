@@ -173,6 +173,16 @@ def test_a_failed_turn_keeps_its_error_and_retry_after_a_reload_and_in_a_second_
     requests = tab.frames("sent", "cf_agent_use_chat_request")
     assert [json.loads(r["init"]["body"])["trigger"] for r in requests] == ["regenerate-message"], tab.report()
     expect(tab.page.locator('li.message[data-role="assistant"]')).to_have_count(1)
+
+    # Once the conversation has gone on, the failed reply still says so after a reload (the
+    # session's last error, which a resuming tab is told, is the next turn's now): no Retry there.
+    tab.send("after the failure")
+    tab.wait_answer("You said: after the failure")
+    reload(tab)
+    failed = tab.page.locator('li.message[data-role="assistant"]').first
+    expect(failed.get_by_role("alert")).to_contain_text(FAILURE)
+    expect(tab.page.get_by_role("button", name="Retry")).to_have_count(0)
+    shots(tab, request, "3-failed-earlier-reply")
     assert not tab.errors, tab.report()
 
 
