@@ -198,10 +198,11 @@ class Turn(TurnTools):
         return None
 
     def _mark(self, think: dict[str, Any], *, hold: bool = False) -> None:
-        """Merge ``think`` into the message's own metadata key, in the message and on the wire (module
-        :mod:`._marks`), whole: the hook merges a watched stream's metadata one level deep only."""
-        whole = {**think_of(self._assembler.message.metadata), **think}
-        self._emit(MessageMetadataChunk(messageMetadata={THINK_KEY: whole}), hold=hold)
+        """Merge ``think`` into the message's key (:mod:`._marks`), sent whole: the hook merges a watched
+        stream's metadata one level deep only. An answer without a word is not stored, nor its mark."""
+        if self._persisted or any(p.type != "step-start" for p in self._assembler.message.parts):
+            whole = {**think_of(self._assembler.message.metadata), **think}
+            self._emit(MessageMetadataChunk(messageMetadata={THINK_KEY: whole}), hold=hold)
 
     async def _run_inner(self, coro: Awaitable[Any]) -> Any:
         """Run a cancellable piece of the turn; abort() cancels it, not the turn."""

@@ -154,3 +154,16 @@ async def test_continue_takes_the_stopped_mark_off_with_the_turns_start_and_keep
     updated = [e.message for e in rec.of(MessageUpdated) if e.message.id == answer.id]
     assert updated and updated[0].metadata == {"think": {"reasoning_ms": before["reasoning_ms"]}}
     assert think(peek.message(s.id, answer.id)) == {"reasoning_ms": before["reasoning_ms"]}
+
+
+async def test_an_answer_that_failed_before_its_first_word_has_no_mark_anywhere(open_instance: Any) -> None:
+    """No answer is stored for it, so no mark either, not even on the wire: a tab would hold a mark for a
+    reply no reload finds (the session's last error tells of that turn)."""
+    inst = await open_instance(FakeModel([ModelError("The model is out of order")]))
+    s = await inst.session()
+    rec = Recorder()
+    s.subscribe(rec)
+    op = (await s.submit([user("u1", "hi")])).operation_id
+    assert (await settle(s, op)).reason == "The model is out of order"
+    assert [m.role for m in await s.transcript()] == ["user"]
+    assert not [b for e in rec.of(ChunksCommitted) for b in e.bodies if "message-metadata" in b]
