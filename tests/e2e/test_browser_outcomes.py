@@ -68,6 +68,9 @@ def shots(tab: Tab, request: pytest.FixtureRequest, step: str) -> None:
     tab.page.set_viewport_size(DESKTOP)
     shot(tab, request, f"{step}-desktop")
     tab.page.set_viewport_size(PHONE)
+    # The drawer slides away at phone width: the shot waits for it, not for a moment of it.
+    tab.page.wait_for_function("() => document.getAnimations().every((a) => a.playState !== 'running')",
+                               timeout=SHORT)
     shot(tab, request, f"{step}-phone")
     tab.page.set_viewport_size(DESKTOP)
 
