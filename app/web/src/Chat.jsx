@@ -6,6 +6,7 @@ import { continueAnswer, getForks, getMessages, switchBranch, titleOf } from "./
 import { authToken } from "./conversations.js";
 import { Message, TurnError, hasContent } from "./Parts.jsx";
 import { outcomeOf, useServerMarks } from "./marks.js";
+import { McpServers } from "./Views.jsx";
 
 /**
  * Client tools: the page answers these calls itself (the model's tool call
@@ -118,12 +119,14 @@ export function Chat({ agent, name, session, onTitle, onSettled }) {
   // it takes a new socket to the same address instead, which tries at once. An option in
   // PartySocket's list of those that make a new socket changes for that (by 1 ms).
   const [fresh, setFresh] = useState(0);
+  const [mcp, setMcp] = useState(null); // the agent's MCP servers, as the socket last listed them
   const socket = useAgent({
     agent,
     name,
     query,
     onOpen,
     onClose,
+    onMcpUpdate: setMcp,
     ...RECONNECT,
     connectionTimeout: CONNECT_TIMEOUT_MS + (fresh % 2)
   });
@@ -157,6 +160,7 @@ export function Chat({ agent, name, session, onTitle, onSettled }) {
       attempts={attempts}
       onRetryNow={retryNow}
       stored={stored}
+      mcp={mcp}
       onTitle={onTitle}
       onSettled={onSettled}
     />
@@ -299,7 +303,7 @@ function useForks(agent, name, session, messages, busy) {
   return forks;
 }
 
-function Conversation({ agent, name, session, socket, connection, attempts, onRetryNow, stored, onTitle, onSettled }) {
+function Conversation({ agent, name, session, socket, connection, attempts, onRetryNow, stored, mcp, onTitle, onSettled }) {
   const chat = useAgentChat({
     agent: socket,
     onToolCall: answerToolCall,
@@ -533,6 +537,7 @@ function Conversation({ agent, name, session, socket, connection, attempts, onRe
   return (
     <main className="chat" data-status={status} data-busy={busy ? "true" : "false"} data-connection={connection}>
       <ConnectionBanner connection={connection} attempts={attempts} onRetry={onRetryNow} />
+      <McpServers mcp={mcp} />
       {actionError && (
         <p className="notice error action-error" role="alert">
           {actionError}

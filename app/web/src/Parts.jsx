@@ -2,6 +2,7 @@ import { getToolName, isToolUIPart } from "ai";
 import { useContext, useEffect, useRef } from "react";
 import { FILE_TOOLS, FileOpener } from "./Files.jsx";
 import { Markdown } from "./Markdown.jsx";
+import { SubAgentPart, subAgentOf } from "./Views.jsx";
 
 const ROLE_LABELS = { user: "You", assistant: "Assistant", system: "System" };
 
@@ -232,6 +233,8 @@ function Group({ group, role, onApproval, live, superseded, caret, reasoningMs }
   if (group.type === "reasoning") {
     return <Reasoning text={group.text} streaming={group.streaming} ms={thinkingTime(group.ordinals, reasoningMs)} />;
   }
+  const agent = subAgentOf(group.part, getToolName(group.part));
+  if (agent) return <SubAgentPart part={group.part} name={getToolName(group.part)} agent={agent} />;
   return <ToolPart part={group.part} onApproval={onApproval} live={live} superseded={superseded} />;
 }
 
