@@ -12,13 +12,16 @@ import json
 from typing import Any
 
 from think_server.harness import (
+    Agent,
     ChunksCommitted,
+    Finish,
     MessageUpdated,
     ModelError,
     OperationSettled,
     ReasoningDelta,
     ReasoningEnd,
     ReasoningStart,
+    RecoveryPolicy,
     RunStarted,
     TextDelta,
     TextEnd,
@@ -27,6 +30,7 @@ from think_server.harness import (
 from think_server.protocol import assemble, parse_chunk
 
 from .._doubles import GUARD, FakeModel, Pause, Recorder, settle, text, user
+from .._instances import instance_at
 from ..conftest import Peek
 
 
@@ -167,3 +171,39 @@ async def test_an_answer_that_failed_before_its_first_word_has_no_mark_anywhere(
     assert (await settle(s, op)).reason == "The model is out of order"
     assert [m.role for m in await s.transcript()] == ["user"]
     assert not [b for e in rec.of(ChunksCommitted) for b in e.bodies if "message-metadata" in b]
+
+
+async def test_a_continuation_a_crash_cut_short_is_not_stopped_before_or_after_its_recovery(db_path: Any,
+                                                                                            peek: Peek) -> None:
+    """Continue after Stop, then the process dies mid-stream: the file never says "stopped" again, and
+    the recovered turn ends in the same message without the mark."""
+    stop_here, crash_here = Pause(), Pause()
+    first = FakeModel([TextStart("t"), TextDelta("t", "Hel"), stop_here],
+                      [TextStart("t2"), TextDelta("t2", "lo"), crash_here])
+    inst = await instance_at(db_path, Agent(recovery=RecoveryPolicy(backoff_ms=1)), first)
+    s = await inst.session()
+    op = (await s.submit([user("u1", "hi")])).operation_id
+    await asyncio.wait_for(stop_here.reached.wait(), GUARD)
+    await s.abort(op)
+    await settle(s, op)
+    answer = (await s.transcript())[-1]
+    assert think(peek.message(s.id, answer.id)) == {"outcome": "stopped"}
+    again = (await s.submit([], continue_last=True)).operation_id
+    await asyncio.wait_for(crash_here.reached.wait(), GUARD)
+    await asyncio.sleep(0.05)  # the group commit stores "lo"
+    worker = s._worker
+    assert worker is not None
+    worker.cancel()  # a crash: nothing more is written by this process
+    await asyncio.gather(worker, return_exceptions=True)
+    await inst.db.close()
+    assert think(peek.message(s.id, answer.id)) is None
+
+    restarted = await instance_at(db_path, Agent(recovery=RecoveryPolicy(backoff_ms=1)),
+                                  FakeModel([*text("t3", "!"), Finish("stop")]))
+    try:
+        s2 = await restarted.session()
+        assert (await settle(s2, again)).outcome == "done"
+        stored = peek.message(s2.id, answer.id)
+        assert think(stored) is None and "".join(p.get("text", "") for p in stored["parts"]) == "Hello!"
+    finally:
+        await restarted.close()
