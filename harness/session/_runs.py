@@ -41,7 +41,7 @@ from .._tracing import recording, set_outcome, span, traces_content
 from ..agent import Agent, HookError
 from ..memory import History, parse_text
 from ..toolsets import McpConnections, Workspace, workspace_tools
-from ..turn import CONTINUING, Outcome, Recovered, Turn, TurnHooks, TurnPlan, calls_introduced
+from ..turn import CONTINUING, Outcome, Recovered, Turn, TurnHooks, TurnPlan, calls_introduced, without_outcome
 from ._models import ModelCache
 from ._pending import Pending
 from ._session_busy import MERGED
@@ -199,6 +199,20 @@ class OperationRuns:
                 out.append((index, ended, content))
         return out
 
+    def _unmarked(self, ended: list[tuple[int, UIMessage, str]]) -> list[tuple[int, UIMessage, str]]:
+        """``ended`` with the last message's outcome mark taken off (it may be one of them): the turn
+        goes on in it, so it is stopped or failed no more, from the turn's start on (one write)."""
+        at = len(self._hist) - 1
+        mine = next((n for n, e in enumerate(ended) if e[0] == at), None)
+        message = ended[mine][1] if mine is not None else self._hist.last()
+        clean = without_outcome(message) if message is not None else None
+        if clean is None:
+            return ended
+        clean, text = storable(clean, self.policy.max_row_bytes)
+        if mine is None:
+            return [*ended, (at, clean, text)]
+        return [*ended[:mine], (at, clean, text), *ended[mine + 1:]]
+
     def _tell_ended(self, ended: list[tuple[int, UIMessage, str]], told_below: int | None = None) -> None:
         """The messages :meth:`_end_waiting_calls` changed, now committed: on the path and told
         (every tab sees the call ended, the one whose new message ended it too), those before
@@ -331,7 +345,7 @@ class OperationRuns:
             await self._settle_without_turn(op_id, [], Outcome("completed", "unanswered", "nothing_to_continue"))
             return
         # The model is called again without the answers it waits for: those calls end first.
-        ended = await self._end_waiting_calls(op_id)
+        ended = self._unmarked(await self._end_waiting_calls(op_id))
         now = self.clock.now_ms()
         async with self.db.transaction() as tx:
             for _, msg, text in ended:

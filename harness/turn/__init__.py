@@ -12,6 +12,7 @@ May import: the top and ``agent``, ``toolsets``, ``memory``, ``providers``.
 
 from __future__ import annotations
 
+from ._marks import THINK_KEY, without_outcome
 from ._recovery import Recovered, recover_operation
 from ._toolcall import RunningCall, current_tool_call, report_progress, tool_call_key
 from ._turn import Turn
@@ -20,6 +21,7 @@ from ._turn_plan import CONTINUING, Outcome, TurnPlan, TurnSuspended, Unsettled,
 
 __all__ = [
     "CONTINUING",
+    "THINK_KEY",
     "Outcome",
     "Recovered",
     "RunningCall",
@@ -34,4 +36,5 @@ __all__ = [
     "recover_operation",
     "report_progress",
     "tool_call_key",
+    "without_outcome",
 ]

@@ -23,7 +23,9 @@ from think_server.protocol import (
     FinishChunk,
     FinishStepChunk,
     MessageAssembler,
+    MessageMetadataChunk,
     ReasoningEndChunk,
+    ReasoningStartChunk,
     StartChunk,
     StartStepChunk,
     TextEndChunk,
@@ -47,6 +49,7 @@ from .._tracing import span, traces_content
 from ..agent import HookError, RecoveryPolicy
 from ._chunklog import ChunkLog
 from ._event_chunks import streamed_chunk
+from ._marks import THINK_KEY, ReasoningTimes, outcome_mark, think_of, without_outcome
 from ._turn_hooks import CONTEXT_OVERFLOW
 from ._turn_plan import (
     CallScope,
@@ -127,11 +130,14 @@ class Turn(TurnTools):
         self._offered: set[str] = set(tools)  # the tools the model call running was told of
         existing = plan.existing
         self._persisted = existing is not None
+        if existing is not None:  # the answer goes on: how it ended last time is no longer so
+            existing = without_outcome(existing) or existing
         self._assembler = MessageAssembler(
             plan.message_id,
             parts=list(existing.parts) if existing else None,
             metadata=existing.metadata if existing else None,
         )
+        self._reasoning = ReasoningTimes()
         self._log = ChunkLog(session.db, session.clock, session_id=session.id, operation_id=plan.operation_id,
                              publish=session.publish, first_seq=plan.first_seq)
         # A continuation's stream speaks only of the calls it made (see calls_introduced); news of
@@ -171,6 +177,7 @@ class Turn(TurnTools):
 
     def _emit(self, chunk: Chunk, *, hold: bool = False, lazy: bool = False) -> None:
         self._assembler.apply(chunk)
+        timed = self._timed(chunk)
         if self._scope is not None and not self._scope.speaks_of(chunk):
             self._updated_outside = True
             return
@@ -178,6 +185,24 @@ class Turn(TurnTools):
         self._log.add(text, hold=hold, lazy=lazy)
         if self._tap is not None:
             self._tap.append(text)
+        if timed is not None:
+            self._mark({"reasoning_ms": timed}, hold=hold)
+
+    def _timed(self, chunk: Chunk) -> list[int | None] | None:
+        """The reasoning parts' durations, when ``chunk`` (applied) ends one: the message keeps them."""
+        if isinstance(chunk, ReasoningStartChunk):
+            ordinal = sum(p.type == "reasoning" for p in self._assembler.message.parts) - 1
+            self._reasoning.started(chunk.id, ordinal, self._session.clock.now_ms())
+        elif isinstance(chunk, ReasoningEndChunk):
+            return self._reasoning.ended(chunk.id, self._session.clock.now_ms(), self._assembler.message.metadata)
+        return None
+
+    def _mark(self, think: dict[str, Any], *, hold: bool = False) -> None:
+        """Merge ``think`` into the message's key (:mod:`._marks`), sent whole: the hook merges a watched
+        stream's metadata one level deep only. An answer without a word is not stored, nor its mark."""
+        if self._persisted or any(p.type != "step-start" for p in self._assembler.message.parts):
+            whole = {**think_of(self._assembler.message.metadata), **think}
+            self._emit(MessageMetadataChunk(messageMetadata={THINK_KEY: whole}), hold=hold)
 
     async def _run_inner(self, coro: Awaitable[Any]) -> Any:
         """Run a cancellable piece of the turn; abort() cancels it, not the turn."""
@@ -520,6 +545,8 @@ class Turn(TurnTools):
             outcome = Outcome("error", "unanswered", result.note, message_text(msg))
         else:
             outcome = Outcome("completed", "done", None, message_text(msg))
+        if (mark := outcome_mark(outcome.status, outcome.reason)) is not None:  # in the settling transaction
+            self._mark(mark, hold=True)
         self._emit(FinishChunk(finishReason=result.finish_reason), hold=True)
         return await self._settle(outcome, stream_status="completed", progress=True)
 
@@ -547,6 +574,8 @@ class Turn(TurnTools):
                 error = "The tool call was aborted." if status == "aborted" else INTERRUPTED_TOOL_ERROR
                 self._emit(ToolOutputErrorChunk(toolCallId=part.toolCallId, errorText=error), hold=True)
                 records.append((part.toolCallId, "interrupted", None, error))
+        if (mark := outcome_mark(status, reason)) is not None:  # stored in the transaction that settles the turn
+            self._mark(mark, hold=True)
         self._assembler.settle()
         outcome = Outcome(status, "unanswered", reason, message_text(self._assembler.message))
         try:

@@ -5,6 +5,8 @@ import { EditForm, MessageActions, newMessageId } from "./Actions.jsx";
 import { continueAnswer, getForks, getMessages, switchBranch, titleOf } from "./api.js";
 import { authToken } from "./conversations.js";
 import { Message, TurnError, hasContent } from "./Parts.jsx";
+import { outcomeOf, useServerMarks } from "./marks.js";
+import { McpServers } from "./Views.jsx";
 
 /**
  * Client tools: the page answers these calls itself (the model's tool call
@@ -117,12 +119,14 @@ export function Chat({ agent, name, session, onTitle, onSettled }) {
   // it takes a new socket to the same address instead, which tries at once. An option in
   // PartySocket's list of those that make a new socket changes for that (by 1 ms).
   const [fresh, setFresh] = useState(0);
+  const [mcp, setMcp] = useState(null); // the agent's MCP servers, as the socket last listed them
   const socket = useAgent({
     agent,
     name,
     query,
     onOpen,
     onClose,
+    onMcpUpdate: setMcp,
     ...RECONNECT,
     connectionTimeout: CONNECT_TIMEOUT_MS + (fresh % 2)
   });
@@ -156,6 +160,7 @@ export function Chat({ agent, name, session, onTitle, onSettled }) {
       attempts={attempts}
       onRetryNow={retryNow}
       stored={stored}
+      mcp={mcp}
       onTitle={onTitle}
       onSettled={onSettled}
     />
@@ -164,12 +169,13 @@ export function Chat({ agent, name, session, onTitle, onSettled }) {
 
 /**
  * What the socket says about each chat stream: the one running now (`live`, its request
- * id, or null), the replies that were stopped, and the turns that failed with their error
- * ({id, messageId, userId, text}): any tab sees these, not only the one that asked.
+ * id, or null), and the turns that failed with their error ({id, messageId, userId, text}):
+ * any tab sees these, not only the one that asked. A reply that was stopped or failed says so
+ * in its own metadata (marks.js), which a reload reads too; these cover a turn that failed
+ * before its first word, which leaves no reply to say it.
  */
 function useTurns(socket) {
   const [live, setLive] = useState(null);
-  const [stopped, setStopped] = useState(() => new Set());
   const [failures, setFailures] = useState([]);
   const replies = useRef(new Map()); // request id -> the assistant message id its stream started
   useEffect(() => {
@@ -197,7 +203,6 @@ function useTurns(socket) {
       }
       setLive((current) => (current === rid ? null : current));
       const messageId = replies.current.get(rid) ?? null;
-      if (frame.outcome === "aborted" && messageId) setStopped((s) => new Set(s).add(messageId));
       if (frame.error || frame.outcome === "error") {
         const userId = Array.isArray(frame.messageIds) ? (frame.messageIds.at(-1) ?? null) : null;
         const text = (typeof frame.body === "string" && frame.body) || "The model could not answer.";
@@ -208,9 +213,7 @@ function useTurns(socket) {
     return () => socket.removeEventListener("message", onMessage);
   }, [socket]);
   const forget = useCallback((id) => setFailures((all) => all.filter((f) => f.id !== id)), []);
-  // A stopped answer that goes on (Continue) is no longer stopped.
-  const unstop = useCallback((id) => setStopped((s) => (s.has(id) ? new Set([...s].filter((x) => x !== id)) : s)), []);
-  return { live, stopped, failures, forget, unstop };
+  return { live, failures, forget };
 }
 
 function statusText({ chat, connection, busy, awaitingApproval }) {
@@ -300,7 +303,7 @@ function useForks(agent, name, session, messages, busy) {
   return forks;
 }
 
-function Conversation({ agent, name, session, socket, connection, attempts, onRetryNow, stored, onTitle, onSettled }) {
+function Conversation({ agent, name, session, socket, connection, attempts, onRetryNow, stored, mcp, onTitle, onSettled }) {
   const chat = useAgentChat({
     agent: socket,
     onToolCall: answerToolCall,
@@ -314,6 +317,8 @@ function Conversation({ agent, name, session, socket, connection, attempts, onRe
   const list = useRef(null);
   const end = useRef(null);
   const turns = useTurns(socket);
+  const marks = useServerMarks(socket, stored);
+  const outcome = (m) => outcomeOf(m, marks);
   const { live, forget } = turns;
   const forks = useForks(agent, name, session, messages, busy);
   const [editing, setEditing] = useState(null); // the id of the user message being edited
@@ -422,11 +427,10 @@ function Conversation({ agent, name, session, socket, connection, attempts, onRe
     chat.regenerate();
     input.current?.focus();
   };
-  const goOn = async (message) => {
+  const goOn = async () => {
     setActionError(null);
     try {
-      await continueAnswer(agent, name, session);
-      turns.unstop(message.id);
+      await continueAnswer(agent, name, session); // the server takes the Stopped mark off, for every tab
     } catch (e) {
       setActionError(`Cannot continue: ${e.message ?? e}`);
     }
@@ -443,7 +447,11 @@ function Conversation({ agent, name, session, socket, connection, attempts, onRe
   // The failed turns: each shows inside its reply, or as a reply of its own when it failed
   // before its first word. The hook's own error (this tab's request) shows the same way
   // when the socket did not already tell.
-  const failures = [...turns.failures];
+  // A reply's own failure (its metadata) first; the socket's word for it is the same turn.
+  const failures = messages
+    .filter((m) => outcome(m).error !== null)
+    .map((m) => ({ id: `reply-${m.id}`, messageId: m.id, userId: null, text: outcome(m).error }));
+  for (const f of turns.failures) if (!failures.some((g) => g.messageId === f.messageId)) failures.push(f);
   const hookError = error && error.message !== SOCKET_CLOSED ? String(error.message ?? error) : null;
   if (hookError && !failures.some((f) => f.text === hookError)) {
     failures.push({ id: "hook-error", messageId: null, userId: null, text: hookError });
@@ -454,7 +462,8 @@ function Conversation({ agent, name, session, socket, connection, attempts, onRe
     (f) => (f.id === "hook-error" && status === "error") || (lastShown && [f.messageId, f.userId].includes(lastShown.id))
   );
   const retry = (failure) => () => {
-    forget(failure.id);
+    // The socket's word for the same reply goes too: the reply leaves the path with the retry.
+    for (const f of turns.failures) if (f.id === failure.id || (f.messageId && f.messageId === failure.messageId)) forget(f.id);
     chat.clearError();
     chat.regenerate();
     input.current?.focus();
@@ -493,7 +502,7 @@ function Conversation({ agent, name, session, socket, connection, attempts, onRe
           onSwitch={canAct ? switchTo : null}
           onEdit={m.role === "user" && canAct ? () => setEditing(m.id) : null}
           onRegenerate={m.role === "assistant" && last && canAct && !failure ? regenerate : null}
-          onContinue={m.role === "assistant" && last && canAct && turns.stopped.has(m.id) ? () => goOn(m) : null}
+          onContinue={m.role === "assistant" && last && canAct && outcome(m).stopped ? goOn : null}
         />
       );
     rows.push(
@@ -502,7 +511,8 @@ function Conversation({ agent, name, session, socket, connection, attempts, onRe
         message={m}
         onApproval={onApproval}
         streaming={streaming}
-        stopped={turns.stopped.has(m.id)}
+        stopped={outcome(m).stopped}
+        reasoningMs={outcome(m).reasoningMs}
         error={failure ? errorOf(failure) : null}
         pending={offlineSince !== null && m.role === "user" && !offlineSince.has(m.id)}
         live={!initialIds.current.has(m.id)}
@@ -527,6 +537,7 @@ function Conversation({ agent, name, session, socket, connection, attempts, onRe
   return (
     <main className="chat" data-status={status} data-busy={busy ? "true" : "false"} data-connection={connection}>
       <ConnectionBanner connection={connection} attempts={attempts} onRetry={onRetryNow} />
+      <McpServers mcp={mcp} />
       {actionError && (
         <p className="notice error action-error" role="alert">
           {actionError}

@@ -1,7 +1,8 @@
 import { getToolName, isToolUIPart } from "ai";
-import { useContext, useEffect, useRef, useState } from "react";
+import { useContext, useEffect, useRef } from "react";
 import { FILE_TOOLS, FileOpener } from "./Files.jsx";
 import { Markdown } from "./Markdown.jsx";
+import { SubAgentPart, subAgentOf } from "./Views.jsx";
 
 const ROLE_LABELS = { user: "You", assistant: "Assistant", system: "System" };
 
@@ -30,16 +31,25 @@ function Block({ className, caption, value }) {
  */
 export function groupParts(parts) {
   const groups = [];
+  let reasonings = 0; // a reasoning part's place among the message's reasoning parts: its time's index
   for (const [i, part] of (parts ?? []).entries()) {
     if (part.type === "text" || part.type === "reasoning") {
+      const ordinal = part.type === "reasoning" ? reasonings++ : null;
       if (!part.text && part.state !== "streaming") continue;
       const last = groups[groups.length - 1];
       if (last?.type === part.type) {
         last.text += part.text ?? "";
         last.streaming ||= part.state === "streaming";
+        if (ordinal !== null) last.ordinals.push(ordinal);
         continue;
       }
-      groups.push({ type: part.type, key: `${part.type}-${i}`, text: part.text ?? "", streaming: part.state === "streaming" });
+      groups.push({
+        type: part.type,
+        key: `${part.type}-${i}`,
+        text: part.text ?? "",
+        streaming: part.state === "streaming",
+        ordinals: ordinal === null ? [] : [ordinal]
+      });
     } else if (isToolUIPart(part)) {
       groups.push({ type: "tool", key: part.toolCallId ?? `tool-${i}`, part });
     }
@@ -189,22 +199,18 @@ function ToolPart({ part, onApproval, live, superseded }) {
   );
 }
 
-/** How long the model thought: measured while the page watched it stream; null when it did not. */
-function useThinkingTime(streaming) {
-  const started = useRef(streaming ? Date.now() : null);
-  const [seconds, setSeconds] = useState(null);
-  useEffect(() => {
-    if (streaming && started.current === null) started.current = Date.now();
-    if (!streaming && started.current !== null && seconds === null) {
-      setSeconds(Math.max(1, Math.round((Date.now() - started.current) / 1000)));
-    }
-  }, [streaming, seconds]);
-  return seconds;
+/** The time the parts of one reasoning block took, as the server measured it; null when it did not. */
+function thinkingTime(ordinals, reasoningMs) {
+  const known = ordinals.map((k) => reasoningMs[k]).filter((ms) => typeof ms === "number");
+  return known.length ? known.reduce((a, b) => a + b, 0) : null;
 }
 
-function Reasoning({ text, streaming }) {
-  const seconds = useThinkingTime(streaming);
-  const label = streaming ? "Thinking…" : seconds !== null ? `Thought for ${seconds} s` : "Reasoning";
+function Reasoning({ text, streaming, ms }) {
+  const label = streaming
+    ? "Thinking…"
+    : ms !== null
+      ? `Thought for ${Math.max(1, Math.round(ms / 1000))} s`
+      : "Reasoning";
   return (
     <details className="reasoning" open={streaming ? true : undefined} data-state={streaming ? "streaming" : "done"}>
       <summary>
@@ -216,7 +222,7 @@ function Reasoning({ text, streaming }) {
   );
 }
 
-function Group({ group, role, onApproval, live, superseded, caret }) {
+function Group({ group, role, onApproval, live, superseded, caret, reasoningMs }) {
   if (group.type === "text") {
     return (
       <div className="text" data-state={group.streaming ? "streaming" : "done"} data-caret={caret ? "true" : undefined}>
@@ -224,7 +230,11 @@ function Group({ group, role, onApproval, live, superseded, caret }) {
       </div>
     );
   }
-  if (group.type === "reasoning") return <Reasoning text={group.text} streaming={group.streaming} />;
+  if (group.type === "reasoning") {
+    return <Reasoning text={group.text} streaming={group.streaming} ms={thinkingTime(group.ordinals, reasoningMs)} />;
+  }
+  const agent = subAgentOf(group.part, getToolName(group.part));
+  if (agent) return <SubAgentPart part={group.part} name={getToolName(group.part)} agent={agent} />;
   return <ToolPart part={group.part} onApproval={onApproval} live={live} superseded={superseded} />;
 }
 
@@ -246,12 +256,13 @@ export function TurnError({ text, onRetry }) {
 
 /**
  * One message. `streaming`: the answer is still coming (a caret follows its text);
- * `stopped`: it was stopped; `error`: {text, onRetry} of the turn it failed;
+ * `stopped`: it was stopped; `error`: {text, onRetry} of the turn it failed (both from the
+ * message's metadata: marks.js); `reasoningMs`: how long each of its reasoning parts took;
  * `pending`: typed while offline, not sent yet; `live`: it arrived while the page was open;
  * `superseded`: a newer message follows it (a card it still shows asking cannot be answered);
  * `actions`: the row of what can be done with it (Copy, Edit, Regenerate, Continue, its versions).
  */
-export function Message({ message, onApproval, streaming, stopped, error, pending, live, superseded, actions }) {
+export function Message({ message, onApproval, streaming, stopped, error, reasoningMs = [], pending, live, superseded, actions }) {
   const groups = groupParts(message.parts);
   const lastText = streaming ? groups.findLastIndex((g) => g.type === "text") : -1;
   return (
@@ -273,6 +284,7 @@ export function Message({ message, onApproval, streaming, stopped, error, pendin
           live={live}
           superseded={superseded}
           caret={i === lastText && i === groups.length - 1}
+          reasoningMs={reasoningMs}
         />
       ))}
       {streaming && (groups.length === 0 || lastText !== groups.length - 1) && (
