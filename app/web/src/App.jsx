@@ -1,6 +1,5 @@
-import { useCallback, useEffect, useRef, useState } from "react";
+import { Suspense, lazy, useCallback, useEffect, useRef, useState } from "react";
 import { AWAY, deleteSession, getMessages, listSessions, newSessionId, renameSession, titleOf } from "./api.js";
-import { Chat } from "./Chat.jsx";
 import { FileOpener, Files, useFiles } from "./Files.jsx";
 import {
   DEFAULT_NAME,
@@ -13,6 +12,20 @@ import {
 } from "./conversations.js";
 
 const UNTITLED = "New chat";
+
+// The chat and what it runs on (the AI SDK, the agents client, zod) are most of the page's
+// JavaScript: a chunk of their own, asked for as this module starts, so the header and the
+// conversation list show while it arrives.
+const chatModule = import("./Chat.jsx");
+const Chat = lazy(() => chatModule.then((m) => ({ default: m.Chat })));
+
+function ChatLoading() {
+  return (
+    <main className="chat" data-connection="loading" aria-busy="true">
+      <p className="notice">Loading…</p>
+    </main>
+  );
+}
 
 function useAgentNames() {
   const [state, setState] = useState({ agents: null, error: null });
@@ -488,14 +501,16 @@ export function App() {
         {drawer.isOpen && <div className="scrim" aria-hidden="true" onClick={() => drawer.close()} />}
         {sheet && hasFiles && <div className="scrim sheet-scrim" aria-hidden="true" onClick={closeSheet} />}
         <FileOpener.Provider value={openFile}>
-          <Chat
+          <Suspense fallback={<ChatLoading />}>
+            <Chat
             key={key}
             agent={current.agent}
             name={current.name}
             session={current.session}
             onTitle={onTitle}
             onSettled={onSettled}
-          />
+            />
+          </Suspense>
         </FileOpener.Provider>
         <Files agent={current.agent} name={current.name} state={files} version={answers} sheet={sheet} onCloseSheet={closeSheet} />
       </div>
