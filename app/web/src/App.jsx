@@ -1,6 +1,7 @@
 import { Suspense, lazy, useCallback, useEffect, useRef, useState } from "react";
 import { AWAY, deleteSession, getMessages, listSessions, newSessionId, renameSession, titleOf } from "./api.js";
 import { FileOpener, Files, useFiles } from "./Files.jsx";
+import { Header, offersTopics, readAgents } from "./Header.jsx";
 import {
   DEFAULT_NAME,
   authToken,
@@ -28,7 +29,7 @@ function ChatLoading() {
 }
 
 function useAgentNames() {
-  const [state, setState] = useState({ agents: null, error: null });
+  const [state, setState] = useState({ agents: null, models: null, error: null });
   useEffect(() => {
     let live = true;
     const token = authToken();
@@ -36,11 +37,10 @@ function useAgentNames() {
     fetch("/api/agents", { headers })
       .then(async (res) => {
         if (!res.ok) throw new Error(`GET /api/agents answered ${res.status}`);
-        const agents = await res.json();
-        if (!Array.isArray(agents)) throw new Error("GET /api/agents did not answer a list");
-        if (live) setState({ agents, error: null });
+        const { agents, models } = readAgents(await res.json());
+        if (live) setState({ agents, models, error: null });
       })
-      .catch((e) => live && setState({ agents: null, error: String(e.message ?? e) }));
+      .catch((e) => live && setState({ agents: null, models: null, error: String(e.message ?? e) }));
     return () => {
       live = false;
     };
@@ -410,6 +410,9 @@ function Sidebar({ agents, current, list, open: drawerOpen, onClose }) {
           ))}
         </ul>
       )}
+      <p className="instance-line">
+        Instance <span data-testid="instance">{name}</span>
+      </p>
       {earlier.length > 0 && (
         <details className="earlier">
           <summary>Earlier, in this browser</summary>
@@ -446,7 +449,7 @@ function useDrawer() {
 }
 
 export function App() {
-  const { agents, error } = useAgentNames();
+  const { agents, models, error } = useAgentNames();
   const current = useConversation(agents);
   const list = useSessions(current?.agent, current?.name, current?.session);
   const drawer = useDrawer();
@@ -503,12 +506,13 @@ export function App() {
         <FileOpener.Provider value={openFile}>
           <Suspense fallback={<ChatLoading />}>
             <Chat
-            key={key}
-            agent={current.agent}
-            name={current.name}
-            session={current.session}
-            onTitle={onTitle}
-            onSettled={onSettled}
+              key={key}
+              agent={current.agent}
+              name={current.name}
+              session={current.session}
+              onTitle={onTitle}
+              onSettled={onSettled}
+              topics={offersTopics(models, current.agent)}
             />
           </Suspense>
         </FileOpener.Provider>
@@ -518,40 +522,17 @@ export function App() {
   }
   return (
     <>
-      <header className="top">
-        {current && (
-          <button
-            type="button"
-            className="menu"
-            ref={drawer.toggle}
-            aria-controls="sidebar"
-            aria-expanded={drawer.isOpen}
-            onClick={() => (drawer.isOpen ? drawer.close() : drawer.open())}
-          >
-            <span aria-hidden="true">☰</span>
-            <span className="visually-hidden">Conversations</span>
-          </button>
-        )}
-        <h1>think-server</h1>
-        {current && hasFiles && (
-          <button
-            type="button"
-            className="files-toggle secondary"
-            ref={filesToggle}
-            aria-controls="files"
-            aria-expanded={sheet}
-            onClick={() => (sheet ? closeSheet() : setSheet(true))}
-          >
-            Files
-          </button>
-        )}
-        {current && (
-          <p className="where">
-            <span className="agent-name">{current.agent}</span> / <span data-testid="instance">{current.name}</span>{" "}
-            / <span data-testid="conversation">{title}</span>
-          </p>
-        )}
-      </header>
+      <Header
+        ref={filesToggle}
+        current={current}
+        agents={agents ?? []}
+        models={models}
+        title={title}
+        drawer={drawer}
+        hasFiles={hasFiles}
+        sheet={sheet}
+        onFiles={() => (sheet ? closeSheet() : setSheet(true))}
+      />
       {body}
     </>
   );
