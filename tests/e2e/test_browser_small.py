@@ -49,7 +49,8 @@ def shots(tab: Tab, request: pytest.FixtureRequest, step: str) -> None:
     shot(tab, request, f"{step}-desktop")
     tab.page.set_viewport_size(PHONE)
     # The drawer slides away as the page narrows: shot once it has.
-    tab.page.evaluate("Promise.all(document.getAnimations().map(a => a.finished))")
+    tab.page.evaluate("Promise.all(document.getAnimations()"
+                      ".filter(a => a instanceof CSSTransition).map(a => a.finished))")
     shot(tab, request, f"{step}-phone")
     tab.page.set_viewport_size(DESKTOP)
 

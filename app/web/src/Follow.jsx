@@ -11,20 +11,38 @@ const NEAR_END_PX = 80;
  */
 export function useFollow(list, end, changes) {
   const atEnd = useRef(true);
+  const stickRef = useRef(() => {});
   const [away, setAway] = useState(false);
   useEffect(() => {
     const el = list.current;
     if (!el) return;
+    let lastTop = el.scrollTop;
     const onScroll = () => {
       atEnd.current = el.scrollHeight - el.scrollTop - el.clientHeight < NEAR_END_PX;
+      lastTop = el.scrollTop;
       setAway(!atEnd.current);
     };
     el.addEventListener("scroll", onScroll, { passive: true });
-    return () => el.removeEventListener("scroll", onScroll);
-  }, [list]);
-  useEffect(() => {
-    if (atEnd.current) end.current?.scrollIntoView({ block: "end" });
-  }, changes);
+    // The end moves without a new message too: the markdown renderer or the highlighter arriving,
+    // a message's actions showing once it is done, the composer growing. At the end, stay there;
+    // unless the reader just scrolled up (their scroll event may not have come yet).
+    const stick = () => {
+      if (el.scrollTop < lastTop - 1) onScroll();
+      if (atEnd.current) end.current?.scrollIntoView({ block: "end" });
+      lastTop = el.scrollTop;
+    };
+    stickRef.current = stick;
+    const changed = new MutationObserver(stick);
+    changed.observe(el, { childList: true, subtree: true, characterData: true });
+    const resized = new ResizeObserver(stick);
+    resized.observe(el);
+    return () => {
+      el.removeEventListener("scroll", onScroll);
+      changed.disconnect();
+      resized.disconnect();
+    };
+  }, [list, end]);
+  useEffect(() => stickRef.current(), changes);
   const jump = useCallback(() => {
     // At once, not smoothly: a smooth scroll's first steps would read as the reader scrolling up.
     atEnd.current = true;
