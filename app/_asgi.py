@@ -51,7 +51,7 @@ from ._moved import moved_response
 from ._openapi import openapi
 from ._socket import SocketServices, serve_socket
 from ._uichat import chat_routes
-from ._web import web_routes
+from ._web import model_label, web_routes
 from .demo import DEMO_SCRIPT
 from .settings import Settings
 
@@ -288,7 +288,8 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
                          settings.max_messages_per_request, services.limits,
                          services.sockets, lambda reason: metrics.refusals.labels(reason).inc()),
             Route("/agents/{agent}/{name}/{rest:path}", agent_http, methods=["GET", "POST", "HEAD"]),
-            *web_routes(sorted(routed), dist=settings.web_dir, guard=refused),
+            *web_routes(sorted(routed), dist=settings.web_dir, guard=refused,
+                        models={n: model_label(m) for n, m in harness.models.items()}),
         ],
         middleware=middleware,
         exception_handlers={HTTPException: _http_exception},

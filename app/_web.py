@@ -7,7 +7,8 @@ not committed. Without a build, ``GET /`` says how to make one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import anyio
@@ -17,7 +18,12 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-__all__ = ["WEB_DIST", "web_routes"]
+from think_server.harness import Model
+from think_server.harness.providers import HttpModel, Script, ScriptedModel, load_script
+
+from .demo import DEMO_SCRIPT
+
+__all__ = ["DEMO_MODEL", "WEB_DIST", "model_label", "web_routes"]
 
 WEB_DIST = Path(__file__).with_name("web") / "dist"
 
@@ -36,6 +42,26 @@ _NOT_BUILT = (
     "The chat page is not built. Build it with `make web` (npm ci + vite build in app/web), "
     "then reload. The chat protocol itself works without it: /agents/{agent}/{name}.\n"
 )
+
+
+#: What the page shows for the offline demo (it offers the demo's topics only then).
+DEMO_MODEL = "scripted (demo)"
+
+
+@functools.cache
+def _demo_script() -> Script:
+    return load_script(DEMO_SCRIPT)
+
+
+def model_label(model: Model) -> str:
+    """Which model answers, as the page shows it: ``provider:model`` (``openai:gpt-4.1-mini``), never a
+    key or a URL (an openai-compatible server's address may carry one); the demo script is DEMO_MODEL."""
+    if isinstance(model, ScriptedModel):
+        return DEMO_MODEL if model.script == _demo_script() else "scripted"
+    if isinstance(model, HttpModel):
+        name = getattr(model, "model", None)
+        return f"{model.provider}:{name}" if isinstance(name, str) else model.provider
+    return type(model).__name__
 
 
 class _Assets(StaticFiles):
@@ -59,13 +85,17 @@ def web_routes(
     agent_names: list[str],
     dist: Path | None = None,
     guard: Callable[[Request], Response | None] | None = None,
+    models: Mapping[str, str] | None = None,
 ) -> list[BaseRoute]:
-    """``GET /`` (the page), ``/assets/*`` (its bundles) and ``GET /api/agents`` (``agent_names`` as JSON).
+    """``GET /`` (the page), ``/assets/*`` (its bundles) and ``GET /api/agents``: ``{"agents": [...],
+    "models": {agent: label}}``.
 
-    ``agent_names`` are the route names of the server's agents, as in ``/agents/{name}/...``.
+    ``agent_names`` are the route names of the server's agents, as in ``/agents/{name}/...``;
+    ``models`` what :func:`model_label` says of each one's model.
     """
     root = dist or WEB_DIST
     names = list(agent_names)
+    listed = {"agents": names, "models": {n: (models or {}).get(n) for n in names}}
 
     async def index(request: Request) -> Response:
         page = root / "index.html"
@@ -77,7 +107,7 @@ def web_routes(
         refused = guard(request) if guard is not None else None
         if refused is not None:
             return refused  # the page itself is public; what the server serves is not
-        return JSONResponse(names, headers={"Cache-Control": "no-store"})
+        return JSONResponse(listed, headers={"Cache-Control": "no-store"})
 
     return [
         Route("/", index, methods=["GET", "HEAD"]),

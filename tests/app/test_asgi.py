@@ -260,3 +260,24 @@ async def test_the_page_is_served_from_the_web_dir_setting(serve, tmp_path: Path
         script = await http.get("/assets/app.js")
         assert (script.status_code, script.text) == (200, "console.log('mine')")
         assert (await http.get("/assets/missing.js")).status_code == 404
+
+
+async def test_the_agent_list_says_which_model_answers_and_no_secret(serve, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``GET /api/agents``: the page shows which model answers (the demo's topics only on the demo),
+    as provider:model; never a key, nor the address of a server (it may carry a password)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-very-secret")
+    srv = await serve({
+        "Demo": Agent(),  # no model of its own: the server's default, the demo script
+        "Scripted": Agent(model=ScriptedModel(HI_SCRIPT)),
+        "Remote": Agent(model="openai:gpt-4.1-mini"),
+        "Local": Agent(model="openai-compatible:http://me:hunter2@127.0.0.1:9/v1#llama3?temperature=0.2"),
+    })
+    async with httpx.AsyncClient(base_url=srv.base) as http:
+        r = await http.get("/api/agents")
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "agents": ["demo", "local", "remote", "scripted"],
+        "models": {"demo": "scripted (demo)", "local": "openai-compatible:llama3", "remote": "openai:gpt-4.1-mini",
+                   "scripted": "scripted"},
+    }
+    assert "very-secret" not in r.text and "hunter2" not in r.text and "127.0.0.1" not in r.text

@@ -83,7 +83,7 @@ async def test_a_static_token_guards_sockets_and_http_but_not_health(serve) -> N
         assert (await http.get("/healthz")).status_code == 200
         assert (await http.get("/api/agents")).status_code == 401, "the page is public, the agent list is not"
         r = await http.get("/api/agents", headers={"Authorization": "Bearer letmein"})
-        assert r.status_code == 200 and r.json() == ["my-agent"]
+        assert r.status_code == 200 and r.json()["agents"] == ["my-agent"]
 
 
 async def test_hs256_jwts_are_checked(serve) -> None:

@@ -84,7 +84,7 @@ def test_page_and_agent_list_are_served(server: ThinkServer) -> None:
     assert "javascript" in bundle.headers["content-type"]
     agents = httpx.get(f"{server.base}/api/agents", timeout=10)
     assert agents.status_code == 200
-    assert agents.json() == ["assistant"]
+    assert agents.json() == {"agents": ["assistant"], "models": {"assistant": "scripted (demo)"}}
     assert httpx.get(f"{server.base}/assets/missing.js", timeout=10).status_code == 404
 
 
@@ -364,6 +364,8 @@ def test_the_files_panel_shows_what_the_agent_wrote(context: BrowserContext, ser
     expect(files.first.locator(".file-size")).to_have_text(f"{len(NOTE.encode())} B")
     files.first.click()
     content = panel.get_by_label("Content of notes.md")
+    expect(content.get_by_role("heading", name="Notes")).to_be_visible()  # a markdown file reads as markdown
+    panel.get_by_role("button", name="Source").click()
     expect(content).to_have_text(NOTE)
     got = httpx.get(f"{server.base}/agents/assistant/{name}/files/notes.md", timeout=10)
     assert (got.status_code, got.text) == (200, NOTE)
@@ -374,7 +376,7 @@ def test_the_files_panel_shows_what_the_agent_wrote(context: BrowserContext, ser
 
     # The tool card opens the file it wrote.
     card.get_by_role("button", name="Open").click()
-    expect(content).to_have_text(NOTE)
+    expect(content).to_contain_text("The agent keeps files in its workspace")
     panel.get_by_role("button", name="← All files").click()
 
     # A file written over HTTP shows after a refresh; binary content is never pasted into the page.
@@ -576,7 +578,7 @@ async def test_web_routes_without_a_build(tmp_path: Path) -> None:
         assert (await client.get("/assets/index.js")).status_code == 404
         agents = await client.get("/api/agents")
         assert agents.status_code == 200
-        assert agents.json() == ["assistant", "my-agent"]
+        assert agents.json() == {"agents": ["assistant", "my-agent"], "models": {"assistant": None, "my-agent": None}}
 
 
 # ── flows that went wrong, and what people expect of the page ────────────

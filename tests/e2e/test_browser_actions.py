@@ -396,7 +396,7 @@ def test_phone_files_are_a_sheet_and_a_touch_screen_gets_no_keyboard_hints(
         expect(sheet).to_be_visible()
         expect(sheet.locator(".file-view")).to_have_attribute("data-path", "notes.md")
         expect(sheet.get_by_role("button", name="Close files")).to_be_focused()
-        expect(sheet.locator(".file-content")).to_contain_text("# Notes")
+        expect(sheet.locator(".file-content")).to_contain_text("Notes")
         rect = sheet.bounding_box()
         assert rect and rect["x"] >= 0 and rect["x"] + rect["width"] <= PHONE["width"] + 1, rect
         shot(tab, request, "2-sheet-file")

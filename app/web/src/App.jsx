@@ -1,7 +1,7 @@
-import { useCallback, useEffect, useRef, useState } from "react";
+import { Suspense, lazy, useCallback, useEffect, useRef, useState } from "react";
 import { AWAY, deleteSession, getMessages, listSessions, newSessionId, renameSession, titleOf } from "./api.js";
-import { Chat } from "./Chat.jsx";
 import { FileOpener, Files, useFiles } from "./Files.jsx";
+import { Header, offersTopics, readAgents } from "./Header.jsx";
 import {
   DEFAULT_NAME,
   authToken,
@@ -14,8 +14,22 @@ import {
 
 const UNTITLED = "New chat";
 
+// The chat and what it runs on (the AI SDK, the agents client, zod) are most of the page's
+// JavaScript: a chunk of their own, asked for as this module starts, so the header and the
+// conversation list show while it arrives.
+const chatModule = import("./Chat.jsx");
+const Chat = lazy(() => chatModule.then((m) => ({ default: m.Chat })));
+
+function ChatLoading() {
+  return (
+    <main className="chat" data-connection="loading" aria-busy="true">
+      <p className="notice">Loading…</p>
+    </main>
+  );
+}
+
 function useAgentNames() {
-  const [state, setState] = useState({ agents: null, error: null });
+  const [state, setState] = useState({ agents: null, models: null, error: null });
   useEffect(() => {
     let live = true;
     const token = authToken();
@@ -23,11 +37,10 @@ function useAgentNames() {
     fetch("/api/agents", { headers })
       .then(async (res) => {
         if (!res.ok) throw new Error(`GET /api/agents answered ${res.status}`);
-        const agents = await res.json();
-        if (!Array.isArray(agents)) throw new Error("GET /api/agents did not answer a list");
-        if (live) setState({ agents, error: null });
+        const { agents, models } = readAgents(await res.json());
+        if (live) setState({ agents, models, error: null });
       })
-      .catch((e) => live && setState({ agents: null, error: String(e.message ?? e) }));
+      .catch((e) => live && setState({ agents: null, models: null, error: String(e.message ?? e) }));
     return () => {
       live = false;
     };
@@ -397,6 +410,9 @@ function Sidebar({ agents, current, list, open: drawerOpen, onClose }) {
           ))}
         </ul>
       )}
+      <p className="instance-line">
+        Instance <span data-testid="instance">{name}</span>
+      </p>
       {earlier.length > 0 && (
         <details className="earlier">
           <summary>Earlier, in this browser</summary>
@@ -433,7 +449,7 @@ function useDrawer() {
 }
 
 export function App() {
-  const { agents, error } = useAgentNames();
+  const { agents, models, error } = useAgentNames();
   const current = useConversation(agents);
   const list = useSessions(current?.agent, current?.name, current?.session);
   const drawer = useDrawer();
@@ -488,14 +504,17 @@ export function App() {
         {drawer.isOpen && <div className="scrim" aria-hidden="true" onClick={() => drawer.close()} />}
         {sheet && hasFiles && <div className="scrim sheet-scrim" aria-hidden="true" onClick={closeSheet} />}
         <FileOpener.Provider value={openFile}>
-          <Chat
-            key={key}
-            agent={current.agent}
-            name={current.name}
-            session={current.session}
-            onTitle={onTitle}
-            onSettled={onSettled}
-          />
+          <Suspense fallback={<ChatLoading />}>
+            <Chat
+              key={key}
+              agent={current.agent}
+              name={current.name}
+              session={current.session}
+              onTitle={onTitle}
+              onSettled={onSettled}
+              topics={offersTopics(models, current.agent)}
+            />
+          </Suspense>
         </FileOpener.Provider>
         <Files agent={current.agent} name={current.name} state={files} version={answers} sheet={sheet} onCloseSheet={closeSheet} />
       </div>
@@ -503,40 +522,17 @@ export function App() {
   }
   return (
     <>
-      <header className="top">
-        {current && (
-          <button
-            type="button"
-            className="menu"
-            ref={drawer.toggle}
-            aria-controls="sidebar"
-            aria-expanded={drawer.isOpen}
-            onClick={() => (drawer.isOpen ? drawer.close() : drawer.open())}
-          >
-            <span aria-hidden="true">☰</span>
-            <span className="visually-hidden">Conversations</span>
-          </button>
-        )}
-        <h1>think-server</h1>
-        {current && hasFiles && (
-          <button
-            type="button"
-            className="files-toggle secondary"
-            ref={filesToggle}
-            aria-controls="files"
-            aria-expanded={sheet}
-            onClick={() => (sheet ? closeSheet() : setSheet(true))}
-          >
-            Files
-          </button>
-        )}
-        {current && (
-          <p className="where">
-            <span className="agent-name">{current.agent}</span> / <span data-testid="instance">{current.name}</span>{" "}
-            / <span data-testid="conversation">{title}</span>
-          </p>
-        )}
-      </header>
+      <Header
+        ref={filesToggle}
+        current={current}
+        agents={agents ?? []}
+        models={models}
+        title={title}
+        drawer={drawer}
+        hasFiles={hasFiles}
+        sheet={sheet}
+        onFiles={() => (sheet ? closeSheet() : setSheet(true))}
+      />
       {body}
     </>
   );

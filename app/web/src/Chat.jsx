@@ -2,6 +2,7 @@ import { useAgentChat } from "@cloudflare/ai-chat/react";
 import { useAgent } from "agents/react";
 import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "react";
 import { EditForm, MessageActions, newMessageId } from "./Actions.jsx";
+import { JumpToLatest, useFollow } from "./Follow.jsx";
 import { continueAnswer, getForks, getMessages, switchBranch, titleOf } from "./api.js";
 import { authToken } from "./conversations.js";
 import { Message, TurnError, hasContent } from "./Parts.jsx";
@@ -107,7 +108,7 @@ function useConnection() {
  * stored messages itself: the hook's own get-messages neither names the session
  * nor tells sessions of one instance apart in its cache.
  */
-export function Chat({ agent, name, session, onTitle, onSettled }) {
+export function Chat({ agent, name, session, onTitle, onSettled, topics = true }) {
   const { connection, attempts, onOpen, onClose } = useConnection();
   const token = authToken();
   // Browsers cannot set headers on a WebSocket: the token rides in the upgrade's query.
@@ -163,6 +164,7 @@ export function Chat({ agent, name, session, onTitle, onSettled }) {
       mcp={mcp}
       onTitle={onTitle}
       onSettled={onSettled}
+      topics={topics}
     />
   );
 }
@@ -244,7 +246,15 @@ function ConnectionBanner({ connection, attempts, onRetry }) {
   );
 }
 
-function Suggestions({ onPick, disabled }) {
+function Suggestions({ onPick, disabled, topics }) {
+  // The topics are the demo script's: another model would answer them, but not show what they say.
+  if (!topics) {
+    return (
+      <li className="empty">
+        <p>No messages yet. Say hi.</p>
+      </li>
+    );
+  }
   return (
     <li className="empty">
       <p>No messages yet. Say hi, or try one of these:</p>
@@ -303,7 +313,7 @@ function useForks(agent, name, session, messages, busy) {
   return forks;
 }
 
-function Conversation({ agent, name, session, socket, connection, attempts, onRetryNow, stored, mcp, onTitle, onSettled }) {
+function Conversation({ agent, name, session, socket, connection, attempts, onRetryNow, stored, mcp, onTitle, onSettled, topics }) {
   const chat = useAgentChat({
     agent: socket,
     onToolCall: answerToolCall,
@@ -328,20 +338,7 @@ function Conversation({ agent, name, session, socket, connection, attempts, onRe
   const [offlineSince, setOfflineSince] = useState(null); // ids of the messages before the first one
   useAutoSize(input, draft);
 
-  // Follow the answer as it grows, unless the reader scrolled up to read something else.
-  const atEnd = useRef(true);
-  useEffect(() => {
-    const el = list.current;
-    if (!el) return;
-    const onScroll = () => {
-      atEnd.current = el.scrollHeight - el.scrollTop - el.clientHeight < 80;
-    };
-    el.addEventListener("scroll", onScroll, { passive: true });
-    return () => el.removeEventListener("scroll", onScroll);
-  }, []);
-  useEffect(() => {
-    if (atEnd.current) end.current?.scrollIntoView({ block: "end" });
-  }, [messages, turns.failures]);
+  const follow = useFollow(list, end, [messages, turns.failures]);
 
   // Back online: the socket's own error ("closed mid-stream") is over, and queued messages went.
   const wasOpen = useRef(connection === "open");
@@ -544,7 +541,7 @@ function Conversation({ agent, name, session, socket, connection, attempts, onRe
         </p>
       )}
       <ol className="messages" ref={list} aria-label="Messages">
-        {messages.length === 0 && failures.length === 0 && <Suggestions onPick={send} disabled={busy} />}
+        {messages.length === 0 && failures.length === 0 && <Suggestions onPick={send} disabled={busy} topics={topics} />}
         {rows}
         {waiting && (
           <li className="waiting" aria-hidden="true">
@@ -553,6 +550,7 @@ function Conversation({ agent, name, session, socket, connection, attempts, onRe
         )}
         <li ref={end} aria-hidden="true" className="end" />
       </ol>
+      {follow.away && <JumpToLatest onJump={follow.jump} streaming={busy} />}
       <form className="composer" onSubmit={onSubmit}>
         <label htmlFor="message" className="visually-hidden">
           Message

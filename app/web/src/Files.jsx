@@ -3,6 +3,7 @@
 // the same ones; the list is read again after each answer.
 import { createContext, useCallback, useEffect, useRef, useState } from "react";
 import { AWAY, listFiles, readFile } from "./api.js";
+import { Markdown, copyText } from "./Markdown.jsx";
 
 /** Opens a file in the panel (the tool cards of the file tools use it); null without a panel. */
 export const FileOpener = createContext(null);
@@ -49,8 +50,51 @@ export function useFiles(agent, name, version) {
   return { files, error, refresh, openPath, open: setOpenPath };
 }
 
+const isMarkdown = (path) => /\.(md|markdown|mdx)$/i.test(path ?? "");
+
+/** Copy and Download of a text file's content, as it was read. */
+function FileActions({ path, content, source, onSource }) {
+  const [copied, setCopied] = useState(null);
+  const onCopy = async () => {
+    try {
+      await copyText(content);
+      setCopied("Copied");
+    } catch {
+      setCopied("Cannot copy");
+    }
+    setTimeout(() => setCopied(null), 1500);
+  };
+  // From what the page holds, not a link to the file: a link cannot carry the bearer token.
+  const onDownload = () => {
+    const url = URL.createObjectURL(new Blob([content], { type: isMarkdown(path) ? "text/markdown" : "text/plain" }));
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = path.split("/").pop() || "file.txt";
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+  };
+  return (
+    <div className="file-actions">
+      {onSource && (
+        <button type="button" className="secondary" aria-pressed={source} onClick={() => onSource(!source)}>
+          Source
+        </button>
+      )}
+      <button type="button" className="secondary" onClick={onCopy} aria-label={copied ?? `Copy ${path}`}>
+        {copied ?? "Copy"}
+      </button>
+      <button type="button" className="secondary" onClick={onDownload} aria-label={`Download ${path}`}>
+        Download
+      </button>
+    </div>
+  );
+}
+
 function FileView({ agent, name, file, version, onBack }) {
   const [content, setContent] = useState(null);
+  const [source, setSource] = useState(false); // a markdown file's own text rather than rendered
   const [error, setError] = useState(null);
   useEffect(() => {
     let live = true;
@@ -87,6 +131,19 @@ function FileView({ agent, name, file, version, onBack }) {
       )}
       {file && !file.is_text && <p className="file-note">Binary content: not shown.</p>}
       {file?.is_text && content !== null && (
+        <FileActions
+          path={file.path}
+          content={content}
+          source={source}
+          onSource={isMarkdown(file.path) ? setSource : null}
+        />
+      )}
+      {file?.is_text && content !== null && isMarkdown(file.path) && !source && (
+        <div className="file-content file-markdown text" role="document" aria-label={`Content of ${file.path}`} tabIndex={0}>
+          <Markdown text={content} />
+        </div>
+      )}
+      {file?.is_text && content !== null && (!isMarkdown(file.path) || source) && (
         <pre className="file-content" aria-label={`Content of ${file.path}`} tabIndex={0}>
           {content}
         </pre>
