@@ -18,8 +18,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-from think_server.harness import Model
-from think_server.harness.providers import HttpModel, Script, ScriptedModel, load_script
+from think_server.harness import Model, Script, ScriptedModel, load_script
 
 from .demo import DEMO_SCRIPT
 
@@ -56,12 +55,9 @@ def _demo_script() -> Script:
 def model_label(model: Model) -> str:
     """Which model answers, as the page shows it: ``provider:model`` (``openai:gpt-4.1-mini``), never a
     key or a URL (an openai-compatible server's address may carry one); the demo script is DEMO_MODEL."""
-    if isinstance(model, ScriptedModel):
-        return DEMO_MODEL if model.script == _demo_script() else "scripted"
-    if isinstance(model, HttpModel):
-        name = getattr(model, "model", None)
-        return f"{model.provider}:{name}" if isinstance(name, str) else model.provider
-    return type(model).__name__
+    if isinstance(model, ScriptedModel) and model.script == _demo_script():
+        return DEMO_MODEL
+    return model.label
 
 
 class _Assets(StaticFiles):

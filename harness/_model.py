@@ -193,5 +193,11 @@ class Model(abc.ABC):
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream the events of one model call, ending with :class:`Finish`."""
 
+    @property
+    def label(self) -> str:
+        """Which model this is, as a person is shown it (the chat page names the model that answers):
+        ``provider:model`` for the providers, never a key or a URL; the class's name by default."""
+        return type(self).__name__
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most providers hold nothing
         """Release what the provider holds (HTTP clients). Called at shutdown."""

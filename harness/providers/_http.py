@@ -106,6 +106,11 @@ class HttpModel(Model):
 
     provider = "http"
 
+    @property
+    def label(self) -> str:
+        name = getattr(self, "model", None)  # the model id, where the provider has one
+        return f"{self.provider}:{name}" if isinstance(name, str) else self.provider
+
     def __init__(
         self,
         base_url: str,

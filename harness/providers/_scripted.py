@@ -334,6 +334,10 @@ class ScriptedModel(Model):
         else:
             self.script = load_script(script)
 
+    @property
+    def label(self) -> str:
+        return "scripted"
+
     def _choose(self, turn: _Turn) -> tuple[Rule, Step]:
         text = turn.user or ""
         rule = next((r for r in self.script.rules if r.matches(text)), None)
