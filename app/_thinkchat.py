@@ -72,6 +72,12 @@ log = logging.getLogger("think_server.chat")
 #: that ACK (a round trip: the hook ACKs at once). Sent first, the end would make the hook close
 #: the stream and drop the replay the ACK brings; a socket that never ACKs gets it after this.
 RESUME_ACK_WAIT_S = 2.0
+#: How long the tab whose answer (an approval, a tool result) started a continuation may take to ask
+#: for it (the hook probes once its own stream has ended) before it is offered the stream anyway.
+#: Offered before its probe, the hook takes it as an "early" continuation and shows it without its
+#: own stream machinery (no status, no onFinish, a stale tool card); a client that never probes
+#: still gets the offer after this.
+PROBE_WAIT_S = 0.5
 
 # Streams remembered per socket as replayed already. The ids come from the client, so
 # only the latest are kept; an older one ACKed again is replayed again, which the
@@ -91,6 +97,8 @@ class ThinkChat:
         # Told `pending` (by the probe id they asked with, if any): told `resuming` when the stream
         # starts, or `none` when the work ends without one.
         self._parked: dict[str, str | None] = {}
+        # Parked by their own answer, the continuation started, no probe yet: told after PROBE_WAIT_S.
+        self._unprobed: dict[str, asyncio.TimerHandle] = {}
         self._active: Stream | None = None
         self._requesters: dict[str, str] = {}  # operation id -> connection id that asked for it
         self._clearing: str | None = None
@@ -126,6 +134,7 @@ class ThinkChat:
         self._acked.pop(conn.id, None)
         self._awaiting_ack.discard(conn.id)
         self._parked.pop(conn.id, None)
+        self._forget_unprobed(conn.id)
         self._unhold(conn.id)
         active = self._active
         if active is not None and active.bodies and active.settled is None:
@@ -145,6 +154,7 @@ class ThinkChat:
             self._acked.pop(conn.id, None)
             self._awaiting_ack.discard(conn.id)
             self._parked.pop(conn.id, None)
+            self._forget_unprobed(conn.id)
             self._unhold(conn.id)
 
     # -- frames from clients --------------------------------------------------------
@@ -295,6 +305,11 @@ class ThinkChat:
             conn.send(error_frame(f"{answer.kind} refused ({exc.reason}): {exc}"))
 
     def _on_resume_request(self, conn: Connection, probe_id: str | None) -> None:
+        if self._forget_unprobed(conn.id):
+            held = self._held.get(conn.id)
+            if held is not None:  # the continuation ended before the probe: its ACK gets the replay and end
+                conn.send(dump_frame(StreamResuming(id=held[0].id, probeId=probe_id)))
+                return
         active = self._active
         if active is not None and active.settled is None and active.bodies:
             acked = self._acked.get(conn.id)
@@ -450,12 +465,32 @@ class ThinkChat:
         if self._active is None or self._active.id != event.operation_id:
             return
         frame = dump_frame(StreamResuming(id=event.operation_id))
-        for cid in list(self._parked):
+        for cid, probe_id in list(self._parked.items()):
             conn = self.connections.get(cid)
-            if conn is not None:
-                self._awaiting_ack.add(cid)
+            if conn is None:
+                continue
+            self._awaiting_ack.add(cid)  # no live frames: the offer's ACK replays from the start
+            if probe_id is None and event.operation_id in self._answers:
+                # Its own answer's continuation, not asked for yet: its probe gets the offer.
+                loop = asyncio.get_running_loop()
+                self._unprobed[cid] = loop.call_later(PROBE_WAIT_S, self._offer_unprobed, cid, event.operation_id)
+            else:
                 conn.send(frame)
         self._parked.clear()
+
+    def _forget_unprobed(self, conn_id: str) -> bool:
+        timer = self._unprobed.pop(conn_id, None)
+        if timer is None:
+            return False
+        timer.cancel()
+        return True
+
+    def _offer_unprobed(self, conn_id: str, operation_id: str) -> None:
+        """The tab did not ask for its continuation in time: it is offered it, as before its probe."""
+        self._unprobed.pop(conn_id, None)
+        conn = self.connections.get(conn_id)
+        if conn is not None and (conn_id in self._awaiting_ack or conn_id in self._held):
+            conn.send(dump_frame(StreamResuming(id=operation_id)))
 
     def _on_chunks(self, event: ChunksCommitted) -> None:
         active = self._active

@@ -21,6 +21,7 @@ import pytest
 
 from tests.conformance_app import get_location, get_weather
 from tests.conftest import Client, RunningServer, chat_request, chunks_of, is_done
+from think_server.app import _thinkchat
 from think_server.harness import Agent, Model, ModelRequest, ScriptedModel, TextDelta, tool
 
 AGENT = "my-agent"
@@ -378,6 +379,7 @@ async def test_an_approved_call_runs_and_its_output_reaches_the_client(serve) ->
     await c.send({"type": "cf_agent_tool_approval", "toolCallId": call_id, "approved": True, "autoContinue": True})
     updated = await c.wait_for(is_type("cf_agent_message_updated"), start=mark)
     assert tool_parts(updated["message"])[0]["state"] == "approval-responded"
+    await c.send({"type": "cf_agent_stream_resume_request", "probeId": "p1"})  # the hook asks for it
     offer = await c.wait_for(is_type("cf_agent_stream_resuming"), start=mark)  # the continuation, offered
     await c.send({"type": "cf_agent_stream_resume_ack", "id": offer["id"]})  # and taken, as the hook does
     done = await c.wait_for(continuation_done, start=mark)
@@ -950,3 +952,44 @@ async def test_a_steer_shows_in_every_tab_where_it_took_effect(serve) -> None:
     assert part["state"] == "output-available" and part["output"] == "released"
     await a.close()
     await b.close()
+
+
+async def test_the_tab_whose_answer_continues_the_turn_is_offered_the_stream_when_it_asks(
+        serve, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The hook asks for the continuation it started once its own stream has ended; an offer that came
+    # before would be taken as an "early" continuation, shown without the hook's stream machinery
+    # (its status, onFinish, the tool card's last state). So the offer waits for the tab's probe.
+    monkeypatch.setattr(_thinkchat, "PROBE_WAIT_S", 60.0)
+    srv = await serve()
+    c = await Client.open(url(srv, "asks"))
+    call_id, before = await approval_turn(srv, c, "asks")
+    mark = len(c.frames)
+    await c.send({"type": "cf_agent_tool_approval", "toolCallId": call_id, "approved": True, "autoContinue": True})
+    for _ in range(400):  # the continuation runs to its end meanwhile
+        msgs = await get_messages(srv, "asks")
+        if tool_parts(msgs[-1])[0]["state"] == "output-available" and text_of(msgs[-1]).startswith("Done"):
+            break
+        await asyncio.sleep(0.025)
+    assert not [f for f in c.frames[mark:] if f.get("type") == "cf_agent_stream_resuming"], "not offered unasked"
+    await c.send({"type": "cf_agent_stream_resume_request", "probeId": "late"})
+    offer = await c.wait_for(is_type("cf_agent_stream_resuming"), start=mark)
+    assert offer["probeId"] == "late"
+    await c.send({"type": "cf_agent_stream_resume_ack", "id": offer["id"]})
+    done = await c.wait_for(continuation_done, start=mark)  # the replay, then the end
+    assert done["outcome"] == "completed"
+    assert "Done: " in "".join(ch.get("delta", "") for ch in body_chunks(frames_of(c, done["id"])))
+    assert (await get_messages(srv, "asks"))[1]["id"] == before["id"]
+
+
+async def test_a_tab_that_never_asks_for_its_continuation_is_offered_it_after_a_moment(
+        serve, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_thinkchat, "PROBE_WAIT_S", 0.05)
+    srv = await serve()
+    c = await Client.open(url(srv, "never-asks"))
+    call_id, _ = await approval_turn(srv, c, "never-asks")
+    mark = len(c.frames)
+    await c.send({"type": "cf_agent_tool_approval", "toolCallId": call_id, "approved": True, "autoContinue": True})
+    offer = await c.wait_for(is_type("cf_agent_stream_resuming"), start=mark)
+    assert "probeId" not in offer or offer["probeId"] is None
+    await c.send({"type": "cf_agent_stream_resume_ack", "id": offer["id"]})
+    assert (await c.wait_for(continuation_done, start=mark))["outcome"] == "completed"
