@@ -52,7 +52,7 @@ from ..turn import CONTINUING, Outcome, Recovered, Turn, TurnHooks, TurnPlan, ca
 from ._models import ModelCache
 from ._pending import Pending
 from ._session_busy import MERGED
-from ._starting import HeldSubmission, IdTaken, StartingInputs
+from ._starting import HeldSubmission, StartingInputs
 from ._unwritten import UnwrittenEnds
 
 __all__ = ["OperationRuns"]
@@ -391,22 +391,20 @@ class OperationRuns:
 
     async def _fail(self, op_id: str, exc: Exception) -> None:
         """Settle an operation whose run broke outside the turn: no client may wait for it forever."""
+        if self._starting.drop(op_id, exc) is not None:
+            # An idle session's input broke before its start transaction committed (a full disk,
+            # say): nothing of it is stored, and its submitter is refused with the failure, as when
+            # its own transaction failed before the fold (_starting.py). Nobody else heard of it.
+            return
         outcome = Outcome("error", "unanswered", storage_failure(exc) or INTERNAL_ERROR)
         try:
             async with self.db.transaction() as tx:
-                # An input held for its start (an idle session's) is recorded, ended as failed.
-                starting = await self._starting.write_in(tx, op_id)
                 await self.write_settlement(tx, op_id, outcome)
         except LeaseLost:
             return  # another node serves the instance now and carries the operation on: its end is not ours
-        except IdTaken:
-            self._starting.drop(op_id, False)
-            return
         except Exception as again:
             self._end_unsettled(op_id, outcome, again)
             return
-        if starting is not None:
-            self._submission_written(starting)
         self._finish(op_id, outcome, ())
 
     def _submission_written(self, held: HeldSubmission) -> None:

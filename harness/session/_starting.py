@@ -8,9 +8,10 @@ instead of two, and no moment at which a crash finds the operation pending and n
 The submitter is told once that transaction has committed; until then the operation is
 durable nowhere, as an input being written always was.
 
-Whatever ends the operation before its start (it is withdrawn, its run fails, the session
-closes) writes the held statements in its own transaction, or tells the submitter that
-nothing was stored.
+Whatever ends the operation before its start writes the held statements in its own
+transaction (it is withdrawn), or tells the submitter that nothing was stored: its run
+failed before the start committed (a full disk: the failure is raised to the submitter, as
+when its own transaction failed), or the session closed first.
 """
 
 from __future__ import annotations
