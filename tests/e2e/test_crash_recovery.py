@@ -88,13 +88,19 @@ async def reconnect_and_finish(srv: Server, name: str, rid: str, *, may_be_done:
                                agent: str = AGENT) -> Client:
     """A reloaded tab: probe, ACK when offered, wait for the request's end.
 
-    With ``may_be_done`` the recovered turn may have finished before the tab
-    connects: then the transcript it got on connect must already hold the answer.
+    With ``may_be_done`` the probe may find nothing to attach to: the recovered turn
+    finished before the tab connected (then the transcript it got on connect must
+    already hold the answer), or the tab has been getting the turn's stream live from
+    its start (the server answers such a socket's probe with "none", in
+    app/_thinkchat.py's _on_resume_request; then the turn's own end reaches it).
     """
     c = await Client.open(srv.ws(name, str(uuid.uuid4()), agent))
     await c.send({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
     answer = await c.wait_for(lambda f: f.get("probeId") == "p1", timeout=10)
     if may_be_done and answer["type"] == "cf_agent_stream_resume_none":
+        if any(f.get("id") == rid for f in c.frames):  # live: its chunks came before the probe's answer
+            await c.wait_for(is_done(rid), timeout=30)
+            return c
         greeting = next(f for f in c.frames if f.get("type") == "cf_agent_chat_messages")
         assert greeting["messages"] == await get_messages(srv, name, agent)
         return c
