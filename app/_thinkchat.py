@@ -226,6 +226,9 @@ class ThinkChat:
         regenerate_from = body.branch_point() if body.trigger == "regenerate-message" else None
         client_tools = None if body.clientTools is None else [t.model_dump(exclude_unset=True)
                                                               for t in body.clientTools]
+        # Read before the submission: an idle session's input returns once its turn has started,
+        # and the start ends the calls this request's copy claims to answer (harness/session/_starting.py).
+        claimed = self._carried_answers(frame.init.body) if body.messages or regenerate_from is not None else {}
         self._requesters[rid] = conn.id
         receipt = None
         try:
@@ -248,17 +251,22 @@ class ThinkChat:
                 self._requesters.pop(rid, None)
         if not receipt.accepted:
             await self._answer_retry(conn, rid)
-        elif body.messages or regenerate_from is not None:
-            self._refuse_carried_answers(conn, frame.init.body)
+        else:
+            self._refuse_carried_answers(conn, claimed)
 
-    def _refuse_carried_answers(self, conn: Connection, body: str) -> None:
-        """A request that starts a new turn, whose copy of the transcript shows a call answered that
-        the server still holds as waiting: that answer is not taken (messages the server holds are
-        its own), and the new turn ends the call without running it. Its sender is told so."""
+    def _carried_answers(self, body: str) -> dict[str, str]:
+        """The calls the server holds as waiting that a request's copy of the transcript shows
+        answered (call id -> kind)."""
         waiting = self.session.waiting_calls()
         if not waiting:  # nearly always: read from the parsed body only when a call waits
-            return
-        for call_id, kind in answers_claimed(body, waiting).items():
+            return {}
+        return answers_claimed(body, waiting)
+
+    def _refuse_carried_answers(self, conn: Connection, claimed: dict[str, str]) -> None:
+        """A request that starts a new turn, whose copy of the transcript shows a call answered that
+        the server still held as waiting: that answer is not taken (messages the server holds are
+        its own), and the new turn ends the call without running it. Its sender is told so."""
+        for call_id, kind in claimed.items():
             if not self.session.answer_queued(call_id):
                 conn.send(error_frame(
                     f"{kind} refused (moved_on): tool call {call_id!r} is answered only by a "

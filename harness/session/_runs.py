@@ -30,7 +30,14 @@ from .._answers import (
     moved_on,
 )
 from .._clock import Clock
-from .._events import HarnessEvent, MessagePersisted, MessageUpdated, OperationSettled, RunStarted
+from .._events import (
+    HarnessEvent,
+    MessagePersisted,
+    MessageUpdated,
+    OperationQueued,
+    OperationSettled,
+    RunStarted,
+)
 from .._input import InputPolicy
 from .._json import dumps, storable
 from .._logcontext import current_operation
@@ -45,6 +52,7 @@ from ..turn import CONTINUING, Outcome, Recovered, Turn, TurnHooks, TurnPlan, ca
 from ._models import ModelCache
 from ._pending import Pending
 from ._session_busy import MERGED
+from ._starting import HeldSubmission, StartingInputs
 from ._unwritten import UnwrittenEnds
 
 __all__ = ["OperationRuns"]
@@ -73,6 +81,7 @@ class OperationRuns:
     _hook_tasks: set[asyncio.Task[None]]
     _unwritten: UnwrittenEnds
     _pending: Pending
+    _starting: StartingInputs
     workspace: Workspace
     policy: InputPolicy
     host: Any
@@ -153,6 +162,7 @@ class OperationRuns:
         # regenerated answer's too: a branch switched back to must not offer them again).
         ended = await self._end_waiting_calls(op_id) if takes_turn else []
         async with self.db.transaction() as tx:
+            starting = await self._starting.write_in(tx, op_id)  # an idle session's input: written now
             for _, msg, text in ended:
                 await tx.update_message(self.id, msg.id, text, now)
             for m, text in stored:
@@ -161,6 +171,8 @@ class OperationRuns:
             for older, _ in merged:
                 await self.write_settlement(tx, older, MERGED)
             await tx.start_operation(op_id, message_id, now)
+        if starting is not None:
+            self._submission_written(starting)
         self._settle_carried(op_id, merged)
         self._tell_ended(ended, told_below=base_len)
         new_messages = [m for m, _ in stored]
@@ -379,6 +391,11 @@ class OperationRuns:
 
     async def _fail(self, op_id: str, exc: Exception) -> None:
         """Settle an operation whose run broke outside the turn: no client may wait for it forever."""
+        if self._starting.drop(op_id, exc) is not None:
+            # An idle session's input broke before its start transaction committed (a full disk,
+            # say): nothing of it is stored, and its submitter is refused with the failure, as when
+            # its own transaction failed before the fold (_starting.py). Nobody else heard of it.
+            return
         outcome = Outcome("error", "unanswered", storage_failure(exc) or INTERNAL_ERROR)
         try:
             async with self.db.transaction() as tx:
@@ -389,6 +406,12 @@ class OperationRuns:
             self._end_unsettled(op_id, outcome, again)
             return
         self._finish(op_id, outcome, ())
+
+    def _submission_written(self, held: HeldSubmission) -> None:
+        """An input held for its start is committed: its submitter and the listeners hear of it."""
+        self._starting.committed(held)
+        self.last_terminal = None  # its submission cleared it in the file
+        self.publish(OperationQueued(held.op_id))
 
     def _end_unsettled(self, op_id: str, outcome: Outcome, cause: BaseException | None,
                        message_ids: Sequence[str] = ()) -> None:

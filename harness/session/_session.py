@@ -13,21 +13,21 @@ import contextlib
 import json
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from think_server.protocol import UIMessage
-from think_server.storage import CompactionRow, Database, LeaseLost, OperationRow, driver_errors
+from think_server.storage import CompactionRow, Database, LeaseLost, OperationRow, Tx, driver_errors
 
 from .._answers import Answer, AnswerRefused, check_answer
 from .._clock import Clock
-from .._events import HarnessEvent, Listener, MessagePersisted, OperationQueued, SessionReset, TranscriptChanged
+from .._events import HarnessEvent, Listener, MessagePersisted, OperationQueued, SessionReset
 from .._input import InputPolicy, check_client_messages
 from .._inputs import check_input_id
 from .._json import dumps, storable
 from .._logcontext import current_agent, current_instance, current_operation, current_session
 from .._model import Model
-from .._outcomes import OperationResult, Receipt, SessionBusy, SubmitRefused, result_of, storage_failure
+from .._outcomes import OperationResult, Receipt, SubmitRefused, result_of, storage_failure
 from .._tools import Tool
 from .._tracing import continue_from, span
 from ..agent import Agent
@@ -39,8 +39,10 @@ from ._pending import Pending
 from ._runs import OperationRuns
 from ._session_busy import SessionBusyStrategies
 from ._session_compaction import SessionCompaction
+from ._session_edits import SessionEdits
 from ._session_memory import SessionMemory
 from ._session_transcript import SessionTranscript
+from ._starting import IdTaken, StartingInputs
 from ._unwritten import UnwrittenEnds
 from ._work import WorkNotices
 
@@ -48,7 +50,14 @@ __all__ = ["Session"]
 
 log = logging.getLogger("think_server.session")
 
-class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusyStrategies, OperationRuns):
+
+
+def _not_started() -> SubmitRefused:
+    """Told to the submitter of an input held for its start that never started (_starting.py). Stored
+    or not (a close may land right after its commit), sending it again is safe: a known id runs once."""
+    return SubmitRefused("the conversation closed before this input could start; send it again")
+
+class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory, SessionBusyStrategies, OperationRuns):
     def __init__(self, db: Database, clock: Clock, session_id: str, agent: Agent, model: Model, *,
                  stream_grace_ms: int = 10 * 60 * 1000, policy: InputPolicy | None = None,
                  work: WorkNotices | None = None, budget: HistoryBudget | None = None,
@@ -93,6 +102,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         self._hook_tasks: set[asyncio.Task[None]] = set()  # on_turn_end calls still running
         self._init_busy()
         self._traces: dict[str, dict[str, str]] = {}  # queued operation -> the trace context it continues
+        self._starting = StartingInputs()  # an idle session's input, written with its start
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -100,6 +110,9 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         """Read a freshly opened file: recover what a dead process left running, then the transcript."""
         if self.db.fresh:  # a file made empty just now: nothing to read, nothing to sweep
             self._history = self._new_history()
+            # Known now, not read at the first turn (the file is no longer fresh then): one trip
+            # to an SQLite thread less before a new instance's first chunk (95 us of its 1.4 ms).
+            self._compactions = []
             return
         for op in await self.db.read.open_operations(self.id):
             if op.status == "running":
@@ -170,6 +183,7 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         worker = self._worker
         if worker is None or worker.done():
             await self._unwritten.flush()
+            self._drop_held()
             return
         if self._turn is not None:
             self._turn.suspend()
@@ -177,6 +191,12 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
                 await asyncio.wait_for(asyncio.shield(worker), grace_s)
         worker.cancel()
         await asyncio.gather(worker, return_exceptions=True)
+        self._drop_held()
+
+    def _drop_held(self) -> None:
+        held = self._starting.held  # closed before the worker took it
+        if held is not None:
+            self._starting.drop(held.op_id, _not_started())
 
     # -- reading (the transcript: see SessionTranscript) ---------------------------
 
@@ -239,6 +259,9 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
             check_input_id(operation_id, "operation_id", new=True, field="operation_id")
         # The caller's id, even "" from code: its terminal frame must name the id it gave.
         op_id = operation_id if operation_id is not None else self.clock.new_id()
+        first = self._starting.held
+        if first is not None and first.op_id == op_id:  # a retry while the first is written: its outcome first
+            await asyncio.wait({first.outcome})
         empty = self.db.fresh  # a file made just now holds no operation and no message
         existing = None if empty else await self.db.read.operation(op_id)
         if existing is not None:
@@ -266,26 +289,49 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
         with self._pending.reservation(op_id, [m.id for m in new]) as held:
             await self._work_notices.opened()
             now = self.clock.now_ms()
-            async with self.db.transaction() as tx:
+
+            async def write(tx: Tx) -> bool:
                 await tx.ensure_session(self.id, now)
-                ends_written = await self._unwritten.write_in(tx)
                 if not await tx.insert_operation(op_id, self.id, kind, source, payload, dumps(options), now):
-                    return Receipt(op_id, self.id, accepted=False)
+                    return False
                 if client_tools is not None:
                     await tx.set_client_tools(self.id, dumps(client_tools) if client_tools else None, now)
                 await tx.set_last_body(self.id, dumps(body) if body else None, now)
                 await tx.set_last_terminal(self.id, None, now)
-            ends_written()
+                return True
+
+            starting = None
+            if self._starts_next(op_id, kind, strategy):  # written with its start (_starting.py)
+                starting = self._starting.hold(op_id, write)
+            else:
+                async with self.db.transaction() as tx:
+                    ends_written = await self._unwritten.write_in(tx)
+                    if not await write(tx):
+                        return Receipt(op_id, self.id, accepted=False)
+                ends_written()
+                self.last_terminal = None
             held.queued = True
             self._pending.wrote(op_id, kind, payload)
-        self.last_terminal = None
         if client_tools is not None:
             self._client_tools = list(client_tools)
         if trace:
             self._traces[op_id] = dict(trace)
+        if starting is not None:
+            self._enqueue(op_id, told=False)  # told once written
+            return Receipt(op_id, self.id, accepted=await asyncio.shield(starting.outcome))
         if kind == "input":
             return await self._place(op_id, strategy, was_busy, now)
         return self._enqueue(op_id)
+
+    def _starts_next(self, op_id: str, kind: str, strategy: str) -> bool:
+        """Whether the worker starts this input next, at once: the session is idle (this input's
+        reservation aside, its worker gone), nothing gathers or waits for it (merge, debounce) and
+        no MCP server is asked for its tools first (the submitter would wait for them)."""
+        return (kind == "input" and strategy not in ("merge", "debounce") and not self.agent.mcp
+                and self._running_id is None and not self._queue and self._pending.reserved == {op_id}
+                and self._starting.held is None and not self._closed and not self._resetting
+                # A worker still about (giving the page cache back) takes it once done: not waited for here.
+                and (self._worker is None or self._worker.done()))
 
     def knows(self, message_id: str) -> bool:
         """Whether the session holds a message with this id: stored on any branch, streaming, or queued."""
@@ -361,68 +407,6 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
             if not waiters:
                 self._waiters.pop(operation_id, None)
 
-    @contextlib.asynccontextmanager
-    async def _between_operations(self) -> AsyncIterator[None]:
-        """Change the transcript without a turn: refused while an operation is open; nothing
-        starts until the change is done; the transcript is read back after it."""
-        if not self.idle or self._pending.reserved or self._resetting:
-            raise SessionBusy("the session has an operation open; change its transcript once it has settled")
-        self._resetting = True
-        try:
-            yield
-        finally:
-            self._resetting = False
-            self._kick()
-
-    async def _reread(self) -> None:
-        self._history = None  # the active path may have moved: read it back
-        await self.history()
-        self.publish(TranscriptChanged())
-
-    async def add_messages(self, messages: Sequence[UIMessage], *, parent_id: str | None = None,
-                           upsert: bool = False, source: Literal["client", "server"] = "server") -> list[str]:
-        """Write messages without a model call, each the parent of the next, under ``parent_id``
-        (default: the end of the active path); the ids written.
-
-        A message whose id is stored is skipped (``upsert``: its content replaced), so the same
-        call twice writes once. Refused with :class:`SubmitRefused` while an operation is open.
-        """
-        if source == "client":
-            messages = check_client_messages(messages, self.policy, roles=("user", "assistant"))
-        async with self._between_operations():
-            history = await self.history()
-            stored = await self.db.read.existing_message_ids(self.id, [m.id for m in messages])
-            if parent_id is not None and parent_id not in stored and parent_id not in history.stored_ids:
-                raise SubmitRefused(f"parent message {parent_id!r} is not in session {self.id!r}", field="parent_id")
-            parent = parent_id if parent_id is not None else (history.ids[-1] if len(history) else None)
-            written: list[str] = []
-            now = self.clock.now_ms()
-            async with self.db.transaction() as tx:
-                await tx.ensure_session(self.id, now)
-                for m in messages:
-                    text = storable(m, self.policy.max_row_bytes)[1]
-                    if m.id in stored or m.id in history.stored_ids:
-                        if upsert and await tx.update_message(self.id, m.id, text, now):
-                            written.append(m.id)
-                        continue
-                    await tx.insert_message(self.id, m.id, parent, m.role, text, None, now)
-                    stored.add(m.id)
-                    written.append(m.id)
-                    parent = m.id
-            if written:
-                await self._reread()
-            return written
-
-    async def switch_branch(self, message_id: str) -> None:
-        """Make the branch through ``message_id`` (down to its newest leaf) the active path."""
-        async with self._between_operations():
-            leaf = await self.db.read.newest_leaf_under(self.id, message_id)
-            if leaf is None:
-                raise SubmitRefused(f"no message {message_id!r} in session {self.id!r}")
-            async with self.db.transaction() as tx:
-                await tx.set_active_leaf(self.id, leaf, self.clock.now_ms())
-            await self._reread()
-
     # -- the worker -------------------------------------------------------------
 
     def _kick(self) -> None:
@@ -444,13 +428,15 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
                     return
             # else queued while the index heard of it: drain again
 
-    def _enqueue(self, op_id: str, at: int | None = None) -> Receipt:
-        """An operation just written as pending takes its place in the queue (the end, or ``at``)."""
+    def _enqueue(self, op_id: str, at: int | None = None, told: bool = True) -> Receipt:
+        """An operation just written as pending takes its place in the queue (the end, or ``at``);
+        ``told``: listeners hear of it now (else once it is written)."""
         if at is None:
             self._queue.append(op_id)
         else:
             self._queue.insert(at, op_id)
-        self.publish(OperationQueued(op_id))
+        if told:
+            self.publish(OperationQueued(op_id))
         self._kick()
         return Receipt(op_id, self.id, accepted=True)
 
@@ -476,6 +462,8 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
             try:
                 with span("think.turn", parent=continue_from(self._traces.pop(op_id, None))):
                     await self._run(op_id)
+            except IdTaken:  # an input held for its start, whose id another operation took meanwhile
+                self._starting.drop(op_id, False)
             except (TurnSuspended, LeaseLost):
                 # Shutting down (closed), or another node took the instance over: the operation stays
                 # running, for the next start or the new owner; nothing of its end is written or told.
@@ -489,6 +477,9 @@ class Session(SessionTranscript, SessionCompaction, SessionMemory, SessionBusySt
                     log.exception("operation %s failed outside its turn", op_id)
                 await self._fail(op_id, exc)
             finally:
+                # An input held for its start that never got there (the session closed, the
+                # lease was lost): its submitter hears that it did not start, not silence.
+                self._starting.drop(op_id, _not_started())
                 self._running_id = None
                 self._streaming_id = None
                 self._turn = None

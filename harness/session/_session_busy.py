@@ -21,6 +21,7 @@ from .._outcomes import Receipt, SessionBusy, SubmitRefused
 from ..agent import Agent, WhenBusy, check_when_busy
 from ..turn import Outcome
 from ._pending import Pending
+from ._starting import HeldSubmission, IdTaken, StartingInputs
 
 __all__ = ["SessionBusyStrategies"]
 
@@ -45,6 +46,7 @@ class SessionBusyStrategies:
     agent: Agent
     _queue: deque[str]
     _pending: Pending
+    _starting: StartingInputs
     _running_id: str | None
     _closed: bool
     _resetting: bool
@@ -54,6 +56,7 @@ class SessionBusyStrategies:
         async def abort(self, operation_id: str | None = None) -> bool: ...
         async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome) -> None: ...
         def _finish(self, op_id: str, outcome: Outcome, message_ids: Sequence[str]) -> None: ...
+        def _submission_written(self, held: HeldSubmission) -> None: ...
 
     def _init_busy(self) -> None:
         self._queued_inputs: dict[str, _Queued] = {}  # queued inputs (kind "input") by operation
@@ -116,8 +119,19 @@ class SessionBusyStrategies:
         self._queue.remove(op_id)
         self._pending.forget(op_id)
         self._queued_inputs.pop(op_id, None)
-        async with self.db.transaction() as tx:
-            await self.write_settlement(tx, op_id, outcome)
+        try:
+            async with self.db.transaction() as tx:
+                # An input held for its start (_starting.py) is recorded, ended as withdrawn.
+                starting = await self._starting.write_in(tx, op_id)
+                await self.write_settlement(tx, op_id, outcome)
+        except IdTaken:
+            self._starting.drop(op_id, False)
+            return
+        except BaseException as exc:
+            self._starting.drop(op_id, exc)  # out of the queue: nothing else would write it
+            raise
+        if starting is not None:
+            self._submission_written(starting)
         self._finish(op_id, outcome, ())
 
     # -- the running turn -------------------------------------------------------------

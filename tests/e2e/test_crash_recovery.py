@@ -88,13 +88,19 @@ async def reconnect_and_finish(srv: Server, name: str, rid: str, *, may_be_done:
                                agent: str = AGENT) -> Client:
     """A reloaded tab: probe, ACK when offered, wait for the request's end.
 
-    With ``may_be_done`` the recovered turn may have finished before the tab
-    connects: then the transcript it got on connect must already hold the answer.
+    With ``may_be_done`` the probe may find nothing to attach to: the recovered turn
+    finished before the tab connected (then the transcript it got on connect must
+    already hold the answer), or the tab has been getting the turn's stream live from
+    its start (the server answers such a socket's probe with "none", in
+    app/_thinkchat.py's _on_resume_request; then the turn's own end reaches it).
     """
     c = await Client.open(srv.ws(name, str(uuid.uuid4()), agent))
     await c.send({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
     answer = await c.wait_for(lambda f: f.get("probeId") == "p1", timeout=10)
     if may_be_done and answer["type"] == "cf_agent_stream_resume_none":
+        if any(f.get("id") == rid for f in c.frames):  # live: its chunks came before the probe's answer
+            await c.wait_for(is_done(rid), timeout=30)
+            return c
         greeting = next(f for f in c.frames if f.get("type") == "cf_agent_chat_messages")
         assert greeting["messages"] == await get_messages(srv, name, agent)
         return c
@@ -117,6 +123,44 @@ def check_one_answer(msgs: list[dict[str, Any]], user: dict[str, Any]) -> dict[s
 
 def text_of(message: dict[str, Any]) -> str:
     return "".join(p["text"] for p in message["parts"] if p["type"] == "text")
+
+
+async def test_an_idle_sessions_input_is_stored_and_started_in_one_transaction(tmp_path: Path, db: DbChoice) -> None:
+    """A new conversation's first input: its operation, its user message and its start are one
+    commit (one commit less before the first chunk). THINK_FAULTS kills the process right after
+    the first commit that wrote an operation: that commit holds the user message and the start
+    too, the operation is found running (never pending without its message), and the next start
+    answers it once."""
+    data, name, kills = tmp_path / "data", "first-turn", tmp_path / "kills.log"
+    node = {"THINK_NODE_ID": "first-turn-server"}  # one node id for both lives (PostgreSQL's lease)
+    dying = Server(data, tmp_path / "1.log", db)
+    await dying.start({**node, "THINK_FAULTS": f"kill_in_tx=1;points=after_commit;only=insert:operations;log={kills}"})
+    c = await Client.open(dying.ws(name, "tab-a"))
+    rid, frame, user = chat_request("hello there")
+    await c.send(frame)
+    for _ in range(200):  # the process kills itself once that commit is made
+        if dying.proc is not None and dying.proc.poll() is not None:
+            break
+        await asyncio.sleep(0.05)
+    dying.stop()
+    point, writes = kills.read_text().split()[:2]
+    written = writes.split(",")
+    assert point == "after_commit"
+    assert {"insert:operations", "insert:messages", "update:operations"} <= set(written), written
+    assert written.index("insert:operations") < written.index("insert:messages"), written
+    assert not [f for f in c.frames if f.get("id") == rid], "no client saw anything of the turn"
+    assert await dying.operation(name, rid) == ("running", None, None)
+
+    again = Server(data, tmp_path / "2.log", db)
+    await again.start(node)
+    try:
+        b = await reconnect_and_finish(again, name, rid, may_be_done=True)
+        answer = check_one_answer(await get_messages(again, name), user)
+        assert text_of(answer) == "You said: hello there"
+        assert await again.operation(name, rid) == ("completed", "done", None)
+        await b.close()
+    finally:
+        again.stop()
 
 
 @pytest.mark.parametrize("seen", [1, 12, 33])

@@ -141,13 +141,16 @@ async def test_abort_of_an_operation_that_just_left_the_queue_is_not_lost(open_i
     model = FakeModel(text("t", "answer"))
     inst = await open_instance(model)
     s = await inst.session()
-    r = await s.submit([user("u1", "hi")])
-    hold = HoldNextTransaction(inst.db)  # the worker has not run yet: its start transaction is the next one
+    # An idle session's input is written with its start: the worker's start transaction is the
+    # first one, and submit() returns once it has committed.
+    hold = HoldNextTransaction(inst.db)
+    submitting = asyncio.create_task(s.submit([user("u1", "hi")], operation_id="op1"))
     await asyncio.wait_for(hold.entered.wait(), GUARD)
-    assert s.pending() == [r.operation_id]  # still open: abort must reach it
-    aborted = await s.abort(r.operation_id)
+    assert s.pending() == ["op1"]  # still open: abort must reach it
+    aborted = await s.abort("op1")
     hold.go.set()
-    result = await settle(s, r.operation_id)
+    assert (await asyncio.wait_for(submitting, GUARD)).accepted
+    result = await settle(s, "op1")
     assert (aborted, result.outcome, result.reason) == (True, "unanswered", "aborted")
 
 
@@ -160,15 +163,16 @@ async def test_reset_just_after_an_operation_left_the_queue_leaves_an_empty_tran
     """
     inst = await open_instance(FakeModel(text("t", "answer")))
     s = await inst.session()
-    r = await s.submit([user("u1", "hi")])
-    hold = HoldNextTransaction(inst.db)
+    hold = HoldNextTransaction(inst.db)  # the start transaction, with the input (as above)
+    submitting = asyncio.create_task(s.submit([user("u1", "hi")], operation_id="op1"))
     await asyncio.wait_for(hold.entered.wait(), GUARD)
     resetting = asyncio.create_task(s.reset())
     for _ in range(10):
         await asyncio.sleep(0)  # reset() sees the operation in the window (it may wait for it)
     hold.go.set()
     await asyncio.wait_for(resetting, GUARD)
-    result = await settle(s, r.operation_id)
+    assert (await asyncio.wait_for(submitting, GUARD)).accepted
+    result = await settle(s, "op1")
     assert ([m.id for m in (await s.transcript())], result.outcome) == ([], "unanswered")
 
 

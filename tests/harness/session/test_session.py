@@ -5,8 +5,10 @@ the rules for client input, and reloading a file. A real Instance on a real SQLi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 from think_server.harness import (
     Instance,
     MessagePersisted,
+    OperationQueued,
     OperationResult,
     OperationSettled,
     RunStarted,
@@ -268,6 +271,50 @@ async def test_abort_of_a_queued_operation_withdraws_it(open_instance: Any, peek
     assert "u2" not in ids(await s.transcript())
     assert all("u2" not in ids(seen) for seen in model.seen)
     assert r2.operation_id not in [e.operation_id for e in rec.of(RunStarted)]
+
+
+async def test_an_idle_sessions_input_is_written_with_its_start(open_instance: Any) -> None:
+    """An idle session's input is not written on its own: its operation, its user message and its
+    start commit together (in the worker's start transaction), then submit() returns; a listener
+    hears it queued once it is written, before it starts."""
+    inst = await open_instance(script(HELLO))
+    s = await inst.session()
+    rec = Recorder()
+    s.subscribe(rec)
+    committed: list[str | None] = []  # the operation's status after each commit
+    real = inst.db.transaction
+
+    @contextlib.asynccontextmanager
+    async def noting() -> AsyncIterator[Any]:
+        async with real() as tx:
+            yield tx
+        row = await inst.db.read.operation("op1")
+        committed.append(None if row is None else row.status)
+
+    inst.db.transaction = noting  # type: ignore[method-assign]
+    receipt = await s.submit([user("u1", "hi")], operation_id="op1")
+    assert receipt.accepted
+    assert committed[0] == "running", committed  # never committed as pending
+    assert await stored(inst, s.id, "u1") == dump(user("u1", "hi"))
+    queued, started = rec.events.index(OperationQueued("op1")), rec.of(RunStarted)[0]
+    assert queued < rec.events.index(started)
+    assert (await settle(s, "op1")).text == "Hello!"
+
+
+async def test_an_idle_sessions_input_withdrawn_before_it_starts_is_recorded(open_instance: Any) -> None:
+    """Aborted after it was queued, before the worker took it: what was held for its start is
+    written with its end, so the submitter is told it was accepted and it reads as aborted."""
+    inst = await open_instance(script(HELLO))
+    s = await inst.session()
+    submitting = asyncio.create_task(s.submit([user("u1", "hi")], operation_id="op1"))
+    await asyncio.sleep(0)  # submit() has queued it and waits; the worker has not run
+    assert s.pending() == ["op1"]
+    assert await s.abort("op1") is True
+    assert (await asyncio.wait_for(submitting, GUARD)).accepted
+    assert await settle(s, "op1") == OperationResult("aborted", "unanswered", "", "aborted")
+    row = await inst.db.read.operation("op1")
+    assert (row.status, row.reason, json.loads(row.input_json)["messages"][0]["id"]) == ("aborted", "aborted", "u1")
+    assert s.idle and await s.transcript() == []
 
 
 async def test_abort_with_no_id_stops_everything_open(open_instance: Any) -> None:

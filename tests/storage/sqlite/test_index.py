@@ -58,3 +58,33 @@ async def test_a_batch_that_fails_fails_every_write_in_it(tmp_path: Path) -> Non
         await index.mark("chat", "c", 4)  # the index still works
         await index.set_wake("chat", "c", 6)
         assert [name for _, name in await index.marked()] == ["before", "c"]
+
+
+async def test_a_mark_waits_off_the_loop_for_another_process_holding_the_lock(tmp_path: Path) -> None:
+    """A mark runs on the loop when the index's lane is idle (it is on a new turn's path to its
+    first chunk), where it must never wait: a write lock held elsewhere sends it to a worker,
+    which waits for it, and the loop stays free meanwhile."""
+    async with _index(tmp_path) as index:
+        await index.mark("chat", "first", 1)  # the table's pages are read: the next mark only writes
+        holder = sqlite3.connect(tmp_path / INDEX_FILE, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        ticks = 0
+
+        async def ticking() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticker = asyncio.create_task(ticking())
+        try:
+            marking = asyncio.create_task(index.mark("chat", "waited", 2))
+            await asyncio.sleep(0.3)
+            assert not marking.done(), "it waits for the lock"
+            assert ticks >= 10, "the loop ran meanwhile"
+            holder.execute("ROLLBACK")
+            await asyncio.wait_for(marking, 10)
+            assert await index.marked() == [("chat", "first"), ("chat", "waited")]
+        finally:
+            ticker.cancel()
+            holder.close()
