@@ -80,6 +80,7 @@ NOTE = ("# Notes\n\n- The agent keeps files in its workspace: one tree per agent
 SUGGESTIONS = ["weather", "think", "time", "send money", "note", "story"]
 #: A phone's viewport.
 PHONE = ViewportSize(width=390, height=844)
+DESKTOP = ViewportSize(width=1280, height=800)
 
 #: The pieces of a markdown answer, streamed one after the other (the "markdown" rule below).
 MARKDOWN_DELTAS = [
@@ -444,6 +445,18 @@ def open_tab(context: BrowserContext, server: ThinkServer | RestartableServer, n
 def shot(tab: Tab, request: pytest.FixtureRequest, step: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     tab.page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-{step}.png"))
+
+
+def shots(tab: Tab, request: pytest.FixtureRequest, step: str) -> None:
+    """The state at desktop width, then at a phone's (once the sidebar's drawer has slid away, not in
+    the middle of it); back to desktop after."""
+    tab.page.set_viewport_size(DESKTOP)
+    shot(tab, request, f"{step}-desktop")
+    tab.page.set_viewport_size(PHONE)
+    tab.page.wait_for_function("() => document.getAnimations().every((a) => a.playState !== 'running')",
+                               timeout=SHORT)
+    shot(tab, request, f"{step}-phone")
+    tab.page.set_viewport_size(DESKTOP)
 
 
 def server_messages(server: ThinkServer, name: str, agent: str = "assistant",

@@ -18,9 +18,10 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import BrowserContext, Playwright, ViewportSize, expect
+from playwright.sync_api import BrowserContext, Playwright, expect
 
 from .browser import (
+    DESKTOP,
     PHONE,
     SHORT,
     STORY,
@@ -37,6 +38,7 @@ from .browser import (
     server_messages,
     server_sessions,
     shot,
+    shots,
     text_of,
     web_dist,
     web_dist_v6,
@@ -45,18 +47,8 @@ from .conftest import ThinkServer, run_think_server
 
 __all__ = ["context", "playwright", "pytest_generate_tests", "restartable", "server", "web_dist", "web_dist_v6"]
 
-DESKTOP = ViewportSize(width=1280, height=800)
 #: What the sidebar and the Files panel say while the server is away (the chat's banner says the same).
 AWAY = "Lost the connection to the server. Reconnecting…"
-
-
-def shots(tab: Tab, request: pytest.FixtureRequest, step: str) -> None:
-    """The state at desktop width, then at a phone's; back to desktop after."""
-    tab.page.set_viewport_size(DESKTOP)
-    shot(tab, request, f"{step}-desktop")
-    tab.page.set_viewport_size(PHONE)
-    shot(tab, request, f"{step}-phone")
-    tab.page.set_viewport_size(DESKTOP)
 
 
 def desktop_tab(context: BrowserContext, server: ThinkServer | RestartableServer, name: str) -> Tab:

@@ -16,10 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import BrowserContext, ViewportSize, expect
+from playwright.sync_api import BrowserContext, expect
 
 from .browser import (
-    PHONE,
+    DESKTOP,
     SHORT,
     Tab,
     context,
@@ -28,7 +28,7 @@ from .browser import (
     playwright,
     pytest_generate_tests,
     server_messages,
-    shot,
+    shots,
     web_dist,
     web_dist_v6,
 )
@@ -36,7 +36,6 @@ from .conftest import ThinkServer, run_think_server
 
 __all__ = ["context", "playwright", "pytest_generate_tests", "web_dist", "web_dist_v6"]
 
-DESKTOP = ViewportSize(width=1280, height=800)
 STORY = [f"word{i} " for i in range(60)]
 FAILURE = "Mock model exploded mid-stream"
 #: This file's script (scripted-model format): a slow answer to stop, one that fails after a few
@@ -61,18 +60,6 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     with run_think_server(where, model=f"scripted:{script}", env={"THINK_WEB_DIR": str(dist)}) as srv:
         assert httpx.get(f"{srv.base}/", timeout=10).text == (dist / "index.html").read_text()
         yield srv
-
-
-def shots(tab: Tab, request: pytest.FixtureRequest, step: str) -> None:
-    """The state at desktop width, then at a phone's; back to desktop after."""
-    tab.page.set_viewport_size(DESKTOP)
-    shot(tab, request, f"{step}-desktop")
-    tab.page.set_viewport_size(PHONE)
-    # The drawer slides away at phone width: the shot waits for it, not for a moment of it.
-    tab.page.wait_for_function("() => document.getAnimations().every((a) => a.playState !== 'running')",
-                               timeout=SHORT)
-    shot(tab, request, f"{step}-phone")
-    tab.page.set_viewport_size(DESKTOP)
 
 
 def desktop_tab(context: BrowserContext, server: ThinkServer, name: str) -> Tab:

@@ -10,15 +10,15 @@ import re
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import BrowserContext, Locator, ViewportSize, expect
+from playwright.sync_api import BrowserContext, Locator, expect
 
 from .browser import (
     CODE,
     DEMO_SCRIPT,
+    DESKTOP,
     LONG,
     NOTE,
     NOTE_ANSWER,
-    PHONE,
     SHORT,
     STORY,
     SUGGESTIONS,
@@ -30,7 +30,7 @@ from .browser import (
     pytest_generate_tests,
     script_server,
     server,
-    shot,
+    shots,
     web_dist,
     web_dist_v6,
 )
@@ -38,21 +38,8 @@ from .conftest import ThinkServer, run_think_server
 
 __all__ = ["context", "playwright", "pytest_generate_tests", "script_server", "server", "web_dist", "web_dist_v6"]
 
-DESKTOP = ViewportSize(width=1280, height=800)
 #: What a first visit may download before the page shows (minified, before compression), issue 31.
 INITIAL_JS_LIMIT = 400_000
-
-
-def shots(tab: Tab, request: pytest.FixtureRequest, step: str) -> None:
-    """The state at desktop width, then at a phone's; back to desktop after."""
-    tab.page.set_viewport_size(DESKTOP)
-    shot(tab, request, f"{step}-desktop")
-    tab.page.set_viewport_size(PHONE)
-    # The drawer slides away as the page narrows: shot once it has.
-    tab.page.evaluate("Promise.all(document.getAnimations()"
-                      ".filter(a => a instanceof CSSTransition).map(a => a.finished))")
-    shot(tab, request, f"{step}-phone")
-    tab.page.set_viewport_size(DESKTOP)
 
 
 def initial_js(dist: Path) -> dict[str, int]:

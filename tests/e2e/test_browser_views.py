@@ -14,19 +14,18 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import BrowserContext, ViewportSize, expect
+from playwright.sync_api import BrowserContext, expect
 
 from .browser import (
-    PHONE,
+    DESKTOP,
     SHORT,
-    Tab,
     context,
     conversation,
     open_tab,
     playwright,
     pytest_generate_tests,
     server_messages,
-    shot,
+    shots,
     web_dist,
     web_dist_v6,
 )
@@ -35,7 +34,6 @@ from .views_app import FINDINGS
 
 __all__ = ["context", "playwright", "pytest_generate_tests", "web_dist", "web_dist_v6"]
 
-DESKTOP = ViewportSize(width=1280, height=800)
 ANSWER = "".join(FINDINGS).strip()
 
 
@@ -47,17 +45,6 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
                           env={"THINK_WEB_DIR": str(dist)}) as srv:
         assert httpx.get(f"{srv.base}/", timeout=10).text == (dist / "index.html").read_text()
         yield srv
-
-
-def shots(tab: Tab, request: pytest.FixtureRequest, step: str) -> None:
-    """The state at desktop width, then at a phone's (once the drawer slid away); back to desktop after."""
-    tab.page.set_viewport_size(DESKTOP)
-    shot(tab, request, f"{step}-desktop")
-    tab.page.set_viewport_size(PHONE)
-    tab.page.wait_for_function("() => document.getAnimations().every((a) => a.playState !== 'running')",
-                               timeout=SHORT)
-    shot(tab, request, f"{step}-phone")
-    tab.page.set_viewport_size(DESKTOP)
 
 
 def test_a_sub_agents_answer_shows_as_it_writes_it(context: BrowserContext, server: ThinkServer,
