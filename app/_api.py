@@ -24,7 +24,9 @@ from think_server.harness import (
     AnswerRefused,
     Harness,
     InputError,
+    Receipt,
     SessionBusy,
+    SessionHandle,
     SubmitRefused,
     check_when_busy,
     trace_carrier,
@@ -116,15 +118,21 @@ async def submit(api: Api, request: Request) -> Response:
         raise Refused(409, str(exc), "when_busy") from None
     except SubmitRefused as exc:
         raise Refused(422, str(exc), exc.field or "input") from None
+    return await _receipt(api, session, receipt)
+
+
+
+async def _receipt(api: Api, session: SessionHandle, receipt: Receipt) -> Response:
+    """``202`` with the receipt; for an id seen before (in this session or another), where that
+    operation is now."""
     status = "queued"
-    if not receipt.accepted:  # an id seen before (in this session or another): where that operation is now
+    if not receipt.accepted:
         owner = session if receipt.session == session.id else api.harness.session(
             session.agent, session.name, receipt.session)
         info = await owner.inspect(receipt.operation_id)
         status = info.status if info is not None else status
     return JSONResponse({"operation_id": receipt.operation_id, "session": receipt.session,
                          "accepted": receipt.accepted, "status": status}, status_code=202)
-
 
 
 async def operation(api: Api, request: Request) -> Response:
@@ -177,12 +185,7 @@ async def approval(api: Api, request: Request) -> Response:
             raise Refused(404, f"no call {call_id[:200]!r} waits for an approval in session {session.id!r}: "
                                f"{exc}", "call_id") from None
         raise Refused(409, str(exc), "call_id") from None
-    status = "queued"
-    if not receipt.accepted:
-        info = await session.inspect(receipt.operation_id)
-        status = info.status if info is not None else status
-    return JSONResponse({"operation_id": receipt.operation_id, "session": receipt.session,
-                         "accepted": receipt.accepted, "status": status}, status_code=202)
+    return await _receipt(api, session, receipt)
 
 
 async def operations(api: Api, request: Request) -> Response:
