@@ -168,9 +168,8 @@ def run_commands(block: str, base: str) -> list[str]:
 async def test_the_curl_session_runs(tmp_path: Path) -> None:
     # `curl -sN …/events` follows the stream until Ctrl-C: here, for three seconds.
     block = sh_block("Idempotency-Key: evt-1").replace("curl -sN", "curl -sN --max-time 3")
-    (submitted, waited, transcript, fork, trip, named, one, listed, pay, paying, approved, paid, forks, continued,
-     events,
-     spec) = await served(tmp_path, block)
+    (submitted, waited, transcript, fork, trip, named, one, listed, pay, paying, approved, paid, retitled, versions,
+     switched, forks, continued, emptied, events, spec) = await served(tmp_path, block)
     receipt = json.loads(submitted)
     assert (receipt["operation_id"], receipt["accepted"]) == ("evt-1", True)
     info = json.loads(waited)
@@ -188,8 +187,13 @@ async def test_the_curl_session_runs(tmp_path: Path) -> None:
     assert json.loads(approved) == {"operation_id": "pay-1-ok", "session": "", "accepted": True, "status": "queued"}
     done = json.loads(paid)
     assert (done["status"], done["outcome"]) == ("completed", "done") and "sent to Alice" in done["text"]
+    assert json.loads(retitled)["title"] == "Payments"
+    first = json.loads(transcript)[0]["id"]
+    assert [(b["id"], b["active"]) for b in json.loads(versions)["branches"]] == [(first, True)]
+    assert json.loads(switched)["message_id"] == first
     assert json.loads(forks) == {"session": "", "forks": {}}
     assert json.loads(continued)["accepted"] is True
+    assert json.loads(emptied) == {"reset": True, "session": ""}
     assert "event: sync" in events or '"type":"sync"' in events, events[:300]
     assert json.loads(spec)["openapi"].startswith("3.1")
 
