@@ -169,7 +169,7 @@ async def test_the_curl_session_runs(tmp_path: Path) -> None:
     # `curl -sN …/events` follows the stream until Ctrl-C: here, for three seconds.
     block = sh_block("Idempotency-Key: evt-1").replace("curl -sN", "curl -sN --max-time 3")
     (submitted, waited, transcript, fork, trip, named, one, listed, pay, paying, approved, paid, retitled, versions,
-     switched, forks, continued, emptied, events, spec) = await served(tmp_path, block)
+     switched, forks, continued, emptied, events, spec, listed_agents) = await served(tmp_path, block)
     receipt = json.loads(submitted)
     assert (receipt["operation_id"], receipt["accepted"]) == ("evt-1", True)
     info = json.loads(waited)
@@ -196,6 +196,7 @@ async def test_the_curl_session_runs(tmp_path: Path) -> None:
     assert json.loads(emptied) == {"reset": True, "session": ""}
     assert "event: sync" in events or '"type":"sync"' in events, events[:300]
     assert json.loads(spec)["openapi"].startswith("3.1")
+    assert json.loads(listed_agents) == {"agents": ["assistant"], "models": {"assistant": "scripted (demo)"}}
 
 
 async def test_the_daily_summary_schedule_over_http_runs(tmp_path: Path) -> None:
