@@ -48,6 +48,13 @@ class Database(Protocol):
         commit runs learns how it went: the cancel lands at its next await."""
         ...
 
+    def append_now(self, stream_id: str, bodies: list[str], now: int) -> bool:
+        """A batch of chunks committed here and now, as a transaction of its own, if the backend can
+        without waiting (SQLite: the file idle, no transaction open); whether it did. False: nothing
+        was written, ``transaction()`` is the way. A model that streams one chunk at a time commits
+        each alone: the hot path of a paced turn, with no task and no trip when this can."""
+        ...
+
     @property
     def asleep(self) -> bool:
         """Whether :meth:`sleep` let go of what the instance held; the next statement takes it again."""

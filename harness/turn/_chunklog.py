@@ -66,6 +66,7 @@ class ChunkLog:
         # Why the last background flush failed (a full disk, say): no new flush starts until a
         # commit() tries again, and backpressure() raises it, so the turn stops at its next event.
         self._failure: Exception | None = None
+        self._soon = False  # a flush is scheduled (``_flush_soon``)
 
     @property
     def stream_id(self) -> str | None:
@@ -95,13 +96,53 @@ class ChunkLog:
         self._pending.append(body)
         if lazy:
             return
-        if self._committers == 0 and self._failure is None and (self._flusher is None or self._flusher.done()):
-            self._flusher = asyncio.create_task(self._flush_loop())
+        self._kick()
+
+    def _idle(self) -> bool:
+        """No commit in progress or about to start, and none failed: the buffer is nobody's yet."""
+        return (self._committers == 0 and self._failure is None and not self._soon
+                and (self._flusher is None or self._flusher.done()))
+
+    def _kick(self) -> None:
+        """Have the buffer committed once the producer's step ends (chunks it adds meanwhile go too)."""
+        if self._pending and self._idle():
+            if self._stream is not None and self._stream.inserted:
+                self._soon = True
+                asyncio.get_running_loop().call_soon(self._flush_soon)
+            else:  # its row to write first: the transaction's way, started now (a turn's first chunk)
+                self._flusher = asyncio.create_task(self._flush_loop())
+
+    def _flush_soon(self) -> None:
+        # A callback, not a task: a lone batch the database commits at once (``Database.append_now``)
+        # then costs no task of its own; only one it cannot (the file busy) starts the flusher.
+        self._soon = False
+        if not self._pending or not self._idle():
+            return
+        try:
+            if self._commit_now():
+                return
+        except Exception as exc:  # kept for the turn, as the flusher's (its chunks stay buffered)
+            self._failure = exc
+            return
+        self._flusher = asyncio.create_task(self._flush_loop())
+
+    def _commit_now(self) -> bool:
+        s = self._stream
+        if s is None or not s.inserted or not self._db.append_now(s.id, self._pending, self._clock.now_ms()):
+            return False
+        batch, first_seq = self._pending, self._next_seq
+        self._pending = []
+        self._next_seq += len(batch)
+        self._announce(batch, first_seq)
+        return True
 
     async def backpressure(self) -> None:
         """Wait while too much is buffered; raise why the background flush failed, if it did."""
-        if len(self._pending) - self._in_flight >= MAX_BUFFERED and self._flusher is not None:
-            await asyncio.shield(self._flusher)
+        if len(self._pending) - self._in_flight >= MAX_BUFFERED:
+            if self._soon:
+                await asyncio.sleep(0)  # the flush scheduled before: it commits, or starts the flusher
+            if len(self._pending) - self._in_flight >= MAX_BUFFERED and self._flusher is not None:
+                await asyncio.shield(self._flusher)
         if self._failure is not None:
             raise self._failure
 
@@ -118,9 +159,7 @@ class ChunkLog:
                 await self._commit_batch(with_held=True, extra=extra)
         finally:
             self._committers -= 1
-            if (self._pending and self._committers == 0 and self._failure is None
-                    and (self._flusher is None or self._flusher.done())):
-                self._flusher = asyncio.create_task(self._flush_loop())
+            self._kick()
 
     async def _drain(self) -> None:
         """Wait for the background flush to stop; what it failed to write, the caller's commit tries again."""
@@ -148,18 +187,9 @@ class ChunkLog:
         first_seq = self._next_seq
         self._in_flight = n_pending
         try:
-            async with self._db.transaction() as tx:
-                if batch and s is not None:
-                    now = self._clock.now_ms()
-                    if not s.inserted:
-                        s.inserting = True
-                        await tx.insert_stream(
-                            s.id, self._session_id, self._operation_id, self._operation_id, s.message_id,
-                            s.continuation, s.first_seq, now,
-                        )
-                    await tx.append_chunks(s.id, batch, now)
-                if extra is not None:
-                    await extra(tx)
+            alone = extra is None and s is not None and s.inserted  # a batch, nothing else to write
+            if not (alone and s is not None and self._db.append_now(s.id, batch, self._clock.now_ms())):
+                await self._commit_with(batch, s, extra)
         finally:
             self._in_flight = 0
             if s is not None:
@@ -170,6 +200,21 @@ class ChunkLog:
         del self._held[:n_held]
         self._next_seq += len(batch)
         self._announce(batch, first_seq)
+
+    async def _commit_with(self, batch: list[str], s: _Stream | None,
+                           extra: Callable[[Tx], Awaitable[None]] | None) -> None:
+        async with self._db.transaction() as tx:
+            if batch and s is not None:
+                now = self._clock.now_ms()
+                if not s.inserted:
+                    s.inserting = True
+                    await tx.insert_stream(
+                        s.id, self._session_id, self._operation_id, self._operation_id, s.message_id,
+                        s.continuation, s.first_seq, now,
+                    )
+                await tx.append_chunks(s.id, batch, now)
+            if extra is not None:
+                await extra(tx)
 
     def _announce(self, batch: list[str], first_seq: int) -> None:
         if not batch:

@@ -141,6 +141,11 @@ class PostgresDatabase(Database):
             if faulty is not None:
                 faulty.plan.point("after_commit", faulty.writes)
 
+    def append_now(self, stream_id: str, bodies: list[str], now: int) -> bool:
+        """Never: every statement is a round trip to the server (the transaction's way groups it with
+        other instances' writes, ``_group``)."""
+        return False
+
     async def put_blob(self, data: bytes) -> str:
         """Committed before it returns (its own statement, outside any transaction), named by its SHA-256."""
         self.check_open()

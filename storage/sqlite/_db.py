@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -36,7 +37,7 @@ from ._schedules import SqliteScheduleReads, SqliteScheduleWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._search import SqliteSearchReads
 from ._sessions import SqliteSessionReads, SqliteSessionWrites
-from ._streams import SqliteStreamReads, SqliteStreamWrites
+from ._streams import SqliteStreamReads, SqliteStreamWrites, append_alone
 from ._template import NEW_FILE_PRAGMA, create_from_template, migration_script
 from ._tool_calls import SqliteToolCallReads, SqliteToolCallWrites
 from ._workspace import SqliteWorkspaceReads, SqliteWorkspaceWrites
@@ -267,6 +268,21 @@ class SqliteDatabase(Database):
                 _writing(conn, False)
             if faulty is not None:
                 faulty.plan.point("after_commit", faulty.writes)
+
+    def append_now(self, stream_id: str, bodies: list[str], now: int) -> bool:
+        """When no transaction is open and the file's lane is idle, the batch's statements run in one
+        call, ``BEGIN`` to ``COMMIT`` (``_streams.append_alone``), on the loop: no task, no future, no
+        trip (measured in the commit that brought it). Not with another process holding the write
+        lock, nor under the test-only fault plans (their kill points are the transaction's)."""
+        conn = self.conn
+        if (not bodies or conn is None or self._faulty is not None or self._lock.locked()
+                or conn.in_transaction or not isinstance(conn, LaneConnection)):
+            return False
+        ran, done = conn.run_now(functools.partial(append_alone, stream_id=stream_id, bodies=bodies, now=now))
+        if ran and done:
+            self.fresh = False
+            return True
+        return False
 
     @staticmethod
     async def _begin(conn: aiosqlite.Connection) -> None:

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 from aiosqlite.core import set_exception, set_result
@@ -49,6 +49,7 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 _Item = tuple[asyncio.Future[Any] | None, Callable[[], Any]]
+_T = TypeVar("_T")
 
 
 def _shared_pool() -> ThreadPoolExecutor:
@@ -77,8 +78,10 @@ class _Lane:
 
     def idle(self) -> bool:
         """Whether a call put now runs at once on the caller's thread."""
-        if not self.inline:
-            return False
+        return self.inline and self.free()
+
+    def free(self) -> bool:
+        """Nothing queued or running: a call made now on the caller's thread overlaps no other."""
         with self._lock:
             return not self._scheduled and not self._items
 
@@ -150,6 +153,15 @@ class LaneConnection(aiosqlite.Connection):
         lane = self._tx
         if isinstance(lane, _Lane):
             lane.inline = on
+
+    def run_now(self, function: Callable[[sqlite3.Connection], _T]) -> tuple[bool, _T | None]:
+        """``(True, function(the sqlite3 connection))`` run at once on the caller's thread if the lane is
+        idle (nothing queued, nothing running), else ``(False, None)`` and nothing run: one call with no
+        future and no trip, for a short write the caller knows cannot wait (busy timeout 0)."""
+        lane, raw = self._tx, self._connection
+        if not isinstance(lane, _Lane) or raw is None or not lane.free():
+            return False, None
+        return True, function(raw)
 
     def runs_here(self) -> bool:
         """Whether the next call runs at once on the loop (writing, nothing queued): awaiting it

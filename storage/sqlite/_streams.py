@@ -3,18 +3,54 @@ segment row, its chunks a JSON array."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from typing import Any
 
 from .._streams import StreamRow
 from ._base import Access
 
-__all__ = ["SqliteStreamReads", "SqliteStreamWrites"]
+__all__ = ["SqliteStreamReads", "SqliteStreamWrites", "append_alone"]
 
 _COLUMNS = (
     "id, session_id, operation_id, request_id, message_id, is_continuation, first_seq, status, "
     "chunk_count, created_at, completed_at"
 )
+
+
+# A segment's number and first chunk come from its stream's row, which the next statement moves on.
+_APPEND = ("INSERT INTO stream_chunks (stream_id, segment, first_chunk, body, created_at) "
+           "SELECT id, next_segment, chunk_count, ?, ? FROM streams WHERE id = ?")
+_MOVE_ON = ("UPDATE streams SET next_segment = next_segment + 1, chunk_count = chunk_count + ?, "
+            "last_chunk_at = ? WHERE id = ?")
+
+
+def _append_params(stream_id: str, bodies: list[str], now: int) -> tuple[str, int, str]:
+    return "[" + ",".join(bodies) + "]", now, stream_id
+
+
+def append_alone(conn: sqlite3.Connection, stream_id: str, bodies: list[str], now: int) -> bool:
+    """A batch of chunks as a transaction of its own, run here and now on ``conn`` (the connection's
+    lane idle, no transaction open on it): the statements of ``append_chunks`` between ``BEGIN
+    IMMEDIATE`` and ``COMMIT`` in one call. False, and nothing written, if another process holds the
+    file's write lock (the busy timeout is 0: it never waits here)."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY:
+            return False
+        raise
+    try:
+        conn.execute(_APPEND, _append_params(stream_id, bodies, now)).close()
+        conn.execute(_MOVE_ON, (len(bodies), now, stream_id)).close()
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:  # SQLite rolls some failures back itself (a full disk at COMMIT)
+            with contextlib.suppress(sqlite3.Error):  # never hiding the error that led here
+                conn.execute("ROLLBACK")
+        raise
+    return True
 
 
 def _row(r: Any) -> StreamRow:
@@ -70,16 +106,8 @@ class SqliteStreamWrites(Access):
         """Store a batch of chunk JSON texts as one segment row."""
         if not bodies:
             return
-        await self._execute(
-            "INSERT INTO stream_chunks (stream_id, segment, first_chunk, body, created_at) "
-            "SELECT id, next_segment, chunk_count, ?, ? FROM streams WHERE id = ?",
-            ("[" + ",".join(bodies) + "]", now, stream_id),
-        )
-        await self._execute(
-            "UPDATE streams SET next_segment = next_segment + 1, chunk_count = chunk_count + ?, "
-            "last_chunk_at = ? WHERE id = ?",
-            (len(bodies), now, stream_id),
-        )
+        await self._execute(_APPEND, _append_params(stream_id, bodies, now))
+        await self._execute(_MOVE_ON, (len(bodies), now, stream_id))
 
     async def finish_stream(self, stream_id: str, status: str, now: int) -> None:
         await self._execute(

@@ -64,6 +64,13 @@ class TxCounter:
                 self.held.set()
                 await gate.wait()
 
+    def append_now(self, stream_id: str, bodies: list[str], now: int) -> bool:
+        """A lone batch: the database's own short way (counted), unless a transaction is to be held open."""
+        if self._gate is not None or not self.db.append_now(stream_id, bodies, now):
+            return False
+        self.count += 1
+        return True
+
 
 @pytest.fixture
 async def db(db_path: Path) -> AsyncIterator[Database]:
@@ -272,3 +279,35 @@ async def test_a_fast_producer_gets_few_bounded_batches(h: Harness, peek: Any) -
     assert stream_id is not None
     assert peek.segments(stream_id) == sizes
     assert await h.txs.read.chunk_bodies(stream_id) == [chunk(i) for i in range(total)]
+
+
+async def test_a_lone_chunk_of_an_idle_file_is_committed_in_a_callback_not_a_task(h: Harness, peek: Any) -> None:
+    """A model streaming one chunk at a time: once its stream's row is there, each chunk is committed
+    as soon as the producer's step ends, with no task of its own (``Database.append_now``), and is
+    announced only then."""
+    h.log.open_stream("m1", continuation=False)
+    h.log.add(chunk(0))
+    await h.log.commit()  # the stream's row, with its first chunk
+    loop = asyncio.get_running_loop()
+    tasks = 0
+    make_task = loop.create_task
+
+    def counted(*args: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        nonlocal tasks
+        tasks += 1
+        return make_task(*args, **kwargs)
+
+    loop.create_task = counted  # type: ignore[method-assign]
+    try:
+        for i in range(1, 6):
+            h.log.add(chunk(i))
+            assert h.published()[-1] == chunk(i - 1), "announced only once committed"
+            await asyncio.sleep(0)
+            assert h.published()[-1] == chunk(i)
+    finally:
+        del loop.create_task
+    assert tasks == 0
+    assert h.txs.count == 6
+    stream_id = h.log.stream_id
+    assert stream_id is not None
+    assert peek.segments(stream_id) == [1] * 6

@@ -3,8 +3,11 @@ give their pages back to the file system, and a shrunk cache its memory."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +121,82 @@ async def test_shrinking_memory_gives_the_page_cache_back(db: SqliteDatabase) ->
     await db.shrink_memory()
     assert full is not None and (sqlite_memory_used() or 0) < full - 32 * 1024
     assert len(await db.read.chunk_bodies("big")) == 1000, "read again from the file"
+
+
+# -- a lone batch: Database.append_now ------------------------------------------------------------
+
+
+async def test_a_lone_batch_is_one_call_on_the_loop_thread(db: SqliteDatabase, db_path: Path) -> None:
+    """No transaction open, the lane idle: BEGIN to COMMIT run at once on the loop's thread, with no
+    future of aiosqlite's, seen by SQLite's trace of the statements it runs and where it runs them."""
+    await _insert(db, "st")
+    conn = await db.wake()
+    seen: list[tuple[str, str]] = []
+    await conn.set_trace_callback(lambda sql: seen.append((threading.current_thread().name, sql.split()[0])))
+    loop = asyncio.get_running_loop()
+    futures = 0
+    make_future = loop.create_future
+
+    def counted() -> asyncio.Future[object]:
+        nonlocal futures
+        futures += 1
+        return make_future()
+
+    loop.create_future = counted  # type: ignore[method-assign]
+    try:
+        assert db.append_now("st", [_chunk(0), _chunk(1)], 200)
+        assert db.append_now("st", [_chunk(2)], 201)
+    finally:
+        del loop.create_future
+    assert futures == 0, "no call went through aiosqlite's futures"
+    await conn.set_trace_callback(None)
+    here = threading.current_thread().name
+    assert [sql for thread, sql in seen if thread == here] == ["BEGIN", "INSERT", "UPDATE", "COMMIT"] * 2
+    assert [sql for thread, sql in seen if thread != here] == []
+    assert _segments(db_path, "st") == [(0, 0, 2), (1, 2, 1)]
+    assert (await _get(db, "st")).chunk_count == 3
+
+
+async def test_a_lone_batch_is_not_written_inside_a_transaction_in_progress(
+        db: SqliteDatabase, db_path: Path) -> None:
+    await _insert(db, "st")
+    async with db.transaction() as tx:
+        await tx.append_chunks("st", [_chunk(0)], 200)
+        assert not db.append_now("st", [_chunk(1)], 201), "the caller takes the transaction's way"
+    assert _segments(db_path, "st") == [(0, 0, 1)]
+    assert db.append_now("st", [_chunk(1)], 201)
+    assert _segments(db_path, "st") == [(0, 0, 1), (1, 1, 1)]
+
+
+async def test_a_lone_batch_does_not_wait_on_the_loop_for_another_process_holding_the_lock(
+        db: SqliteDatabase, db_path: Path) -> None:
+    await _insert(db, "st")
+    await db.wake()
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        assert not db.append_now("st", [_chunk(0)], 200), "busy: nothing written, the transaction's way then"
+        assert time.monotonic() - started < 1, "it did not wait out a busy timeout on the loop"
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert await db.read.chunk_bodies("st") == []
+    assert db.append_now("st", [_chunk(0)], 200)
+    assert await db.read.chunk_bodies("st") == [_chunk(0)]
+
+
+async def test_a_lone_batch_that_fails_keeps_nothing_and_the_next_one_writes(db: SqliteDatabase) -> None:
+    """A failing statement (here: the segment already there) rolls the lone transaction back, its error
+    reaching the caller; the connection is not left inside a transaction."""
+    await _insert(db, "st")
+    assert db.append_now("st", [_chunk(0)], 200)
+    conn = await db.wake()
+    await conn.execute("UPDATE streams SET next_segment = 0, chunk_count = 0 WHERE id = 'st'")  # 0 is taken
+    with pytest.raises(sqlite3.IntegrityError):
+        db.append_now("st", [_chunk(1)], 201)
+    assert not conn.in_transaction
+    assert (await _get(db, "st")).chunk_count == 0, "the UPDATE after the failed INSERT did not run"
+    await conn.execute("UPDATE streams SET next_segment = 1, chunk_count = 1 WHERE id = 'st'")
+    assert db.append_now("st", [_chunk(2)], 202)
+    assert await db.read.chunk_bodies("st") == [_chunk(0), _chunk(2)]
