@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import aiosqlite
+
+from ._lanes import LaneConnection
 
 __all__ = ["Access", "Link", "Params"]
 
@@ -20,6 +24,14 @@ class Link(Protocol):
     users: int
 
     async def wake(self) -> aiosqlite.Connection: ...
+
+
+def _rows(conn: sqlite3.Connection, sql: str, params: Params) -> list[Any]:
+    cursor = conn.execute(sql, params)
+    try:
+        return cursor.fetchall()
+    finally:
+        cursor.close()
 
 
 class _InUse:
@@ -46,7 +58,19 @@ class Access:
     """Statements run on the link's connection. Subclasses group them by concern."""
 
     def __init__(self, link: Link) -> None:
+        self._link = link
         self._in_use = _InUse(link)
+
+    async def _fetchall_by_key(self, sql: str, params: Params = ()) -> list[Any]:
+        """A read of a few rows by their key: at once on the loop when the connection is open and its
+        lane idle (a few pages, microseconds, where a trip to a worker thread and back costs a hundred
+        or more; a turn's submission makes two before its start), else as :meth:`_fetchall`."""
+        conn = self._link.conn
+        if isinstance(conn, LaneConnection):
+            ran, rows = conn.run_now(functools.partial(_rows, sql=sql, params=params))
+            if ran and rows is not None:
+                return rows
+        return await self._fetchall(sql, params)
 
     # One trip to the file's thread each: aiosqlite's ``execute`` then ``fetchall`` then the
     # cursor's close are three, and a read that waits behind fifty busy files pays each. (The

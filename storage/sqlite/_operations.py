@@ -25,8 +25,8 @@ def _row(r: Any) -> OperationRow:
 
 class SqliteOperationReads(Access):
     async def operation(self, operation_id: str) -> OperationRow | None:
-        r = await self._fetchone(f"SELECT {_COLUMNS} FROM operations WHERE id = ?", (operation_id,))
-        return None if r is None else _row(r)
+        rows = await self._fetchall_by_key(f"SELECT {_COLUMNS} FROM operations WHERE id = ?", (operation_id,))
+        return _row(rows[0]) if rows else None
 
     async def open_operations(self, session_id: str | None = None) -> list[OperationRow]:
         """Operations not settled yet, oldest first."""

@@ -111,3 +111,22 @@ async def test_a_write_waits_off_the_loop_for_another_process_holding_the_lock(t
 async def _write(db: SqliteDatabase, session: str) -> None:
     async with db.transaction() as tx:
         await tx.ensure_session(session, 1)
+
+
+async def test_reads_by_key_run_on_the_loop_when_the_lane_is_idle(tmp_path: Path) -> None:
+    """A submission's two reads before its start (its operation id, its new messages' ids) are a few
+    pages each: on the loop's thread, no trip; a read of many ids still goes to a worker."""
+    db = await SqliteDatabase.open(tmp_path / "reads.sqlite3")
+    conn = await db.wake()
+    seen: list[str] = []
+    await conn.set_trace_callback(lambda sql: seen.append(threading.current_thread().name))
+    try:
+        assert await db.read.operation("op") is None
+        assert await db.read.existing_message_ids("s", ["m1", "m2"]) == set()
+        assert seen == [threading.current_thread().name] * 2
+        seen.clear()
+        assert await db.read.existing_message_ids("s", [f"m{i}" for i in range(100)]) == set()
+        assert len(seen) == 1 and seen[0].startswith("think-sqlite")
+    finally:
+        await conn.set_trace_callback(None)
+        await db.close()
