@@ -298,8 +298,14 @@ class SqliteDatabase(Database):
 
     async def shrink_memory(self) -> None:
         """Let SQLite free what it can of this connection's memory (its page cache, mostly)."""
-        if self.conn is not None:  # a file asleep holds nothing
-            await self.conn.execute_fetchall("PRAGMA shrink_memory")
+        conn = self.conn
+        if conn is None:  # a file asleep holds nothing
+            return
+        # Freeing cached pages does no I/O: at once on the loop when the lane is idle (a session does
+        # this after each turn that empties its queue), else queued behind what the lane runs.
+        if isinstance(conn, LaneConnection) and conn.run_now(_shrink)[0]:
+            return
+        await conn.execute_fetchall("PRAGMA shrink_memory")
 
     async def reclaim_free_pages(self) -> None:
         """Give the pages deleted rows left free back to the file system (files made with
@@ -325,6 +331,10 @@ class SqliteDatabase(Database):
             conn, self.conn = self.conn, None
             if conn is not None:
                 await conn.close()
+
+
+def _shrink(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA shrink_memory").close()
 
 
 def _writing(conn: aiosqlite.Connection, on: bool) -> None:
