@@ -123,14 +123,13 @@ async def submit(api: Api, request: Request) -> Response:
 
 
 async def _receipt(api: Api, session: SessionHandle, receipt: Receipt) -> Response:
-    """``202`` with the receipt; for an id seen before (in this session or another), where that
-    operation is now."""
-    status = "queued"
-    if not receipt.accepted:
-        owner = session if receipt.session == session.id else api.harness.session(
-            session.agent, session.name, receipt.session)
-        info = await owner.inspect(receipt.operation_id)
-        status = info.status if info is not None else status
+    """``202`` with the receipt and where that operation is now: an idle session's input has started
+    by the time ``submit`` returns (``running``, or already settled); a busy one's is ``queued``; an
+    id seen before (in this session or another) says where that one is."""
+    owner = session if receipt.session == session.id else api.harness.session(
+        session.agent, session.name, receipt.session)
+    info = await owner.inspect(receipt.operation_id)
+    status = info.status if info is not None else "queued"
     return JSONResponse({"operation_id": receipt.operation_id, "session": receipt.session,
                          "accepted": receipt.accepted, "status": status}, status_code=202)
 
