@@ -156,7 +156,8 @@ soak: $(STAMP)
 # average, and PostgreSQL over SQLite next to the issue's targets (tests/bench/pgcompare.py), and 1 and 3
 # nodes behind HAProxy over one node (tests/bench/clustercompare.py); then 10,000 instances touched (RSS, fds,
 # threads), and our turn cost with history, memory per idle instance and disk against the transcript, each
-# next to its target; then the failover time after a SIGKILL (tests/bench/failover.py). Raw figures and the
+# next to its target; then the failover time after a SIGKILL (tests/bench/failover.py); last, issue 32's
+# table from that run, each row beside its target with a verdict (tests/bench/targets.py). Raw figures and the
 # whole output go to test-artifacts/bench/. `make bench QUICK=1`: small sizes, a few minutes.
 # The bench extra adds psutil, uvloop and httptools (the baselines run on them; our server stays on
 # asyncio and h11, as shipped: app/cli.py fixes them).

@@ -21,6 +21,8 @@ Steps, each printed as it runs (and all of it to test-artifacts/bench/<tag>.log)
   4. tests/bench/failover.py: three nodes behind HAProxy, the owner of a streaming answer
      SIGKILLed, rounds at the default lease (10 s) and at 2 s: from the kill to the next chunk at
      the resumed client, against the lease plus 2 s; raw figures in test-artifacts/bench/<tag>-failover.jsonl
+  5. tests/bench/targets.py: issue 32's table from the suite's run (and the extras' rows), each row
+     beside its target with a verdict; a target not met does not fail the step, unreadable figures do
 A step that fails does not stop the next ones; the exit status says whether all passed.
 """
 
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", default=time.strftime("%Y%m%d-%H%M%S"))
     parser.add_argument("--targets", default=TARGETS, help=f"suite targets (default: {TARGETS})")
     parser.add_argument("--skip", action="append", default=[],
-                        choices=["suite", "postgres", "cluster", "instances", "extras", "failover"])
+                        choices=["suite", "postgres", "cluster", "instances", "extras", "failover", "targets"])
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     py = sys.executable
@@ -86,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                         ["--count", "10000", "--max-actors", "1000"])],
         "extras": [py, "-m", "tests.bench.extras", *quick, "--json-out", str(OUT / f"{args.tag}-extras.jsonl")],
         "failover": [py, "-m", "tests.bench.failover", *quick, "--json-out", str(OUT / f"{args.tag}-failover.jsonl")],
+        "targets": [py, "-m", "tests.bench.targets", str(OUT / f"{args.tag}.jsonl"),
+                    "--extras", str(OUT / f"{args.tag}-extras.jsonl")],  # none there: its rows say "not run"
     }
     log_path = OUT / f"{args.tag}.log"
     results = {}
@@ -95,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         log.write(head)
         for name, cmd in steps.items():
             compares = {"postgres": "ours-pg", "cluster": "cluster-"}  # run only when their targets did
-            if name not in args.skip and (name not in compares or compares[name] in args.targets):
+            ran = name not in compares or compares[name] in args.targets
+            # targets reads the suite's file: this run's, or (--skip suite --tag T) an earlier run's
+            ran = ran and (name != "targets" or "suite" not in args.skip or (OUT / f"{args.tag}.jsonl").exists())
+            if name not in args.skip and ran:
                 results[name] = step(name, cmd, log)
         summary = (f"\n######## bench {args.tag} done: "
                    + ", ".join(f"{k} {'ok' if v == 0 else f'FAILED (exit {v})'}" for k, v in results.items())

@@ -18,10 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+Run = dict[str, Any]  # one JSON line of the suite
+Metric = tuple[str, str, str]  # label, path into the run, direction: up, down or info
 
 
-def g(d, path):
+def g(d: Any, path: str) -> Any:
+    """The value at a dotted path ("ttfc_ms.p50"), None where the run has none."""
     for k in path.split("."):
         if not isinstance(d, dict) or k not in d:
             return None
@@ -29,7 +34,7 @@ def g(d, path):
     return d
 
 
-STREAM = [
+STREAM: list[Metric] = [
     ("chunks/s", "chunks_per_s", "up"),
     ("time to first chunk ms", "ttfc_ms", "down"),
     ("turn total ms", "total_ms", "down"),
@@ -38,7 +43,7 @@ STREAM = [
     ("server peak RSS MB", "server_rss_peak_mb", "down"),
     ("client CPU us/chunk", "client_cpu_us_per_chunk", "info"),
 ]
-CONC = [
+CONC: list[Metric] = [
     ("aggregate chunks/s", "agg_chunks_per_s", "up"),
     ("turn latency p50 ms", "turn_latency_ms.p50", "down"),
     ("turn latency p99 ms", "turn_latency_ms.p99", "down"),
@@ -49,7 +54,7 @@ CONC = [
     ("connect+probe p50 ms (setup)", "connect_ready_ms.p50", "down"),
     ("client CPU us/chunk", "client_cpu_us_per_chunk", "info"),
 ]
-PACED = [
+PACED: list[Metric] = [
     ("turn stretch p50 (latency / (M x interval))", "stretch.p50", "down"),
     ("turn stretch p99", "stretch.p99", "down"),
     ("inter-delta gap p50 ms", "gap_ms.p50", "down"),
@@ -61,7 +66,7 @@ PACED = [
     ("server CPU us/chunk", "server_cpu_us_per_chunk", "down"),
     ("server peak RSS MB", "server_rss_peak_mb", "down"),
 ]
-ACTORS = [
+ACTORS: list[Metric] = [
     ("activations/s", "activations_per_s", "up"),
     ("activation p50 ms", "activation_ms.p50", "down"),
     ("activation p99 ms", "activation_ms.p99", "down"),
@@ -71,7 +76,7 @@ ACTORS = [
     ("server RSS growth KB/activation", "server_rss_kb_per_activation", "down"),
     ("server peak RSS MB", "server_rss_peak_mb", "down"),
 ]
-HISTORY = [
+HISTORY: list[Metric] = [
     ("first GET get-messages ms", "first_get_ms", "down"),
     ("GET get-messages p50 ms", "get_ms.p50", "down"),
     ("WS connect->first frame p50 ms", "ws_first_frame_ms.p50", "down"),
@@ -82,7 +87,7 @@ HISTORY = [
 ]
 
 
-def metrics_for(rec):
+def metrics_for(rec: Run) -> list[Metric]:
     wl = rec.get("workload", "")
     p = rec.get("params", {})
     if wl == "stream":
@@ -96,7 +101,7 @@ def metrics_for(rec):
     return []
 
 
-def fmt(x):
+def fmt(x: float | str | None) -> str:
     if x is None:
         return "-"
     if isinstance(x, str):
@@ -111,8 +116,8 @@ def fmt(x):
     return f"{x:.2f}" if ax >= 0.1 or x == 0 else f"{x:.3f}"
 
 
-def cell(vals):
-    vals = [v for v in vals if v is not None]
+def cell(values: list[float | None]) -> str:
+    vals = [v for v in values if v is not None]
     if not vals:
         return "-"
     m = statistics.median(vals)
@@ -121,8 +126,54 @@ def cell(vals):
     return f"{fmt(m)} ({fmt(min(vals))}–{fmt(max(vals))})"  # noqa: RUF001 (an en dash: a range)
 
 
-def _avg(v) -> str:
+def _avg(v: Any) -> str:
     return " ".join(f"{x:.2f}" for x in v) if isinstance(v, list) else "?"
+
+
+Rep = tuple[int, int]  # (which file, repetition): runs of one repetition pair across targets
+
+
+@dataclass
+class Results:
+    by: dict[str, dict[str, dict[Rep, Run]]] = field(default_factory=dict)  # workload -> target -> rep -> run
+    workloads: list[str] = field(default_factory=list)  # in the order first run
+    targets: list[str] = field(default_factory=list)
+    metas: list[Run] = field(default_factory=list)  # the suite's "meta" and "end" lines
+
+
+def read(files: list[str]) -> Results:
+    """The runs of the suite's JSONL files (every status: the caller decides what a failed run counts for)."""
+    res = Results()
+    for i, f in enumerate(files):
+        with open(f) as lines:
+            for line in lines:
+                line = line.strip()
+                if not line:
+                    continue
+                r = json.loads(line)
+                if r.get("kind") in ("meta", "end"):
+                    res.metas.append(r)
+                    continue
+                if r.get("kind") != "run":
+                    continue
+                w, t = r.get("bench") or r["workload"], r["target"]
+                if w not in res.workloads:
+                    res.workloads.append(w)
+                if t not in res.targets:
+                    res.targets.append(t)
+                res.by.setdefault(w, {}).setdefault(t, {})[(i, r["rep"])] = r
+    return res
+
+
+def paired(runs: dict[str, dict[Rep, Run]], num: str, den: str, path: str) -> list[float]:
+    """num's figure over den's, one ratio per repetition both ran (measured interleaved, so paired)."""
+    ratios = []
+    for rep, rn in runs.get(num, {}).items():
+        o = runs.get(den, {}).get(rep)
+        x, y = g(rn, path), g(o, path) if o else None
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and y:
+            ratios.append(x / y)
+    return ratios
 
 
 def main() -> None:
@@ -130,26 +181,8 @@ def main() -> None:
     ap.add_argument("files", nargs="+")
     ap.add_argument("--ref", default="sqlite-batch", help="target(s) the ratios are taken against, comma-separated")
     a = ap.parse_args()
-    runs = []
-    metas = []
-    for f in a.files:
-        for line in open(f):
-            line = line.strip()
-            if not line:
-                continue
-            r = json.loads(line)
-            (metas if r.get("kind") in ("meta", "end") else runs).append(r)
-    by = defaultdict(lambda: defaultdict(dict))  # workload -> target -> rep -> rec
-    order_w, order_t = [], []
-    for r in runs:
-        if r.get("kind") != "run":
-            continue
-        w, t = r.get("bench") or r["workload"], r["target"]
-        if w not in order_w:
-            order_w.append(w)
-        if t not in order_t:
-            order_t.append(t)
-        by[w][t][(r.get("_file", 0), r["rep"])] = r
+    res = read(a.files)
+    by, order_w, order_t, metas = res.by, res.workloads, res.targets, res.metas
     for m in metas:
         if m.get("kind") == "end":
             print(f"<!-- suite {m.get('tag')} ended {m.get('time')}; load average {_avg(m.get('loadavg_end'))} -->")
@@ -166,7 +199,7 @@ def main() -> None:
         params = {k: v for k, v in any_rec.get("params", {}).items()
                   if k in ("n", "c", "m", "interval_ms", "k", "concurrency", "t", "repeats", "compression")}
         print(f"\n### {w}  `{json.dumps(params)}`\n")
-        pairs = []  # (ref, target) ratio columns
+        pairs: list[tuple[str, str]] = []  # (ref, target) ratio columns
         for i, ref in enumerate(r for r in refs if r in targets):
             pairs += [(ref, t) for t in targets if t != ref and (i == 0 or t not in refs)]
         head = ["metric", *targets, *[f"{ref}/{t}" for ref, t in pairs]]
@@ -181,12 +214,7 @@ def main() -> None:
                     recs = [r for r in recs if r.get("setup_turns")]
                 row.append(cell([g(r, path) for r in recs]))
             for ref, t in pairs:
-                ratios = []
-                for rep, rr in by[w][ref].items():
-                    o = by[w][t].get(rep)
-                    x, y = g(rr, path), g(o, path) if o else None
-                    if isinstance(x, (int, float)) and isinstance(y, (int, float)) and y:
-                        ratios.append(x / y)
+                ratios: list[float | None] = [*paired(by[w], ref, t, path)]
                 row.append(cell(ratios) if direction != "info" and ratios else "")
             print("| " + " | ".join(row) + " |")
         bad = [(t, rep, r.get("status")) for t in targets for rep, r in by[w][t].items() if r.get("status") != "ok"]
