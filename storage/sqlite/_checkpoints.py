@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 #: A file's WAL is copied into it and emptied (``TRUNCATE``) once it is this large: a busy file's
 #: WAL then averages half of it on disk. Before, 500 busy files held 525 MB of WAL (SQLite's
 #: checkpoint every 1 MiB, and the WAL kept that size between checkpoints). Each checkpoint
-#: costs the same few syncs whatever it copies (a stream rewrites the same few pages): at 256 KiB,
-#: paced chunks cost 12-18 % more server CPU than at 1 MiB (bench kit, paced-50); 512 KiB is
-#: about half of that, for a quarter of the WAL on disk.
+#: costs the same few syncs whatever it copies (a stream rewrites the same few pages): paced chunks
+#: cost 8-13 % more server CPU at 256 KiB than at 1 MiB (bench kit, paced-50, a loaded machine), 3 %
+#: more at 512 KiB, which keeps a quarter of the old WAL on disk.
 WAL_CHECKPOINT_BYTES = 512 * 1024
 #: Commits between two looks at the WAL's size. A commit of a stream's chunks adds two or three
 #: pages (8-12 KiB): eight of them overshoot the cap by a fifth of it at most.
