@@ -29,6 +29,7 @@ from .._store import Database
 from . import _blobs
 from ._base import Link, Params
 from ._blocks import SqliteBlockReads, SqliteBlockWrites
+from ._checkpoints import WAL_CHECKPOINT_BYTES, Checkpoints
 from ._compactions import SqliteCompactionReads, SqliteCompactionWrites
 from ._lanes import LaneConnection
 from ._messages import SqliteMessageReads, SqliteMessageWrites
@@ -51,10 +52,12 @@ __all__ = ["SqliteDatabase", "SqliteReader", "SqliteTx"]
 #: appends chunks; the transcript is in memory). At 256 KiB the caches of 500 busy files took
 #: minutes to fill, about 130 MB in all, which read as growth long after start.
 CACHE_KIB = 64
-#: The WAL is checkpointed into the file once it holds this many pages (4 KiB each) ...
-WAL_CHECKPOINT_PAGES = 256
-#: ... and cut back to this many bytes afterwards, instead of keeping its largest size.
-WAL_SIZE_LIMIT = 1024 * 1024
+#: SQLite never checkpoints by itself (it would, inside a COMMIT on the event loop): a file's
+#: :class:`Checkpoints` does, on the file's thread, past ``WAL_CHECKPOINT_BYTES`` (``_checkpoints``).
+WAL_CHECKPOINT_PAGES = 0
+#: A WAL that one checkpoint could not empty (another process reading) is cut back to this many bytes
+#: at the next that does, instead of keeping its largest size.
+WAL_SIZE_LIMIT = WAL_CHECKPOINT_BYTES
 #: How long a write waits for another process holding the file's write lock (an external tool,
 #: a test); within this process the file has one connection and its writes queue in order.
 BUSY_WAIT_MS = 5000
@@ -62,9 +65,9 @@ BUSY_WAIT_MS = 5000
 # Each connection's settings, set by one script when it opens (one trip to the file's thread).
 # WAL + synchronous=NORMAL: a commit survives a killed process (not a power cut) without an
 # fsync per commit. A server holds hundreds of files open: each keeps a small page cache (the
-# OS caches the file anyway) and a small WAL, checkpointed every 1 MiB and cut back after each
-# checkpoint. Once migrated, a write does not wait inside SQLite (it may run on the event
-# loop): SqliteDatabase._begin waits for another process's lock itself, off the loop.
+# OS caches the file anyway) and a small WAL, checkpointed off the loop every 512 KiB and emptied.
+# Once migrated, a write does not wait inside SQLite (it may run on the event loop):
+# SqliteDatabase._begin waits for another process's lock itself, off the loop.
 _SETTINGS = (
     "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
     f"PRAGMA busy_timeout={{busy}}; PRAGMA cache_size=-{CACHE_KIB}; "
@@ -77,6 +80,11 @@ _LOAD_SCHEMA = " SELECT 1 FROM meta WHERE 0;"
 # millisecond here, with synchronous=NORMAL the only sync a commit makes). Made here, on the file's
 # thread, it is not paid on the event loop by the first turn; the row says when the file was made.
 _START_WAL = " INSERT INTO meta (key, value) VALUES ('created_at', '{now}') ON CONFLICT (key) DO NOTHING;"
+# A checkpoint that copies the whole WAL into the file and empties it (a busy one, another process
+# reading, copies what it can and leaves the WAL: the next one tries again). Then a write that
+# changes nothing starts the WAL again, here: the first commit into an empty WAL writes its header
+# and syncs it, about a millisecond the next state change would pay on the event loop.
+_CHECKPOINT = f"PRAGMA wal_checkpoint(TRUNCATE); PRAGMA user_version={SCHEMA_VERSION};"
 # A file's name says its agent but not its instance's exact name (``_paths``: lowercased, cut, hashed),
 # and copying it elsewhere (``think-server migrate-data``) needs it: a new file says it in ``meta``,
 # in the same script (no trip of its own).
@@ -148,6 +156,8 @@ class SqliteDatabase(Database):
         self.fresh = False
         #: Never set: one server holds the data dir, every instance in it is its own.
         self.lease: Lease | None = None
+        #: When the WAL is due a checkpoint (counted at each commit), and the one under way.
+        self.checkpoints = Checkpoints(path, self.checkpoint)
 
     @property
     def asleep(self) -> bool:
@@ -266,6 +276,7 @@ class SqliteDatabase(Database):
                 await _commit(conn)
             finally:
                 _writing(conn, False)
+            self.checkpoints.committed()
             if faulty is not None:
                 faulty.plan.point("after_commit", faulty.writes)
 
@@ -315,6 +326,18 @@ class SqliteDatabase(Database):
         async with self._lock:
             conn = self.conn or await self.wake()
             await conn.executescript("PRAGMA incremental_vacuum;")
+        self.checkpoints.committed()
+
+    async def checkpoint(self) -> bool:
+        """Copy the WAL into the file and empty it, on the file's thread, between two transactions;
+        whether it ran (not on a file asleep or closed: its last close checkpoints). Queued by
+        :attr:`checkpoints` once the WAL is large: ``_checkpoints``."""
+        async with self._lock:
+            conn = self.conn
+            if conn is None:
+                return False
+            await conn.executescript(_CHECKPOINT)
+            return True
 
     async def put_blob(self, data: bytes) -> str:
         return await asyncio.to_thread(_blobs.put, self.path, data)

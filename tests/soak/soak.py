@@ -27,7 +27,7 @@ from typing import Any
 from websockets.asyncio.client import connect
 
 from ._clients import RESPONSE, Conversation, Tally, chat_frame, percentile
-from ._server import Server, serve
+from ._server import DISK_KINDS, Server, serve
 
 FLOOD_PACED = "flood 200 every 20"  # 200 deltas, 20 ms apart: a model's pace
 LONG = "long stream"  # 6,000 deltas, 1 ms apart
@@ -65,17 +65,50 @@ def metric(server: Server, name: str, label: str = "") -> float:
 # ---------------------------------------------------------------- chat soak
 
 
-async def chat(work: Path, *, sockets: int, seconds: float, warmup: float, sample: float,
-               rss_limit: bool = True) -> Report:
+#: A swept session sweeps again after at most this long (``Session``: ``min(grace, 60 s)``, after an operation).
+SWEEP_EVERY_S = 60.0
+#: Past warm-up, the replay grace and one sweep, the data dir holds the chunks of the last grace's turns
+#: and the files' WALs, no more: its total "levels off" when the highest total of the judged window's last
+#: third is less than this much above the highest of its first third (the highest: sweeps saw the curve,
+#: and a third of a full run's window spans more than one sweep). Not less: the conversations' own
+#: messages are kept and grow with every turn (about 5x their JSON on disk: some 25 MB over a full run's
+#: window, 6 %), sessions sweep in step so the sawtooth is tall (312-457 MB in the full run), and the
+#: turns a grace holds move with the pace the shared machine allows. The full run's last third was
+#: 9 % over its first (5 December 2026); a curve that keeps climbing, as the 10-minute grace's did
+#: (635 MB -> 1.27 GB), gains over 20 % from one third of that window to the last.
+LEVEL_PCT = 15.0
+
+
+def disk_climbs(curve: list[tuple[float, float]], since: float, limit_pct: float = LEVEL_PCT) -> str | None:
+    """Why the data dir's total (``curve``: time, MB) does not level off from ``since`` on; None if it does."""
+    window = [(t, mb) for t, mb in curve if t >= since]
+    if len(window) < 3:
+        return (f"{len(window)} disk samples from {since:.0f} s on (warm-up + replay grace + a sweep), "
+                "at least 3 are needed: run longer or sample more often")
+    third = max(1, len(window) // 3)
+    first = max(mb for _, mb in window[:third])
+    last = max(mb for _, mb in window[-third:])
+    growth = (last - first) / first * 100 if first else 0.0
+    if growth >= limit_pct:
+        return (f"the data dir kept growing after {since:.0f} s: {first:.1f} -> {last:.1f} MB ({growth:+.1f} %, "
+                f"limit {limit_pct:g} %) from the first third of {window[0][0]:.0f}-{window[-1][0]:.0f} s to the last")
+    return None
+
+
+async def chat(work: Path, *, sockets: int, seconds: float, warmup: float, sample: float, grace: float = 120.0,
+               rss_limit: bool = True, disk_limit: bool = True) -> Report:
     """``sockets`` conversations on distinct instances, each sending paced flood turns back to back.
 
     Holds: RSS growth after warm-up under 5 % (``rss_limit``: a run of seconds has no
-    warm-up to speak of, and memory is a full-size run's figure), no error frame, no failed turn.
+    warm-up to speak of, and memory is a full-size run's figure), the data dir's size levels off
+    once finished streams outlive their replay grace (``grace`` seconds, the server's
+    ``stream_grace_s``) and are swept (``disk_limit``; :func:`disk_climbs`), no error frame, no failed turn.
     """
     report = Report("chat")
     # One address plays every client: caps per address that let all of them in, upgrades (HTTP) included.
     async with serve(work, max_actors=str(max(1000, sockets * 2)), max_sockets_per_address=str(sockets + 10),
-                     max_http_connections_per_address="0", max_new_instances_per_minute="0") as server:
+                     max_http_connections_per_address="0", max_new_instances_per_minute="0",
+                     stream_grace_s=str(grace)) as server:
         tally = Tally()
         stop = asyncio.Event()
 
@@ -101,6 +134,7 @@ async def chat(work: Path, *, sockets: int, seconds: float, warmup: float, sampl
                    f"{'deltas/s':>9} {'gap p50':>8} {'gap p99':>8} {'fds':>6} {'thr':>5}")
         base_rss = None
         samples: list[tuple[float, float]] = []
+        disk: list[tuple[float, int, dict[str, float]]] = []  # time, turns, MB by kind
         last_deltas, last_t = 0, started
         while time.monotonic() - started < seconds and not tally.failures:
             await asyncio.sleep(sample)
@@ -113,7 +147,9 @@ async def chat(work: Path, *, sockets: int, seconds: float, warmup: float, sampl
             p50, p99 = percentile(gaps, 50), percentile(gaps, 99)
             sqlite = metric(server, "think_sqlite_memory_bytes") / 1e6
             transcripts = metric(server, "think_transcript_memory_bytes") / 1e6
-            report.say(f"{t:6.0f} {rss:8.1f} {sqlite:7.1f} {transcripts:7.1f} {server.disk_mb():8.1f} "
+            kinds = server.disk_by_kind()
+            disk.append((t, tally.turns, kinds))
+            report.say(f"{t:6.0f} {rss:8.1f} {sqlite:7.1f} {transcripts:7.1f} {sum(kinds.values()):8.1f} "
                        f"{tally.turns:7d} {rate:9.0f} {p50 or 0:8.1f} {p99 or 0:8.1f} {server.fds():6d} "
                        f"{server.threads():5d}")
             if t >= warmup:
@@ -131,9 +167,30 @@ async def chat(work: Path, *, sockets: int, seconds: float, warmup: float, sampl
             report.say(f"RSS after warm-up {base_rss:.1f} MB, at the end {end_rss:.1f} MB: {growth:+.1f} %")
             if growth >= 5 and rss_limit:
                 report.problems.append(f"RSS grew {growth:.1f} % after warm-up (limit 5 %)")
+        _disk_curve(report, disk, since=warmup + grace + min(grace, SWEEP_EVERY_S), enforce=disk_limit)
         report.figures.update(turns=tally.turns, deltas=tally.deltas, disk_mb=server.disk_mb())
         report.say(f"{tally.turns} turns, {tally.deltas} deltas, {len(tally.failures)} failures")
     return report
+
+
+def _disk_curve(report: Report, disk: list[tuple[float, int, dict[str, float]]], *, since: float,
+                enforce: bool) -> None:
+    """Print the data dir's size over time by kind, and judge whether it levelled off from ``since`` on."""
+    report.say(f"data dir, MB (judged from {since:.0f} s on):")
+    report.say(f"{'t(s)':>6} {'turns':>7} {'total':>8} " + " ".join(f"{k:>7}" for k in DISK_KINDS))
+    for t, turns, kinds in disk:
+        by_kind = " ".join(f"{kinds[k]:7.1f}" for k in DISK_KINDS)
+        report.say(f"{t:6.0f} {turns:7d} {sum(kinds.values()):8.1f} {by_kind}")
+    if disk:
+        report.figures.update(disk_by_kind_mb={k: round(v, 1) for k, v in disk[-1][2].items()})
+    problem = disk_climbs([(t, sum(kinds.values())) for t, _, kinds in disk], since)
+    window_turns = [turns for t, turns, _ in disk if t >= since]
+    if problem is None and window_turns and window_turns[-1] == window_turns[0]:
+        problem = "no turn ran while the disk was judged: a level curve says nothing then"
+    if problem is not None:
+        report.say(problem)
+        if enforce:
+            report.problems.append(problem)
 
 
 # ---------------------------------------------------------------- a client that never reads
@@ -318,6 +375,7 @@ async def _main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=600)
     parser.add_argument("--warmup", type=float, default=120)
     parser.add_argument("--sample", type=float, default=15)
+    parser.add_argument("--grace", type=float, default=120, help="the server's stream_grace_s in the chat run")
     parser.add_argument("--normal", type=int, default=20)
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--count", type=int, default=10_000)
@@ -332,7 +390,7 @@ async def _main(argv: list[str]) -> int:
             where = work / run
             if run == "chat":
                 reports.append(await chat(where, sockets=args.sockets, seconds=args.seconds, warmup=args.warmup,
-                                          sample=args.sample))
+                                          sample=args.sample, grace=args.grace))
             elif run == "slow-reader":
                 reports.append(await slow_reader(where, normal=args.normal))
             elif run == "storm":
