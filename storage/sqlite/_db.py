@@ -292,6 +292,7 @@ class SqliteDatabase(Database):
         ran, done = conn.run_now(functools.partial(append_alone, stream_id=stream_id, bodies=bodies, now=now))
         if ran and done:
             self.fresh = False
+            self.checkpoints.committed()  # a commit as a transaction's: the WAL is watched the same
             return True
         return False
 

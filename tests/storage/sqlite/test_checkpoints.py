@@ -64,6 +64,19 @@ async def test_the_wal_is_checkpointed_on_a_worker_thread_and_stays_small(db: Sq
     assert largest < 2 * WAL_CHECKPOINT_BYTES
 
 
+async def test_lone_batches_committed_at_once_keep_the_wal_small_too(db: SqliteDatabase) -> None:
+    """A paced stream's chunks commit outside ``transaction()`` (``append_now``): they count too."""
+    largest = 0
+    for i in range(400):
+        if not db.append_now("st", ['{"type":"text-delta","id":"t","delta":"ab"}'], i):
+            async with db.transaction() as tx:  # a checkpoint holds the file: the transaction's way
+                await tx.append_chunks("st", ['{"type":"text-delta","id":"t","delta":"ab"}'], i)
+        await asyncio.sleep(0)
+        largest = max(largest, _wal(db).stat().st_size)
+    assert largest < 2 * WAL_CHECKPOINT_BYTES
+    assert len(await db.read.chunk_bodies("st")) == 400
+
+
 async def test_a_checkpoint_queued_before_sleep_leaves_the_file_asleep(db: SqliteDatabase) -> None:
     await _chunks(db, 10)
     queued = db.checkpoints.soon()  # not started: the file's lock is free
