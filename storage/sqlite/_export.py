@@ -28,6 +28,7 @@ from ._index import INDEX_FILE, SqliteWorkIndex
 from ._paths import instance_db_path
 from ._schema import MIGRATIONS
 from ._store import LOCK_FILE, SqliteStore
+from ._streams import CHUNK_COUNT, LAST_CHUNK_AT, NEXT_SEGMENT
 
 __all__ = ["SqliteSource", "check_schema", "sqlite_columns"]
 
@@ -63,10 +64,17 @@ def check_schema() -> None:
     check_columns("SQLite", found, _OWN_COLUMNS, _NOT_ROWS)
 
 
+# Columns an SQLite file does not keep up to date, given from what it holds: a stream's counters, from
+# its segments (``_streams``: each commit of chunks is one INSERT, its row is not written again).
+_DERIVED = {("streams", "next_segment"): NEXT_SEGMENT, ("streams", "chunk_count"): CHUNK_COUNT,
+            ("streams", "last_chunk_at"): LAST_CHUNK_AT}
+
+
 class _Dump(Access):
     async def table(self, name: str, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
         # rowid: the order the rows were written in (a seq where the table has one: its alias).
-        rows = await self._fetchall(f"SELECT {', '.join(columns)} FROM {name} ORDER BY rowid")
+        selected = ", ".join(_DERIVED.get((name, c), c) for c in columns)
+        rows = await self._fetchall(f"SELECT {selected} FROM {name} ORDER BY rowid")
         flags = [i for i, c in enumerate(columns) if c in _BOOLEANS]
         content = columns.index("content") if name == "workspace_files" else -1
         out: list[tuple[Any, ...]] = []

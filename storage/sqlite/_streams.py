@@ -3,7 +3,6 @@ segment row, its chunks a JSON array."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
 from typing import Any
@@ -11,44 +10,46 @@ from typing import Any
 from .._streams import StreamRow
 from ._base import Access
 
-__all__ = ["SqliteStreamReads", "SqliteStreamWrites", "append_alone"]
+__all__ = ["CHUNK_COUNT", "LAST_CHUNK_AT", "NEXT_SEGMENT", "SqliteStreamReads", "SqliteStreamWrites", "append_alone"]
+
+# A stream's chunk count is its last segment's end: streaming, a stream's row is written once (its
+# first commit) and each commit of chunks is one INSERT, which finds its place (number, first chunk)
+# from the segment before it, by the key's index. (The row's own counters, ``next_segment``,
+# ``chunk_count``, ``last_chunk_at``, are the PostgreSQL schema's: ``_export`` gives a copy these.)
+_LAST_SEGMENT = ("SELECT {what} FROM stream_chunks AS c WHERE c.stream_id = {stream} "
+                 "ORDER BY c.segment DESC LIMIT 1")
+CHUNK_COUNT = "coalesce((" + _LAST_SEGMENT.format(
+    what="c.first_chunk + json_array_length(c.body)", stream="streams.id") + "), 0)"
+NEXT_SEGMENT = "coalesce((" + _LAST_SEGMENT.format(what="c.segment + 1", stream="streams.id") + "), 0)"
+LAST_CHUNK_AT = "(" + _LAST_SEGMENT.format(what="c.created_at", stream="streams.id") + ")"
 
 _COLUMNS = (
     "id, session_id, operation_id, request_id, message_id, is_continuation, first_seq, status, "
-    "chunk_count, created_at, completed_at"
+    f"{CHUNK_COUNT}, created_at, completed_at"
 )
 
-
-# A segment's number and first chunk come from its stream's row, which the next statement moves on.
+# One statement: the segment after the last one (or the first), its first chunk where the last ended.
 _APPEND = ("INSERT INTO stream_chunks (stream_id, segment, first_chunk, body, created_at) "
-           "SELECT id, next_segment, chunk_count, ?, ? FROM streams WHERE id = ?")
-_MOVE_ON = ("UPDATE streams SET next_segment = next_segment + 1, chunk_count = chunk_count + ?, "
-            "last_chunk_at = ? WHERE id = ?")
+           "SELECT :id, coalesce(last.segment + 1, 0), coalesce(last.first_chunk + json_array_length(last.body), 0), "
+           ":body, :now FROM (SELECT 1) LEFT JOIN ("
+           + _LAST_SEGMENT.format(what="c.segment, c.first_chunk, c.body", stream=":id") + ") AS last "
+           "WHERE EXISTS (SELECT 1 FROM streams WHERE id = :id)")  # a stream gone (swept): nothing, as on PostgreSQL
 
 
-def _append_params(stream_id: str, bodies: list[str], now: int) -> tuple[str, int, str]:
-    return "[" + ",".join(bodies) + "]", now, stream_id
+def _append_params(stream_id: str, bodies: list[str], now: int) -> dict[str, Any]:
+    return {"id": stream_id, "body": "[" + ",".join(bodies) + "]", "now": now}
 
 
 def append_alone(conn: sqlite3.Connection, stream_id: str, bodies: list[str], now: int) -> bool:
     """A batch of chunks as a transaction of its own, run here and now on ``conn`` (the connection's
-    lane idle, no transaction open on it): the statements of ``append_chunks`` between ``BEGIN
-    IMMEDIATE`` and ``COMMIT`` in one call. False, and nothing written, if another process holds the
-    file's write lock (the busy timeout is 0: it never waits here)."""
+    lane idle, no transaction open on it): ``append_chunks``' one statement, in autocommit (SQLite
+    makes a single statement its own transaction). False, and nothing written, if another process
+    holds the file's write lock (the busy timeout is 0: it never waits here)."""
     try:
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(_APPEND, _append_params(stream_id, bodies, now)).close()
     except sqlite3.OperationalError as exc:
         if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY:
             return False
-        raise
-    try:
-        conn.execute(_APPEND, _append_params(stream_id, bodies, now)).close()
-        conn.execute(_MOVE_ON, (len(bodies), now, stream_id)).close()
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:  # SQLite rolls some failures back itself (a full disk at COMMIT)
-            with contextlib.suppress(sqlite3.Error):  # never hiding the error that led here
-                conn.execute("ROLLBACK")
         raise
     return True
 
@@ -107,7 +108,6 @@ class SqliteStreamWrites(Access):
         if not bodies:
             return
         await self._execute(_APPEND, _append_params(stream_id, bodies, now))
-        await self._execute(_MOVE_ON, (len(bodies), now, stream_id))
 
     async def finish_stream(self, stream_id: str, status: str, now: int) -> None:
         await self._execute(

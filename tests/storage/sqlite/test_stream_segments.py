@@ -151,7 +151,7 @@ async def test_a_lone_batch_is_one_call_on_the_loop_thread(db: SqliteDatabase, d
     assert futures == 0, "no call went through aiosqlite's futures"
     await conn.set_trace_callback(None)
     here = threading.current_thread().name
-    assert [sql for thread, sql in seen if thread == here] == ["BEGIN", "INSERT", "UPDATE", "COMMIT"] * 2
+    assert [sql for thread, sql in seen if thread == here] == ["INSERT"] * 2, "one statement, its own transaction"
     assert [sql for thread, sql in seen if thread != here] == []
     assert _segments(db_path, "st") == [(0, 0, 2), (1, 2, 1)]
     assert (await _get(db, "st")).chunk_count == 3
@@ -187,16 +187,33 @@ async def test_a_lone_batch_does_not_wait_on_the_loop_for_another_process_holdin
 
 
 async def test_a_lone_batch_that_fails_keeps_nothing_and_the_next_one_writes(db: SqliteDatabase) -> None:
-    """A failing statement (here: the segment already there) rolls the lone transaction back, its error
-    reaching the caller; the connection is not left inside a transaction."""
+    """A failing statement rolls the lone batch back, its error reaching the caller; the connection is
+    not left inside a transaction, and the next batch takes the next place."""
     await _insert(db, "st")
     assert db.append_now("st", [_chunk(0)], 200)
     conn = await db.wake()
-    await conn.execute("UPDATE streams SET next_segment = 0, chunk_count = 0 WHERE id = 'st'")  # 0 is taken
+    await conn.execute("CREATE TEMP TRIGGER refuse BEFORE INSERT ON stream_chunks "
+                       "BEGIN SELECT RAISE(ABORT, 'refused'); END")
     with pytest.raises(sqlite3.IntegrityError):
         db.append_now("st", [_chunk(1)], 201)
     assert not conn.in_transaction
-    assert (await _get(db, "st")).chunk_count == 0, "the UPDATE after the failed INSERT did not run"
-    await conn.execute("UPDATE streams SET next_segment = 1, chunk_count = 1 WHERE id = 'st'")
+    await conn.execute("DROP TRIGGER refuse")
     assert db.append_now("st", [_chunk(2)], 202)
     assert await db.read.chunk_bodies("st") == [_chunk(0), _chunk(2)]
+    assert _segments(db.path, "st") == [(0, 0, 1), (1, 1, 1)]
+    assert (await _get(db, "st")).chunk_count == 2
+
+
+async def test_a_copy_of_a_streaming_stream_carries_its_counters_from_its_segments(db: SqliteDatabase) -> None:
+    """The row is not written again as chunks come; a copy to PostgreSQL (``think-server migrate-data``)
+    still carries where the stream is, for a turn there to append after its last segment."""
+    from think_server.storage._copy import TABLES
+    from think_server.storage.sqlite._export import _Dump
+
+    await _insert(db, "st")
+    assert db.append_now("st", [_chunk(0), _chunk(1)], 200)
+    assert db.append_now("st", [_chunk(2)], 201)
+    columns = next(t.columns for t in TABLES if t.name == "streams")
+    [row] = await _Dump(db).table("streams", columns)
+    copied = dict(zip(columns, row, strict=True))
+    assert (copied["next_segment"], copied["chunk_count"], copied["last_chunk_at"]) == (2, 3, 201)
