@@ -217,7 +217,7 @@ class SqliteDatabase(Database):
             # is. One just made from the template is ours, and migrated.
             version = SCHEMA_VERSION if made else await _our_version(conn, path)
             if version == 0:  # a new file the template could not make
-                await conn.execute_fetchall(NEW_FILE_PRAGMA)
+                await conn.executescript(NEW_FILE_PRAGMA)
             # One script (_SETTINGS), one trip to the file's thread; each statement runs to its end (one
             # left with a row to read would stay "in progress" and stop a migration's COMMIT).
             migrated = version == SCHEMA_VERSION
