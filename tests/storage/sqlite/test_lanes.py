@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from pathlib import Path
 
+import aiosqlite
+
 from think_server.storage.sqlite import SqliteDatabase
-from think_server.storage.sqlite._lanes import WORKERS, lane_connect, worker_threads
+from think_server.storage.sqlite._lanes import WORKERS, LaneConnection, lane_connect, worker_threads
 
 
 async def test_many_open_files_use_a_bounded_number_of_threads(tmp_path: Path) -> None:
@@ -111,3 +114,14 @@ async def test_a_write_waits_off_the_loop_for_another_process_holding_the_lock(t
 async def _write(db: SqliteDatabase, session: str) -> None:
     async with db.transaction() as tx:
         await tx.ensure_session(session, 1)
+
+
+def test_a_lane_connection_sets_every_attribute_of_aiosqlites_but_its_thread(tmp_path: Path) -> None:
+    # LaneConnection sets aiosqlite's attributes itself (its __init__ makes a thread object): an
+    # aiosqlite that sets another one must be followed here.
+    def connector() -> sqlite3.Connection:
+        return sqlite3.connect(tmp_path / "x.sqlite3")
+
+    theirs = set(vars(aiosqlite.Connection(connector, 64)))
+    ours = set(vars(LaneConnection(connector)))
+    assert ours == theirs - {"_thread"}
