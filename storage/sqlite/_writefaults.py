@@ -43,14 +43,6 @@ __all__ = ["ENV", "WriteFault", "arm", "armed", "connect", "set_fault"]
 
 ENV = "THINK_WRITE_FAULTS"
 
-#: Prepared statements a connection keeps for reuse (sqlite3's default is 128). An open file keeps
-#: them as long as it is open, some 4.5 KiB each (a turn runs 17), a third of what an idle open
-#: instance holds. Four keep a stream's chunk writes prepared (BEGIN, its two statements, COMMIT:
-#: the ones a turn repeats); the rest, run once a turn, are prepared again each time (some 0.1 ms
-#: a turn). Bench kit, actors-500: RSS per new instance 244 -> 169 KB, SQLite's share 155 -> 92 KB;
-#: stream-2000 and conc-50 CPU per chunk unchanged.
-STATEMENTS_KEPT = 4
-
 
 class WriteFault(enum.Enum):
     DISK_FULL = "disk_full"
@@ -90,9 +82,8 @@ def connect(path: Path, *, before: Callable[[], None] | None = None,
     the process's shared SQLite threads (:mod:`think_server.storage.sqlite._lanes`); ``before`` and
     ``then`` run on its thread before and after it connects, in the same trip."""
     if _armed:
-        return lane_connect(path, before=before, then=then, isolation_level=None, cached_statements=STATEMENTS_KEPT,
-                            factory=_FaultyConnection)
-    return lane_connect(path, before=before, then=then, isolation_level=None, cached_statements=STATEMENTS_KEPT)
+        return lane_connect(path, before=before, then=then, isolation_level=None, factory=_FaultyConnection)
+    return lane_connect(path, before=before, then=then, isolation_level=None)
 
 
 def _disk_full() -> sqlite3.OperationalError:
