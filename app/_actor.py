@@ -23,6 +23,11 @@ from ._thinkchat import ThinkChat
 __all__ = ["Actor", "ActorState", "ChatHost"]
 
 
+# The server list of an agent without MCP servers: the same text for every instance, made once
+# (a model built and encoded per activation otherwise).
+_NO_MCP_FRAME = dump_frame(McpServers())
+
+
 class ActorState(enum.Enum):
     ACTIVE = "active"
     CLOSED = "closed"
@@ -39,7 +44,7 @@ class Actor:
         # The agent's MCP servers, as the chat's server list shows them (kept in step while open).
         mcp = getattr(instance.host, "mcp", None)
         self._mcp = mcp if instance.agent.mcp and isinstance(mcp, McpConnections) else None
-        self._mcp_frame = dump_frame(McpServers())
+        self._mcp_frame = _NO_MCP_FRAME
         self._opening: asyncio.Task[None] | None = None
         if self._mcp is not None:
             self._mcp.on_change.append(self._mcp_changed)

@@ -265,7 +265,8 @@ async def _admit(ws: WebSocket, agent: str, name: str, services: SocketServices)
         return None
     admitted = False
     try:
-        new = not await registry.exists(agent, name)
+        # Whether it is new matters only to the cap on new instances (a stat of its file, on the loop).
+        new = bool(limits.max_new_per_minute) and not await registry.exists(agent, name)
         if new and not limits.take_new_instance(address):
             metrics.refusals.labels("address_new_instances").inc()
             await _refuse(ws, f"this client address created {limits.max_new_per_minute} new agent instances in "

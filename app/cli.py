@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib
 import ipaddress
 import logging
@@ -221,6 +222,11 @@ def main(argv: Sequence[str] | None = None, *, commands: Sequence[Command] = ())
                             ws=ChatWebSocketProtocol, ws_max_size=settings.websocket_max_size, log_config=None,
                             timeout_graceful_shutdown=10, limit_concurrency=app.state.fd_budget.max_connections)
     server = _Server(config, ready=_ready_line(settings, agents, target))
+    # The collector's youngest generation is collected every 5,000 allocations, not 700: a turn or an
+    # activation makes thousands of short-lived objects, and at the default most of them lived through
+    # a young collection and reached the older ones, whose collections walk every object of every open
+    # instance. Bench kit, actors-1500: 0.47 -> 0.15 s of collections (0.2 ms an activation), RSS alike.
+    gc.set_threshold(5000, *gc.get_threshold()[1:])
     server.run()
     return 0 if server.started else 3  # 3: uvicorn's "startup failed" (a port in use, say)
 

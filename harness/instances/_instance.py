@@ -59,6 +59,8 @@ class Instance:
         self._holds = 0
         self._watches = 0
         self.last_used = time.monotonic()
+        #: Called by :meth:`touch` (the registry keeps its instances in the order of their last use).
+        self.on_touch: Callable[[], None] | None = None
         #: The instance's file tree (README "Workspace"), with the agent's limits: one for the
         #: instance, so its sessions' tools and code change it one write at a time.
         self.workspace = Workspace(db, self.clock, agent.workspace.limits if agent.workspace else None)
@@ -95,6 +97,8 @@ class Instance:
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
+        if self.on_touch is not None:
+            self.on_touch()
 
     @property
     def held(self) -> bool:

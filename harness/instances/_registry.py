@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import heapq
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -90,6 +89,8 @@ class InstanceRegistry:
         self.on_open: list[Callable[[Instance], None]] = []
         #: Called with each instance once it is closed.
         self.on_closed: list[Callable[[Instance], None]] = []
+        # Least recently used first: an instance's touch moves it to the end (:meth:`_used`), so
+        # making room reads the front of it, not all of it (at the cap, every new instance makes room).
         self._open: dict[_Key, Instance] = {}
         # Each activation in progress holds one of the places from the moment it is asked for.
         self._activating: dict[_Key, asyncio.Task[Instance]] = {}
@@ -258,15 +259,27 @@ class InstanceRegistry:
         over = len(self._open) + len(self._activating) + 1 - self.max_instances
         if over <= 0:
             return []
-        # The idle ones first, then those only followers watch (they come back), each least recently used first.
-        idle = heapq.nsmallest(over, (a for k, a in self._open.items() if self._reclaimable(k, a)),
-                               key=lambda a: (not a.idle, a.last_used))
+        # The idle ones first, then those only followers watch (they come back), each least recently
+        # used first: the order of _open, whose front is idle but for a few held or watched ones.
+        idle: list[Instance] = []
+        for only_watched in (False, True):
+            for k, a in self._open.items():
+                if len(idle) == over:
+                    break
+                if self._reclaimable(k, a) and a.idle is not only_watched:
+                    idle.append(a)
         if len(idle) < over:
             raise CapacityError(
                 f"this server has {len(self._open) + len(self._activating)} agent instances open or opening, "
                 f"the most {self.capped_by} allows, and all are busy; try again later"
             )
         return [self._start_close((a.agent_name, a.name), a, keep_place=False) for a in idle]
+
+    def _used(self, key: _Key) -> None:
+        """The instance ``key`` was just used: the end of ``_open`` (the most recently used)."""
+        instance = self._open.pop(key, None)
+        if instance is not None:
+            self._open[key] = instance
 
     def _start_close(self, key: _Key, instance: Instance, *, keep_place: bool) -> asyncio.Task[None]:
         if not keep_place:
@@ -321,6 +334,8 @@ class InstanceRegistry:
                 self._notify_closed(instance)
                 await self._release_lease(key, lease)
                 raise
+            instance.on_touch = functools.partial(self._used, key)
+            instance.touch()  # used now: the end of _open is where it belongs
             self._open[key] = instance
             self._ensure_sweeper()
             return instance

@@ -113,6 +113,8 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
             # Known now, not read at the first turn (the file is no longer fresh then): one trip
             # to an SQLite thread less before a new instance's first chunk (95 us of its 1.4 ms).
             self._compactions = []
+            # Swept, as a file read here is (nothing to sweep): not a transaction of its own after its first turn.
+            self._last_sweep = self.clock.now_ms()
             return
         for op in await self.db.read.open_operations(self.id):
             if op.status == "running":

@@ -179,17 +179,15 @@ class SqliteDatabase(Database):
                 self._waking = None
 
     async def _reopen(self) -> aiosqlite.Connection:
+        settings = _SETTINGS.format(busy=0)
         try:
-            conn = await connect(self.path)
+            # The settings on the file's thread as it opens: one trip, not two.
+            conn = await connect(self.path, then=lambda c: c.executescript(settings).close())
         except sqlite3.Error as exc:
             raise _open_error(self.path, exc) from exc
-        try:
-            await conn.executescript(_SETTINGS.format(busy=0))
-            if self._closed:  # closed while it opened: this connection must not outlive it
-                raise StorageError(f"{self.path.name} is closed", Problem.DAMAGED)
-        except BaseException:
+        if self._closed:  # closed while it opened: this connection must not outlive it
             await conn.close()
-            raise
+            raise StorageError(f"{self.path.name} is closed", Problem.DAMAGED)
         self.conn = conn
         return conn
 
@@ -206,35 +204,34 @@ class SqliteDatabase(Database):
     async def open(cls, path: Path, instance: tuple[str, str] | None = None) -> SqliteDatabase:
         """The file at ``path``, made if it is not there (then it records ``instance``, its agent and
         name, when given), migrated if it is older."""
-        made = await asyncio.to_thread(_prepare, path)
+        made = False
+        created = int(time.time() * 1000)
+
+        # Both on the file's thread, in the trip that opens it (one, where making, connecting and
+        # setting up a new file took three): the file made if it is not there ...
+        def make() -> None:
+            nonlocal made
+            made = _prepare(path)
+
+        # ... and, one just made from the template (ours, migrated), its settings in one script.
+        def settle(c: sqlite3.Connection) -> None:
+            if made:
+                c.executescript(_SETTINGS.format(busy=0) + _LOAD_SCHEMA + _START_WAL.format(now=created)
+                                + _names(instance)).close()
+
         # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change.
         try:
-            conn = await connect(path)
+            conn = await connect(path, before=make, then=settle)
         except sqlite3.Error as exc:
             raise _open_error(path, exc) from exc
-        try:
-            # Before anything writes (WAL mode rewrites the header): a file that is not ours stays as it
-            # is. One just made from the template is ours, and migrated.
-            version = SCHEMA_VERSION if made else await _our_version(conn, path)
-            if version == 0:  # a new file the template could not make
-                await conn.executescript(NEW_FILE_PRAGMA)
-            # One script (_SETTINGS), one trip to the file's thread; each statement runs to its end (one
-            # left with a row to read would stay "in progress" and stop a migration's COMMIT).
-            migrated = version == SCHEMA_VERSION
-            await conn.executescript(_SETTINGS.format(busy=0 if migrated else BUSY_WAIT_MS)
-                                     + (_LOAD_SCHEMA if migrated else "")
-                                     + (_START_WAL.format(now=int(time.time() * 1000)) + _names(instance)
-                                        if made else ""))
-            if not migrated:
-                await _migrate(conn, version)
-                if version == 0:  # new, made migration by migration
-                    await conn.executescript(_names(instance))
-                await conn.execute_fetchall("PRAGMA busy_timeout=0")
-        except BaseException as exc:
-            await conn.close()
-            if isinstance(exc, sqlite3.Error):
-                raise _open_error(path, exc) from exc
-            raise
+        if not made:
+            try:
+                await _settle_found(conn, path, instance)
+            except BaseException as exc:
+                await conn.close()
+                if isinstance(exc, sqlite3.Error):
+                    raise _open_error(path, exc) from exc
+                raise
         db = cls(conn, path)
         db.fresh = made
         return db
@@ -359,6 +356,24 @@ class SqliteDatabase(Database):
 
 def _shrink(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA shrink_memory").close()
+
+
+async def _settle_found(conn: aiosqlite.Connection, path: Path, instance: tuple[str, str] | None) -> None:
+    """A file that was there already: checked (before anything writes: WAL mode rewrites the header,
+    and a file that is not ours stays as it is), set up, and migrated if it is older."""
+    version = await _our_version(conn, path)
+    if version == 0:  # a new file the template could not make
+        await conn.executescript(NEW_FILE_PRAGMA)
+    # One script (_SETTINGS), one trip to the file's thread; each statement runs to its end (one
+    # left with a row to read would stay "in progress" and stop a migration's COMMIT).
+    migrated = version == SCHEMA_VERSION
+    await conn.executescript(_SETTINGS.format(busy=0 if migrated else BUSY_WAIT_MS)
+                             + (_LOAD_SCHEMA if migrated else ""))
+    if not migrated:
+        await _migrate(conn, version)
+        if version == 0:  # new, made migration by migration
+            await conn.executescript(_names(instance))
+        await conn.execute_fetchall("PRAGMA busy_timeout=0")
 
 
 def _writing(conn: aiosqlite.Connection, on: bool) -> None:

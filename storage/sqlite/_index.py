@@ -143,49 +143,61 @@ class SqliteWorkIndex(WorkIndex):
             await self._commit_locked(batch)
 
     async def _commit_locked(self, batch: list[tuple[str, tuple[Any, ...]]]) -> None:
-        # execute_fetchall: the sqlite3 cursor is made and dropped in one call on the connection's
-        # lane. A cursor object left to the collector is freed (and its statement reset) on
-        # whatever thread drops it, while the lane may be running the next statement: SQLite
-        # then says "bad parameter or other API misuse" (seen once in a benchmark).
+        # The batch is one call on the connection's lane (its statements, and its transaction
+        # when it has more than one), made on the event loop when the lane is idle: a mark or an
+        # unmark is on every turn's path, and with a few turns at once the batch's BEGIN, rows and
+        # COMMIT took a trip to a worker thread each (7.5% of the event loop's samples, most of it
+        # handing the GIL over, in the bench kit's actors workload). Every cursor is made and closed
+        # in that call: one left to the collector is freed (and its statement reset) on whatever
+        # thread drops it, while the lane may be running the next statement, and SQLite then says
+        # "bad parameter or other API misuse" (seen once in a benchmark).
+        conn = self._conn
+        if isinstance(conn, LaneConnection):
+            conn.writing(True)
+            try:
+                if conn.runs_here():
+                    try:
+                        # Without waiting inside SQLite (busy timeout 0): another process holding the
+                        # file's lock (none should) sends the batch to the thread, which waits.
+                        await conn._execute(_apply, conn, batch, 0)  # type: ignore[no-untyped-call]
+                        return
+                    except sqlite3.OperationalError as exc:
+                        if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
+                            raise
+            finally:
+                conn.writing(False)
+        await conn._execute(_apply, conn, batch, None)  # type: ignore[no-untyped-call]
+
+
+def _run(c: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> None:
+    cursor = c.execute(sql, params)
+    try:
+        cursor.fetchall()  # to its end: a pragma answers a row
+    finally:
+        cursor.close()
+
+
+def _apply(conn: aiosqlite.Connection, batch: list[tuple[str, tuple[Any, ...]]], busy_ms: int | None) -> None:
+    """The batch's writes, committed together (on the lane's thread, or the loop's); ``busy_ms``: the
+    busy timeout to write with (None: the connection's, ``BUSY_WAIT_MS``). Nothing is written if it
+    raises."""
+    c: sqlite3.Connection = conn._conn
+    if busy_ms is not None:
+        _run(c, f"PRAGMA busy_timeout={busy_ms}")
+    try:
         if len(batch) == 1:
-            sql, params = batch[0]
-            if not await _write_here(self._conn, sql, params):
-                await self._conn.execute_fetchall(sql, params)  # autocommit: one trip to the thread
+            _run(c, *batch[0])  # autocommit
             return
-        await self._conn.execute_fetchall("BEGIN IMMEDIATE")
+        _run(c, "BEGIN IMMEDIATE")
         try:
             for sql, same in groupby(batch, key=lambda write: write[0]):
-                async with self._conn.executemany(sql, [params for _, params in same]):
-                    pass  # closed on the lane
-            await self._conn.execute_fetchall("COMMIT")
+                c.executemany(sql, [params for _, params in same]).close()
+            _run(c, "COMMIT")
         except BaseException:
-            if self._conn.in_transaction:
+            if c.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
-                    await self._conn.execute_fetchall("ROLLBACK")
+                    _run(c, "ROLLBACK")
             raise
-
-
-async def _write_here(conn: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> bool:
-    """One autocommit write of a row or two run at once on the event loop, when the index's lane is
-    idle (as a file's write transactions are, see ``_lanes``); whether it ran. A mark is on a new
-    turn's path to its first chunk: a trip to a worker thread took 150 us on an idle machine and
-    often 500 us or more on a busy one. The statement does not wait inside SQLite there (busy
-    timeout 0): if another process holds the file's lock (none should), it goes to the thread."""
-    if not isinstance(conn, LaneConnection):
-        return False
-    conn.writing(True)
-    try:
-        if not conn.runs_here():
-            return False
-        await conn.execute_fetchall("PRAGMA busy_timeout=0")
-        try:
-            await conn.execute_fetchall(sql, params)
-        except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
-                raise
-            return False
-        finally:
-            await conn.execute_fetchall(f"PRAGMA busy_timeout={BUSY_WAIT_MS}")
-        return True
     finally:
-        conn.writing(False)
+        if busy_ms is not None:
+            _run(c, f"PRAGMA busy_timeout={BUSY_WAIT_MS}")

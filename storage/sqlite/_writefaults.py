@@ -31,6 +31,7 @@ import enum
 import os
 import re
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,12 +76,14 @@ def set_fault(fault: WriteFault | None) -> None:
     _fault = fault
 
 
-def connect(path: Path) -> aiosqlite.Connection:
+def connect(path: Path, *, before: Callable[[], None] | None = None,
+            then: Callable[[sqlite3.Connection], None] | None = None) -> aiosqlite.Connection:
     """An aiosqlite connection to ``path`` in autocommit mode (we issue BEGIN/COMMIT ourselves), run by
-    the process's shared SQLite threads (:mod:`think_server.storage.sqlite._lanes`)."""
+    the process's shared SQLite threads (:mod:`think_server.storage.sqlite._lanes`); ``before`` and
+    ``then`` run on its thread before and after it connects, in the same trip."""
     if _armed:
-        return lane_connect(path, isolation_level=None, factory=_FaultyConnection)
-    return lane_connect(path, isolation_level=None)
+        return lane_connect(path, before=before, then=then, isolation_level=None, factory=_FaultyConnection)
+    return lane_connect(path, before=before, then=then, isolation_level=None)
 
 
 def _disk_full() -> sqlite3.OperationalError:

@@ -230,6 +230,26 @@ async def test_the_actor_cap_closes_the_least_recently_used_idle_actor(serve) ->
     await c3.close()
 
 
+
+async def test_the_actor_cap_closes_the_actor_used_longest_ago_not_the_one_opened_first(serve) -> None:
+    srv = await serve(max_actors=2)
+    registry = srv.app.state.harness.registry
+
+    async def visit(name: str) -> None:
+        c = await Client.open(url(srv, name))
+        await c.wait_for(lambda f: f.get("type") == "cf_agent_identity")
+        await c.close()
+        for _ in range(100):
+            if not srv.app.state.host.get("my-agent", name).chats[""].connections:
+                return
+            await asyncio.sleep(0.01)
+
+    for name in ("one", "two", "one"):  # "one" opened first, but used again after "two"
+        await visit(name)
+    await visit("three")
+    assert registry.active("my-agent", "two") is None, "the actor used longest ago was closed"
+    assert registry.active("my-agent", "one") is not None and registry.active("my-agent", "three") is not None
+
 # -- logs ----------------------------------------------------------------------------------
 
 

@@ -67,6 +67,24 @@ async def test_submit_then_wait_answers_hi(open_instance: Any) -> None:
     assert s.idle and inst.idle and s.pending() == []
 
 
+
+async def test_a_new_instances_first_turn_writes_no_sweep_of_its_own(open_instance: Any) -> None:
+    # A file made just now has no finished streams to sweep: its first turn's writes are the turn's.
+    inst = await open_instance(script(HELLO, ECHO))
+    assert inst.db.fresh
+    statements: list[str] = []
+    inst.db.conn._conn.set_trace_callback(statements.append)
+    s = await inst.session()
+    receipt = await s.submit([user("u1", "hi")])
+    assert (await settle(s, receipt.operation_id)).text == "Hello!"
+    for _ in range(200):  # the worker's housekeeping after the turn, then idle
+        if s.idle:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    assert any(sql.startswith("UPDATE operations SET status = 'completed'") for sql in statements)
+    assert not [sql for sql in statements if sql.startswith("DELETE FROM streams")]
+
 async def test_wait_after_settlement_reads_the_result_from_the_file(open_instance: Any) -> None:
     inst = await open_instance(script(HELLO))
     s = await inst.session()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from pathlib import Path
 
+import aiosqlite
+
 from think_server.storage.sqlite import SqliteDatabase
-from think_server.storage.sqlite._lanes import WORKERS, lane_connect, worker_threads
+from think_server.storage.sqlite._lanes import WORKERS, LaneConnection, lane_connect, worker_threads
 
 
 async def test_many_open_files_use_a_bounded_number_of_threads(tmp_path: Path) -> None:
@@ -131,3 +134,14 @@ async def test_reads_by_key_and_shrinking_run_on_the_loop_when_the_lane_is_idle(
     finally:
         await conn.set_trace_callback(None)
         await db.close()
+
+
+def test_a_lane_connection_sets_every_attribute_of_aiosqlites_but_its_thread(tmp_path: Path) -> None:
+    # LaneConnection sets aiosqlite's attributes itself (its __init__ makes a thread object): an
+    # aiosqlite that sets another one must be followed here.
+    def connector() -> sqlite3.Connection:
+        return sqlite3.connect(tmp_path / "x.sqlite3")
+
+    theirs = set(vars(aiosqlite.Connection(connector, 64)))
+    ours = set(vars(LaneConnection(connector)))
+    assert ours == theirs - {"_thread"}
