@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.stores import DbChoice, Peek
+from think_server.storage.sqlite._streams import CHUNK_COUNT, NEXT_SEGMENT
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class Store:
 async def read_store(db: DbChoice, data_dir: Path, agent: str, name: str, session: str = "") -> Store | None:
     """The snapshot of the instance's rows; None if the instance was never created."""
     async with db.peek(data_dir, agent, name, snapshot=True) as q:  # one consistent snapshot of every table
-        return None if q is None else await _read(q, session)
+        return None if q is None else await _read(q, session, counters=_COUNTERS[db.kind])
 
 
 async def open_operations(db: DbChoice, data_dir: Path, agent: str, name: str) -> list[str]:
@@ -111,7 +112,12 @@ async def open_operations(db: DbChoice, data_dir: Path, agent: str, name: str) -
     return [r[0] for r in rows]
 
 
-async def _read(q: Peek, session: str) -> Store:
+# A stream's counters: PostgreSQL's row keeps them; an SQLite file gives them from its segments (its row
+# is not written again as chunks come), by the expressions its own reads use.
+_COUNTERS = {"postgres": "chunk_count, next_segment", "sqlite": f"{CHUNK_COUNT}, {NEXT_SEGMENT}"}
+
+
+async def _read(q: Peek, session: str, *, counters: str) -> Store:
     ops = {}
     for r in await q("SELECT seq, id, kind, status, outcome, reason, input_json, target_message_id, started_at, "
                      "completed_at FROM operations WHERE session_id = ? ORDER BY seq", session):
@@ -122,7 +128,7 @@ async def _read(q: Peek, session: str) -> Store:
         messages[r[1]] = Msg(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5])
     defects: list[str] = []
     streams: dict[str, list[Stream]] = {}
-    rows = await q("SELECT id, request_id, status, is_continuation, first_seq, chunk_count, next_segment, "
+    rows = await q(f"SELECT id, request_id, status, is_continuation, first_seq, {counters}, "
                    "completed_at FROM streams WHERE session_id = ? ORDER BY created_at, rowid", session)
     for sid, rid, status, cont, first_seq, count, next_segment, completed_at in rows:
         s = Stream(sid, rid, status, bool(cont), first_seq, count, completed_at)
