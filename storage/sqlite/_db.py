@@ -34,6 +34,7 @@ from ._compactions import SqliteCompactionReads, SqliteCompactionWrites
 from ._lanes import LaneConnection
 from ._messages import SqliteMessageReads, SqliteMessageWrites
 from ._operations import SqliteOperationReads, SqliteOperationWrites
+from ._problems import is_busy
 from ._schedules import SqliteScheduleReads, SqliteScheduleWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._search import SqliteSearchReads
@@ -278,8 +279,8 @@ class SqliteDatabase(Database):
                 faulty.plan.point("after_commit", faulty.writes)
 
     def append_now(self, stream_id: str, bodies: list[str], now: int) -> bool:
-        """When no transaction is open and the file's lane is idle, the batch's statements run in one
-        call, ``BEGIN`` to ``COMMIT`` (``_streams.append_alone``), on the loop: no task, no future, no
+        """When no transaction is open and the file's lane is idle, the batch's one statement runs as its
+        own transaction in one call (``_streams.append_alone``), on the loop: no task, no future, no
         trip (measured in the commit that brought it). Not with another process holding the write
         lock, nor under the test-only fault plans (their kill points are the transaction's)."""
         conn = self.conn
@@ -389,7 +390,7 @@ async def _try_begin(conn: aiosqlite.Connection) -> bool:
         await conn.execute_fetchall("BEGIN IMMEDIATE")
         return True
     except sqlite3.OperationalError as exc:
-        if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
+        if not is_busy(exc):
             raise
         return False
     finally:
@@ -405,10 +406,18 @@ async def _begin_here(conn: aiosqlite.Connection) -> bool:
     """
     if not isinstance(conn, LaneConnection):
         return False
-    conn.writing(True)
-    here = conn.runs_here()
-    conn.writing(False)
-    return here and await _try_begin(conn)
+    ran, begun = conn.run_now(_begin_immediate)
+    return ran and bool(begun)
+
+
+def _begin_immediate(conn: sqlite3.Connection) -> bool:
+    try:
+        conn.execute("BEGIN IMMEDIATE").close()
+    except sqlite3.OperationalError as exc:
+        if not is_busy(exc):
+            raise
+        return False
+    return True
 
 
 async def _commit(conn: aiosqlite.Connection) -> None:

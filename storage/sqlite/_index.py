@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import sqlite3
 import time
@@ -33,6 +34,7 @@ from .._batched import BatchedWrites
 from .._problems import Problem, StorageError, problem_of
 from .._store import WorkIndex
 from ._lanes import LaneConnection
+from ._problems import is_busy
 from ._writefaults import connect
 
 __all__ = ["INDEX_FILE", "SqliteWorkIndex"]
@@ -153,20 +155,15 @@ class SqliteWorkIndex(WorkIndex):
         # "bad parameter or other API misuse" (seen once in a benchmark).
         conn = self._conn
         if isinstance(conn, LaneConnection):
-            conn.writing(True)
             try:
-                if conn.runs_here():
-                    try:
-                        # Without waiting inside SQLite (busy timeout 0): another process holding the
-                        # file's lock (none should) sends the batch to the thread, which waits.
-                        await conn._execute(_apply, conn, batch, 0)  # type: ignore[no-untyped-call]
-                        return
-                    except sqlite3.OperationalError as exc:
-                        if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
-                            raise
-            finally:
-                conn.writing(False)
-        await conn._execute(_apply, conn, batch, None)  # type: ignore[no-untyped-call]
+                # Without waiting inside SQLite (busy timeout 0): another process holding the
+                # file's lock (none should) sends the batch to the thread, which waits.
+                if conn.run_now(functools.partial(_apply, batch=batch, busy_ms=0))[0]:
+                    return
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+        await conn._execute(lambda: _apply(conn._conn, batch, None))  # type: ignore[no-untyped-call]
 
 
 def _run(c: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> None:
@@ -177,11 +174,10 @@ def _run(c: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> None:
         cursor.close()
 
 
-def _apply(conn: aiosqlite.Connection, batch: list[tuple[str, tuple[Any, ...]]], busy_ms: int | None) -> None:
+def _apply(c: sqlite3.Connection, batch: list[tuple[str, tuple[Any, ...]]], busy_ms: int | None) -> None:
     """The batch's writes, committed together (on the lane's thread, or the loop's); ``busy_ms``: the
     busy timeout to write with (None: the connection's, ``BUSY_WAIT_MS``). Nothing is written if it
     raises."""
-    c: sqlite3.Connection = conn._conn
     if busy_ms is not None:
         _run(c, f"PRAGMA busy_timeout={busy_ms}")
     try:

@@ -7,7 +7,7 @@ import sqlite3
 
 from .._problems import Problem
 
-__all__ = ["sqlite_problem"]
+__all__ = ["is_busy", "sqlite_problem"]
 
 # Primary result codes, from sqlite3.h.
 _BY_CODE = {
@@ -27,3 +27,10 @@ def sqlite_problem(exc: BaseException) -> Problem | None:
     if isinstance(exc, sqlite3.Error) and isinstance(code, int):
         return _BY_CODE.get(code & 0xFF)
     return None
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Another connection holds the file's lock: a write made with busy timeout 0 (on the event loop)
+    that gave up at once, for the caller to make again on the file's thread, where it may wait."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.OperationalError) and isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY

@@ -9,6 +9,7 @@ from typing import Any
 
 from .._streams import StreamRow
 from ._base import Access
+from ._problems import is_busy
 
 __all__ = ["CHUNK_COUNT", "LAST_CHUNK_AT", "NEXT_SEGMENT", "SqliteStreamReads", "SqliteStreamWrites", "append_alone"]
 
@@ -48,7 +49,7 @@ def append_alone(conn: sqlite3.Connection, stream_id: str, bodies: list[str], no
     try:
         conn.execute(_APPEND, _append_params(stream_id, bodies, now)).close()
     except sqlite3.OperationalError as exc:
-        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY:
+        if is_busy(exc):
             return False
         raise
     return True
