@@ -262,11 +262,11 @@ class InstanceRegistry:
         # The idle ones first, then those only followers watch (they come back), each least recently
         # used first: the order of _open, whose front is idle but for a few held or watched ones.
         idle: list[Instance] = []
-        for only_watched in (False, True):
+        for idle_pass in (True, False):  # the idle ones, then the only-watched ones
             for k, a in self._open.items():
                 if len(idle) == over:
                     break
-                if self._reclaimable(k, a) and a.idle is not only_watched:
+                if a.idle is idle_pass and self._reclaimable(k, a):
                     idle.append(a)
         if len(idle) < over:
             raise CapacityError(
