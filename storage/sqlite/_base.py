@@ -26,6 +26,14 @@ class Link(Protocol):
     async def wake(self) -> aiosqlite.Connection: ...
 
 
+def _changed(conn: sqlite3.Connection, sql: str, params: Params) -> int:
+    cursor = conn.execute(sql, params)
+    try:
+        return cursor.rowcount
+    finally:
+        cursor.close()
+
+
 def _rows(conn: sqlite3.Connection, sql: str, params: Params) -> list[Any]:
     cursor = conn.execute(sql, params)
     try:
@@ -87,6 +95,13 @@ class Access:
 
     async def _execute(self, sql: str, params: Params = ()) -> int:
         """Run one statement; the number of rows it changed."""
+        conn = self._link.conn
+        if isinstance(conn, LaneConnection) and conn.runs_here():
+            # In a write transaction begun on the loop, with the lane idle: aiosqlite would run it here
+            # too, through two futures and a cursor object (the statement, then the cursor's close).
+            ran, changed = conn.run_now(functools.partial(_changed, sql=sql, params=params))
+            if ran and changed is not None:
+                return changed
         # The cursor is closed on the connection's lane (in a write transaction, at once on the
         # loop): one left to the collector would be freed on whatever thread drops it, and reset
         # its statement there, while the lane may be running another on a worker thread.

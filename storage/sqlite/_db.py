@@ -34,6 +34,7 @@ from ._compactions import SqliteCompactionReads, SqliteCompactionWrites
 from ._lanes import LaneConnection
 from ._messages import SqliteMessageReads, SqliteMessageWrites
 from ._operations import SqliteOperationReads, SqliteOperationWrites
+from ._prepared import prepare_turn_start
 from ._problems import is_busy
 from ._schedules import SqliteScheduleReads, SqliteScheduleWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
@@ -183,7 +184,7 @@ class SqliteDatabase(Database):
         settings = _SETTINGS.format(busy=0)
         try:
             # The settings on the file's thread as it opens: one trip, not two.
-            conn = await connect(self.path, then=lambda c: c.executescript(settings).close())
+            conn = await connect(self.path, then=lambda c: _settle_woken(c, settings))
         except sqlite3.Error as exc:
             raise _open_error(self.path, exc) from exc
         if self._closed:  # closed while it opened: this connection must not outlive it
@@ -219,6 +220,7 @@ class SqliteDatabase(Database):
             if made:
                 c.executescript(_SETTINGS.format(busy=0) + _LOAD_SCHEMA + _START_WAL.format(now=created)
                                 + _names(instance)).close()
+                prepare_turn_start(c)
 
         # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change.
         try:
@@ -368,6 +370,9 @@ async def _settle_found(conn: aiosqlite.Connection, path: Path, instance: tuple[
     # One script (_SETTINGS), one trip to the file's thread; each statement runs to its end (one
     # left with a row to read would stay "in progress" and stop a migration's COMMIT).
     migrated = version == SCHEMA_VERSION
+    if migrated and isinstance(conn, LaneConnection):  # with the turn's statements, in the same trip
+        await conn.run(functools.partial(_settle_woken, settings=_SETTINGS.format(busy=0) + _LOAD_SCHEMA))
+        return
     await conn.executescript(_SETTINGS.format(busy=0 if migrated else BUSY_WAIT_MS)
                              + (_LOAD_SCHEMA if migrated else ""))
     if not migrated:
@@ -375,6 +380,12 @@ async def _settle_found(conn: aiosqlite.Connection, path: Path, instance: tuple[
         if version == 0:  # new, made migration by migration
             await conn.executescript(_names(instance))
         await conn.execute_fetchall("PRAGMA busy_timeout=0")
+
+
+def _settle_woken(conn: sqlite3.Connection, settings: str) -> None:
+    """A migrated file's connection, opened: its settings, then the statements a turn starts with."""
+    conn.executescript(settings).close()
+    prepare_turn_start(conn)
 
 
 def _writing(conn: aiosqlite.Connection, on: bool) -> None:

@@ -168,6 +168,11 @@ class LaneConnection(aiosqlite.Connection):
             return False, None
         return True, function(raw)
 
+    async def run(self, function: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``function(the sqlite3 connection)``, in the lane's order, as one call (one trip to the pool)."""
+        result: _T = await self._execute(function, self._conn)  # type: ignore[no-untyped-call]
+        return result
+
     async def close(self) -> None:
         """As aiosqlite's, in one trip to the pool, not two: its second call stops the connection's
         thread (there is none) and closes the connection again (closed by the first)."""

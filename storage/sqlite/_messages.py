@@ -7,7 +7,7 @@ from typing import Any
 from .._messages import MessageRow
 from ._base import Access
 
-__all__ = ["SqliteMessageReads", "SqliteMessageWrites"]
+__all__ = ["INSERT_MESSAGE", "LEAF_FOLLOWS", "SqliteMessageReads", "SqliteMessageWrites"]
 
 
 _COLUMNS = "seq, id, parent_id, role, content, operation_id"
@@ -116,6 +116,13 @@ class SqliteMessageReads(Access):
         return [_row(r) for r in rows]
 
 
+INSERT_MESSAGE = (
+    "INSERT INTO messages (session_id, id, parent_id, role, content, operation_id, created_at, "
+    "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, id) DO NOTHING")
+# A new message (a new branch's, say) ends the branch chosen: the active path follows the newest again.
+LEAF_FOLLOWS = "UPDATE sessions SET active_leaf = NULL WHERE id = ? AND active_leaf IS NOT NULL"
+
+
 class SqliteMessageWrites(Access):
     async def insert_message(
         self,
@@ -128,14 +135,9 @@ class SqliteMessageWrites(Access):
         now: int,
     ) -> bool:
         changed = await self._execute(
-            "INSERT INTO messages (session_id, id, parent_id, role, content, operation_id, created_at, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, id) DO NOTHING",
-            (session_id, message_id, parent_id, role, content, operation_id, now, now),
-        )
+            INSERT_MESSAGE, (session_id, message_id, parent_id, role, content, operation_id, now, now))
         if changed:
-            await self._execute(
-                "UPDATE sessions SET active_leaf = NULL WHERE id = ? AND active_leaf IS NOT NULL", (session_id,)
-            )
+            await self._execute(LEAF_FOLLOWS, (session_id,))
         return changed > 0
 
     async def set_active_leaf(self, session_id: str, leaf_id: str | None, now: int) -> None:

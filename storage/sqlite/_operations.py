@@ -8,7 +8,7 @@ from typing import Any
 from .._operations import OperationRow
 from ._base import Access
 
-__all__ = ["SqliteOperationReads", "SqliteOperationWrites"]
+__all__ = ["INSERT_OPERATION", "START_OPERATION", "SqliteOperationReads", "SqliteOperationWrites"]
 
 _COLUMNS = (
     "seq, id, session_id, kind, source, status, outcome, reason, input_json, options_json, "
@@ -67,6 +67,16 @@ class SqliteOperationReads(Access):
         return int(r[0]) if r is not None and r[0] is not None else None
 
 
+INSERT_OPERATION = (
+    "INSERT INTO operations (id, session_id, kind, source, status, input_json, options_json, created_at) "
+    "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?) ON CONFLICT (id) DO NOTHING")
+# (SET sees the row as it was: a pending operation's first start is one run.)
+START_OPERATION = (
+    "UPDATE operations SET status = 'running', started_at = COALESCE(started_at, ?), "
+    "runs = runs + (status = 'pending'), "
+    "target_message_id = COALESCE(?, target_message_id) WHERE id = ? AND status IN ('pending', 'running')")
+
+
 class SqliteOperationWrites(Access):
     async def consume_deferred_continuations(self, session_id: str, message_id: str) -> None:
         await self._execute(
@@ -86,20 +96,11 @@ class SqliteOperationWrites(Access):
         now: int,
     ) -> bool:
         changed = await self._execute(
-            "INSERT INTO operations (id, session_id, kind, source, status, input_json, options_json, created_at) "
-            "VALUES (?, ?, ?, ?, 'pending', ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-            (operation_id, session_id, kind, source, input_json, options_json, now),
-        )
+            INSERT_OPERATION, (operation_id, session_id, kind, source, input_json, options_json, now))
         return changed > 0
 
     async def start_operation(self, operation_id: str, target_message_id: str | None, now: int) -> bool:
-        changed = await self._execute(
-            # (SET sees the row as it was: a pending operation's first start is one run.)
-            "UPDATE operations SET status = 'running', started_at = COALESCE(started_at, ?), "
-            "runs = runs + (status = 'pending'), "
-            "target_message_id = COALESCE(?, target_message_id) WHERE id = ? AND status IN ('pending', 'running')",
-            (now, target_message_id, operation_id),
-        )
+        changed = await self._execute(START_OPERATION, (now, target_message_id, operation_id))
         return changed > 0
 
     async def record_interruption(self, operation_id: str, next_attempt_at: int | None, crashed: bool,

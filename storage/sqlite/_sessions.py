@@ -5,7 +5,7 @@ from __future__ import annotations
 from .._sessions import SessionInfoRow, SessionRow
 from ._base import Access
 
-__all__ = ["SqliteSessionReads", "SqliteSessionWrites"]
+__all__ = ["ENSURE_SESSION", "SET_LAST_BODY", "SET_LAST_TERMINAL", "SqliteSessionReads", "SqliteSessionWrites"]
 
 
 class SqliteSessionReads(Access):
@@ -32,18 +32,17 @@ class SqliteSessionReads(Access):
         return None if r is None else SessionRow(r[0], r[1], r[2], r[3])
 
 
+ENSURE_SESSION = "INSERT INTO sessions (id, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING"
+SET_LAST_BODY = "UPDATE sessions SET last_body_json = ?, updated_at = ? WHERE id = ?"
+SET_LAST_TERMINAL = "UPDATE sessions SET last_terminal_json = ?, updated_at = ? WHERE id = ?"
+
+
 class SqliteSessionWrites(Access):
     async def ensure_session(self, session_id: str, now: int) -> None:
-        await self._execute(
-            "INSERT INTO sessions (id, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
-            (session_id, now, now),
-        )
+        await self._execute(ENSURE_SESSION, (session_id, now, now))
 
     async def create_session(self, session_id: str, now: int) -> bool:
-        changed = await self._execute(
-            "INSERT INTO sessions (id, created_at, updated_at) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
-            (session_id, now, now),
-        )
+        changed = await self._execute(ENSURE_SESSION, (session_id, now, now))
         return changed > 0
 
     async def delete_session(self, session_id: str) -> bool:
@@ -68,16 +67,10 @@ class SqliteSessionWrites(Access):
         )
 
     async def set_last_body(self, session_id: str, last_body_json: str | None, now: int) -> None:
-        await self._execute(
-            "UPDATE sessions SET last_body_json = ?, updated_at = ? WHERE id = ?",
-            (last_body_json, now, session_id),
-        )
+        await self._execute(SET_LAST_BODY, (last_body_json, now, session_id))
 
     async def set_last_terminal(self, session_id: str, last_terminal_json: str | None, now: int) -> None:
-        await self._execute(
-            "UPDATE sessions SET last_terminal_json = ?, updated_at = ? WHERE id = ?",
-            (last_terminal_json, now, session_id),
-        )
+        await self._execute(SET_LAST_TERMINAL, (last_terminal_json, now, session_id))
 
     async def reset_session(self, session_id: str, now: int) -> None:
         await self._execute(

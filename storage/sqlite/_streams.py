@@ -11,7 +11,8 @@ from .._streams import StreamRow
 from ._base import Access
 from ._problems import is_busy
 
-__all__ = ["CHUNK_COUNT", "LAST_CHUNK_AT", "NEXT_SEGMENT", "SqliteStreamReads", "SqliteStreamWrites", "append_alone"]
+__all__ = ["APPEND", "CHUNK_COUNT", "INSERT_STREAM", "LAST_CHUNK_AT", "NEXT_SEGMENT", "SqliteStreamReads",
+           "SqliteStreamWrites", "append_alone"]
 
 # A stream's chunk count is its last segment's end: streaming, a stream's row is written once (its
 # first commit) and each commit of chunks is one INSERT, which finds its place (number, first chunk)
@@ -30,7 +31,7 @@ _COLUMNS = (
 )
 
 # One statement: the segment after the last one (or the first), its first chunk where the last ended.
-_APPEND = ("INSERT INTO stream_chunks (stream_id, segment, first_chunk, body, created_at) "
+APPEND = ("INSERT INTO stream_chunks (stream_id, segment, first_chunk, body, created_at) "
            "SELECT :id, coalesce(last.segment + 1, 0), coalesce(last.first_chunk + json_array_length(last.body), 0), "
            ":body, :now FROM (SELECT 1) LEFT JOIN ("
            + _LAST_SEGMENT.format(what="c.segment, c.first_chunk, c.body", stream=":id") + ") AS last "
@@ -47,7 +48,7 @@ def append_alone(conn: sqlite3.Connection, stream_id: str, bodies: list[str], no
     makes a single statement its own transaction). False, and nothing written, if another process
     holds the file's write lock (the busy timeout is 0: it never waits here)."""
     try:
-        conn.execute(_APPEND, _append_params(stream_id, bodies, now)).close()
+        conn.execute(APPEND, _append_params(stream_id, bodies, now)).close()
     except sqlite3.OperationalError as exc:
         if is_busy(exc):
             return False
@@ -86,6 +87,11 @@ class SqliteStreamReads(Access):
         return out
 
 
+INSERT_STREAM = (
+    "INSERT INTO streams (id, session_id, operation_id, request_id, message_id, is_continuation, "
+    "first_seq, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'streaming', ?)")
+
+
 class SqliteStreamWrites(Access):
     async def insert_stream(
         self,
@@ -99,8 +105,7 @@ class SqliteStreamWrites(Access):
         now: int,
     ) -> None:
         await self._execute(
-            "INSERT INTO streams (id, session_id, operation_id, request_id, message_id, is_continuation, "
-            "first_seq, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'streaming', ?)",
+            INSERT_STREAM,
             (stream_id, session_id, operation_id, request_id, message_id, int(is_continuation), first_seq, now),
         )
 
@@ -108,7 +113,7 @@ class SqliteStreamWrites(Access):
         """Store a batch of chunk JSON texts as one segment row."""
         if not bodies:
             return
-        await self._execute(_APPEND, _append_params(stream_id, bodies, now))
+        await self._execute(APPEND, _append_params(stream_id, bodies, now))
 
     async def finish_stream(self, stream_id: str, status: str, now: int) -> None:
         await self._execute(

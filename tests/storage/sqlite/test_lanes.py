@@ -79,6 +79,32 @@ async def test_the_statements_of_a_write_transaction_run_on_the_loop_thread(tmp_
         await db.close()
 
 
+async def test_a_write_in_a_transaction_makes_no_call_through_aiosqlite(tmp_path: Path) -> None:
+    """A write run on the loop (the transaction's, the lane idle) is one call on the sqlite3 connection:
+    no future and no cursor of aiosqlite's (the statement, then its cursor's close, were two calls)."""
+    db = await SqliteDatabase.open(tmp_path / "direct.sqlite3")
+    conn = await db.wake()
+    assert isinstance(conn, LaneConnection)
+    calls = 0
+    real = conn._execute
+
+    async def counted(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        return await real(fn, *args, **kwargs)
+
+    conn._execute = counted  # type: ignore[method-assign]
+    try:
+        async with db.transaction() as tx:
+            before = calls
+            await tx.ensure_session("s", 1)
+            assert await tx.insert_operation("op", "s", "input", "client", "{}", "{}", 1)
+            assert calls == before
+        assert await db.read.session("s") is not None
+    finally:
+        await db.close()
+
+
 async def test_a_write_waits_off_the_loop_for_another_process_holding_the_lock(tmp_path: Path) -> None:
     """busy_timeout is 0 (a write may run on the loop and must never wait there): a write lock held
     elsewhere is waited for by Database itself, on a worker, and the loop stays free meanwhile."""

@@ -1,0 +1,87 @@
+"""A file opens with the statements of a turn's start prepared (on its thread), so a fresh
+instance's first turn does not prepare them on the event loop; preparing runs nothing."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+from think_server.storage.sqlite import SqliteDatabase
+from think_server.storage.sqlite._prepared import TURN_START, prepare_turn_start
+
+
+def _prepared(db: SqliteDatabase) -> set[str]:
+    """The SQL of the statements the file's connection holds prepared (SQLite's ``sqlite_stmt`` table,
+    built into the SQLite this project runs on), the query itself aside."""
+    assert db.conn is not None
+    raw = db.conn._connection
+    assert raw is not None
+    query = "SELECT sql FROM sqlite_stmt"
+    return {r[0] for r in raw.execute(query).fetchall()} - {query}
+
+
+async def test_a_new_file_opens_with_the_turn_start_prepared(tmp_path: Path) -> None:
+    db = await SqliteDatabase.open(tmp_path / "new.sqlite3", ("agent", "one"))
+    try:
+        assert set(TURN_START) <= _prepared(db)
+    finally:
+        await db.close()
+
+
+async def test_a_file_found_and_a_file_woken_open_with_it_too(tmp_path: Path) -> None:
+    path = tmp_path / "found.sqlite3"
+    await (await SqliteDatabase.open(path)).close()
+    db = await SqliteDatabase.open(path)
+    try:
+        assert set(TURN_START) <= _prepared(db)
+        assert await db.sleep()
+        await db.wake()
+        assert set(TURN_START) <= _prepared(db)
+    finally:
+        await db.close()
+
+
+async def test_preparing_runs_none_of_them(tmp_path: Path) -> None:
+    path = tmp_path / "quiet.sqlite3"
+    await (await SqliteDatabase.open(path)).close()
+    conn = sqlite3.connect(path)
+    try:
+        prepare_turn_start(conn)
+        assert conn.total_changes == 0
+        assert not conn.in_transaction
+        counts = [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                  for t in ("sessions", "operations", "messages", "streams", "stream_chunks")]
+        assert counts == [0, 0, 0, 0, 0]
+    finally:
+        conn.close()
+
+
+async def test_a_turn_starts_with_no_statement_of_its_own_to_prepare(tmp_path: Path) -> None:
+    """What a fresh instance's first turn runs up to its first chunk, statement by statement, is
+    all in :data:`TURN_START`: the list is the turn's, not a guess."""
+    db = await SqliteDatabase.open(tmp_path / "turn.sqlite3")
+    assert db.conn is not None and db.conn._connection is not None
+    ran: list[str] = []
+    db.conn._connection.set_trace_callback(ran.append)
+    try:
+        async with db.transaction() as tx:
+            await tx.ensure_session("s", 1)
+            assert await tx.insert_operation("op", "s", "input", "client", "{}", "{}", 1)
+            await tx.set_last_body("s", None, 1)
+            await tx.set_last_terminal("s", None, 1)
+            assert await tx.insert_message("s", "m1", None, "user", '{"parts": []}', "op", 1)
+            assert await tx.start_operation("op", "m2", 1)
+        async with db.transaction() as tx:
+            await tx.insert_stream("st", "s", "op", "op", "m2", False, 0, 2)
+            await tx.append_chunks("st", ['{"type":"start"}'], 2)
+    finally:
+        db.conn._connection.set_trace_callback(None)
+        await db.close()
+    # The trace shows each statement with its parameters in place: compared up to the first of them.
+    heads = [re.split(r"[?:]", " ".join(sql.split()))[0] for sql in TURN_START]
+    written = [" ".join(s.split()) for s in ran if s.split()[0] in ("INSERT", "UPDATE")]
+    assert {s.split(" (")[0].split(" SET")[0] for s in written} == {
+        "INSERT INTO sessions", "INSERT INTO operations", "UPDATE sessions", "INSERT INTO messages",
+        "UPDATE operations", "INSERT INTO streams", "INSERT INTO stream_chunks"}
+    assert [s for s in written if not any(s.startswith(head) for head in heads)] == []
