@@ -161,6 +161,9 @@ class OperationRuns:
         # A turn starts: calls still waiting for the user end now, with the turn's start (the
         # regenerated answer's too: a branch switched back to must not offer them again).
         ended = await self._end_waiting_calls(op_id) if takes_turn else []
+        # The turn's first stream row goes with its start: its first chunks are then one statement of
+        # their own (``ChunkLog``), not a second transaction before the client sees anything.
+        stream_id = self.clock.new_id() if takes_turn else None
         async with self.db.transaction() as tx:
             starting = await self._starting.write_in(tx, op_id)  # an idle session's input: written now
             for _, msg, text in ended:
@@ -171,6 +174,8 @@ class OperationRuns:
             for older, _ in merged:
                 await self.write_settlement(tx, older, MERGED)
             await tx.start_operation(op_id, message_id, now)
+            if stream_id is not None:
+                await tx.insert_stream(stream_id, self.id, op_id, op_id, message_id, False, 0, now)
         if starting is not None:
             self._submission_written(starting)
         self._settle_carried(op_id, merged)
@@ -185,7 +190,8 @@ class OperationRuns:
             await self._settle_without_turn(op_id, carried)
             return
         named = tuple(carried) or ((parent,) if regenerate_from is not None and parent else ())
-        plan = TurnPlan(op_id, message_id, parent, self._hist.context(base_len + len(new_messages)), named)
+        plan = TurnPlan(op_id, message_id, parent, self._hist.context(base_len + len(new_messages)), named,
+                        stream_id=stream_id)
         turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(op_id, outcome, turn.message_ids)

@@ -73,12 +73,15 @@ class ChunkLog:
         """The current model call's stream row."""
         return None if self._stream is None else self._stream.id
 
-    def open_stream(self, message_id: str, continuation: bool) -> None:
-        """Start the stream of the next model call; its row is written with its first batch."""
+    def open_stream(self, message_id: str, continuation: bool, *, written: str | None = None) -> None:
+        """Start the stream of the next model call; its row is written with its first batch, unless
+        ``written`` names it: a row the caller committed (with ``message_id``, ``continuation`` and
+        this log's next seq), which the first batch then only appends to."""
         if self._pending or self._held:
             raise RuntimeError("open_stream() with chunks of the previous model call not committed")
         self._stream = _Stream(
-            self._clock.new_id(), message_id, continuation, first_seq=self._next_seq
+            written or self._clock.new_id(), message_id, continuation, first_seq=self._next_seq,
+            inserted=written is not None,
         )
 
     def add(self, body: str, *, hold: bool = False, lazy: bool = False) -> None:

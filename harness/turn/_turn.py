@@ -281,7 +281,8 @@ class Turn(TurnTools):
                                                   message_text(self._assembler.message)),
                                           stream_status="completed", progress=True)
             self._goto(TurnState.STREAMING)
-            self._log.open_stream(self.message_id, self.continuation or step > 0 or self._plan.first_seq > 0)
+            self._log.open_stream(self.message_id, self.continuation or step > 0 or self._plan.first_seq > 0,
+                                  written=self._plan.stream_id if step == 0 else None)
             if step == 0:
                 if self._plan.first_seq == 0:
                     # At once: clients learn the turn's stream began (a tab that resumes waits for it).

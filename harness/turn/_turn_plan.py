@@ -143,6 +143,9 @@ class TurnPlan:
     first_seq: int = 0  # chunks the operation's wire stream already holds
     rerun: tuple[tuple[str, str, Any], ...] = ()  # calls cut short by a crash, to run again
     introduced: frozenset[str] = frozenset()  # calls the stream's first ``first_seq`` chunks created
+    #: The first model call's stream row, when the start's transaction wrote it (a new input's turn):
+    #: the turn's first chunks are then a batch like any other, one statement (``ChunkLog``).
+    stream_id: str | None = None
 
 
 class TurnHost(Protocol):

@@ -319,6 +319,26 @@ async def test_an_idle_sessions_input_is_written_with_its_start(open_instance: A
     assert (await settle(s, "op1")).text == "Hello!"
 
 
+async def test_a_turns_start_writes_its_stream_row_and_its_first_chunks_are_one_statement(
+        open_instance: Any) -> None:
+    """The first model call's stream row commits with the turn's start: the first chunks that follow
+    are one INSERT of their own (no second transaction before a client sees anything)."""
+    inst = await open_instance(script(HELLO))
+    statements: list[str] = []
+    inst.db.conn._conn.set_trace_callback(statements.append)
+    s = await inst.session()
+    receipt = await s.submit([user("u1", "hi")], operation_id="op1")
+    assert (await settle(s, receipt.operation_id)).text == "Hello!"
+    inst.db.conn._conn.set_trace_callback(None)
+    heads = [" ".join(sql.split()[:3]) for sql in statements if not sql.startswith("--")]
+    start = next(n for n, h in enumerate(heads) if h == "UPDATE operations SET")
+    assert heads[start:start + 4] == [
+        "UPDATE operations SET", "INSERT INTO streams", "COMMIT", "INSERT INTO stream_chunks"], heads
+    assert heads.count("INSERT INTO streams") == 1
+    row = (await inst.db.read.streams_of_request("op1"))[0]
+    assert (row.status, row.first_seq, row.is_continuation) == ("completed", 0, False)
+
+
 async def test_an_idle_sessions_input_withdrawn_before_it_starts_is_recorded(open_instance: Any) -> None:
     """Aborted after it was queued, before the worker took it: what was held for its start is
     written with its end, so the submitter is told it was accepted and it reads as aborted."""

@@ -311,3 +311,22 @@ async def test_a_lone_chunk_of_an_idle_file_is_committed_in_a_callback_not_a_tas
     stream_id = h.log.stream_id
     assert stream_id is not None
     assert peek.segments(stream_id) == [1] * 6
+
+
+async def test_a_stream_whose_row_is_written_gets_its_first_chunks_as_one_statement(h: Harness, peek: Any) -> None:
+    """A turn's start commits its first stream's row (``open_stream(written=...)``): the first chunk is
+    then a lone batch like any later one, committed at once, and the row is not written again."""
+    async with h.txs.db.transaction() as tx:
+        await tx.insert_stream("st1", "s", "op", "op", "m1", False, 0, 1)
+    h.txs.count = 0
+    h.log.open_stream("m1", continuation=False, written="st1")
+    assert h.log.stream_id == "st1"
+    h.log.add(chunk(0))
+    await asyncio.sleep(0)  # the producer's step ends: committed, no task
+    assert h.published() == [chunk(0)]
+    assert h.txs.count == 1
+    assert peek.segments("st1") == [1]
+    assert peek.count("streams") == 1
+    async with h.txs.db.transaction() as tx:
+        await h.log.finish_stream(tx, "completed")
+    assert (await h.txs.read.stream("st1")).status == "completed"  # type: ignore[union-attr]
