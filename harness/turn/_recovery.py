@@ -92,7 +92,13 @@ async def recover_operation(session: TurnHost, op: OperationRow) -> Recovered:
         for s in streams:
             if s.status != "streaming":
                 continue
-            for body in await tx.chunk_bodies(s.id):
+            stored_chunks = await tx.chunk_bodies(s.id)
+            if not stored_chunks:
+                # A turn's first stream, written with its start, the crash before its first chunk: nothing
+                # to close (a lone finish-step would begin the wire stream, and the turn would not start it).
+                await tx.finish_stream(s.id, "completed", now)
+                continue
+            for body in stored_chunks:
                 try:
                     assembler.apply(parse_chunk(json.loads(body)))
                 except ValueError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -139,6 +140,37 @@ async def test_a_restart_continues_a_running_operation_without_any_client(db_pat
                   for b in await again.db.read.chunk_bodies(row.id)]
         kinds = [b["type"] for b in bodies]
         assert kinds.count("start") == 1 and kinds.count("finish") == 1, "one wire stream for the operation"
+    finally:
+        await again.close()
+
+
+async def test_a_crash_between_the_start_and_the_first_chunk_restarts_the_wire_stream_whole(db_path: Any) -> None:
+    """A turn's start commits its first stream's row; a crash before its first chunk commits leaves
+    that row empty. The restarted turn's wire stream is whole: it begins with its ``start``."""
+    pause = Pause()
+    first = FakeModel([TextStart("t"), pause])
+    inst = await instance_at(db_path, Agent(recovery=RecoveryPolicy(backoff_ms=1)), first)
+    s = await inst.session()
+    r = await s.submit([user("u1", "hi")])
+    await asyncio.wait_for(pause.reached.wait(), 5)
+    await asyncio.sleep(0.05)
+    await crash(inst)
+    raw = sqlite3.connect(db_path, isolation_level=None)
+    try:  # what the file holds had the crash come before the first chunk's commit
+        assert raw.execute("DELETE FROM stream_chunks").rowcount > 0
+        assert raw.execute("SELECT count(*) FROM streams WHERE status = 'streaming'").fetchone() == (1,)
+    finally:
+        raw.close()
+
+    second = FakeModel([*text("u", "Hello!"), Finish("stop")])
+    again = await instance_at(db_path, Agent(recovery=RecoveryPolicy(backoff_ms=1)), second)
+    try:
+        s2 = await again.session()
+        result = await settle(s2, r.operation_id)
+        assert (result.outcome, result.text) == ("done", "Hello!")
+        kinds = [json.loads(b)["type"] for row in await again.db.read.streams_of_request(r.operation_id)
+                 for b in await again.db.read.chunk_bodies(row.id)]
+        assert kinds[0] == "start" and kinds.count("start") == 1 and kinds[-1] == "finish", kinds
     finally:
         await again.close()
 
