@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
-from think_server.protocol import UIMessage, message_text, parse_message
+from think_server.protocol import StartChunk, UIMessage, dump_chunk, message_text, parse_message
 from think_server.storage import CompactionRow, Database, LeaseLost, OperationRow, Tx
 
 from .._answers import (
@@ -31,12 +31,14 @@ from .._answers import (
 )
 from .._clock import Clock
 from .._events import (
+    ChunksCommitted,
     HarnessEvent,
     MessagePersisted,
     MessageUpdated,
     OperationQueued,
     OperationSettled,
     RunStarted,
+    StreamStarted,
 )
 from .._input import InputPolicy
 from .._json import dumps, storable
@@ -161,9 +163,9 @@ class OperationRuns:
         # A turn starts: calls still waiting for the user end now, with the turn's start (the
         # regenerated answer's too: a branch switched back to must not offer them again).
         ended = await self._end_waiting_calls(op_id) if takes_turn else []
-        # The turn's first stream row goes with its start: its first chunks are then one statement of
-        # their own (``ChunkLog``), not a second transaction before the client sees anything.
-        stream_id = self.clock.new_id() if takes_turn else None
+        # The turn's first stream row and its start chunk go with its start: told as soon as it commits,
+        # before the turn is even made (and the turn's next chunks are one statement, ``ChunkLog``).
+        opened = (self.clock.new_id(), dump_chunk(StartChunk(messageId=message_id))) if takes_turn else None
         async with self.db.transaction() as tx:
             starting = await self._starting.write_in(tx, op_id)  # an idle session's input: written now
             for _, msg, text in ended:
@@ -174,8 +176,9 @@ class OperationRuns:
             for older, _ in merged:
                 await self.write_settlement(tx, older, MERGED)
             await tx.start_operation(op_id, message_id, now)
-            if stream_id is not None:
-                await tx.insert_stream(stream_id, self.id, op_id, op_id, message_id, False, 0, now)
+            if opened is not None:
+                await tx.insert_stream(opened[0], self.id, op_id, op_id, message_id, False, 0, now)
+                await tx.append_chunks(opened[0], [opened[1]], now)
         if starting is not None:
             self._submission_written(starting)
         self._settle_carried(op_id, merged)
@@ -185,13 +188,17 @@ class OperationRuns:
         if new_messages:
             self._hist.extend(base_len, new_messages)  # base is a prefix of the active path
         self.publish(RunStarted(op_id, message_id, continuation=False))
+        if opened is not None:
+            self.publish(StreamStarted(op_id))
+            self.publish(ChunksCommitted(op_id, 0, [opened[1]]))
+            await asyncio.sleep(0)  # the sockets' writers send it now, before the turn is made
         carried = [m.id for m in new_messages]
         if not takes_turn:
             await self._settle_without_turn(op_id, carried)
             return
         named = tuple(carried) or ((parent,) if regenerate_from is not None and parent else ())
         plan = TurnPlan(op_id, message_id, parent, self._hist.context(base_len + len(new_messages)), named,
-                        stream_id=stream_id)
+                        opened=opened)
         turn = self._turn_for(plan)
         outcome = await turn.run()
         self._finish(op_id, outcome, turn.message_ids)

@@ -46,6 +46,7 @@ class ChunkLog:
         operation_id: str,
         publish: Callable[[HarnessEvent], None],
         first_seq: int = 0,
+        started: bool = False,
     ) -> None:
         self._db = db
         self._clock = clock
@@ -62,7 +63,7 @@ class ChunkLog:
         # One commit() at a time: a batch is chosen, and its seq counted, only once the commit
         # before it is done (parallel tool calls commit their results concurrently).
         self._commit_lock = asyncio.Lock()
-        self._started = False
+        self._started = started  # StreamStarted told (by the caller, with chunks it committed itself)
         # Why the last background flush failed (a full disk, say): no new flush starts until a
         # commit() tries again, and backpressure() raises it, so the turn stops at its next event.
         self._failure: Exception | None = None

@@ -125,7 +125,8 @@ class Turn(TurnTools):
         self._recovery = recovery
         self._hooks = session.hooks(plan.operation_id)
         # The chunks on_chunk has still to see, as the JSON the log got (None: no such hook).
-        self._tap: list[str] | None = [] if self._hooks.wants_chunks else None
+        opened = plan.opened  # the start chunk, committed and told by the session: on_chunk sees it too
+        self._tap: list[str] | None = ([] if opened is None else [opened[1]]) if self._hooks.wants_chunks else None
         self._hook_failure: HookError | None = None
         self._offered: set[str] = set(tools)  # the tools the model call running was told of
         existing = plan.existing
@@ -139,7 +140,8 @@ class Turn(TurnTools):
         )
         self._reasoning = ReasoningTimes()
         self._log = ChunkLog(session.db, session.clock, session_id=session.id, operation_id=plan.operation_id,
-                             publish=session.publish, first_seq=plan.first_seq)
+                             publish=session.publish, first_seq=plan.first_seq + (opened is not None),
+                             started=opened is not None)
         # A continuation's stream speaks only of the calls it made (see calls_introduced); news of
         # an earlier stream's call (an approved call's result) is a message update after the commit.
         self._scope = CallScope(plan.introduced) if plan.continuation else None
@@ -281,10 +283,11 @@ class Turn(TurnTools):
                                                   message_text(self._assembler.message)),
                                           stream_status="completed", progress=True)
             self._goto(TurnState.STREAMING)
+            opened = self._plan.opened if step == 0 else None
             self._log.open_stream(self.message_id, self.continuation or step > 0 or self._plan.first_seq > 0,
-                                  written=self._plan.stream_id if step == 0 else None)
+                                  written=None if opened is None else opened[0])
             if step == 0:
-                if self._plan.first_seq == 0:
+                if self._plan.first_seq == 0 and opened is None:
                     # At once: clients learn the turn's stream began (a tab that resumes waits for it).
                     self._emit(StartChunk() if self.continuation else StartChunk(messageId=self.message_id))
                 # Chosen per turn where the agent's model, system or tools are functions.

@@ -143,9 +143,10 @@ class TurnPlan:
     first_seq: int = 0  # chunks the operation's wire stream already holds
     rerun: tuple[tuple[str, str, Any], ...] = ()  # calls cut short by a crash, to run again
     introduced: frozenset[str] = frozenset()  # calls the stream's first ``first_seq`` chunks created
-    #: The first model call's stream row, when the start's transaction wrote it (a new input's turn):
-    #: the turn's first chunks are then a batch like any other, one statement (``ChunkLog``).
-    stream_id: str | None = None
+    #: The first model call's stream row and its ``start`` chunk (its id, the chunk's JSON), when the start's
+    #: transaction wrote them and the session announced the chunk (a new input's turn): the turn goes on
+    #: from them, its next chunks a batch like any other, one statement (``ChunkLog``).
+    opened: tuple[str, str] | None = None
 
 
 class TurnHost(Protocol):

@@ -253,6 +253,8 @@ async def test_steps_chunks_and_the_turn_end_are_observed(tmp_path: Path) -> Non
     deltas = "".join(c.chunk["delta"] for c in chunks if c.chunk["type"] == "text-delta")
     assert deltas == result.text
     assert {c.step for c in chunks} == {0, 1}
+    # The start chunk too, though the turn's start commits and sends it before the turn is made.
+    assert (chunks[0].step, chunks[0].chunk["type"]) == (0, "start")
     (end,) = ended
     assert (end.status, end.outcome, end.text, end.operation) == ("completed", "done", result.text,
                                                                   result.operation_id)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from think_server.harness import (
+    ChunksCommitted,
     Instance,
     MessagePersisted,
     OperationQueued,
@@ -22,6 +23,7 @@ from think_server.harness import (
     OperationSettled,
     RunStarted,
     SessionReset,
+    StreamStarted,
     SubmitRefused,
 )
 from think_server.protocol import UIMessage
@@ -319,24 +321,41 @@ async def test_an_idle_sessions_input_is_written_with_its_start(open_instance: A
     assert (await settle(s, "op1")).text == "Hello!"
 
 
-async def test_a_turns_start_writes_its_stream_row_and_its_first_chunks_are_one_statement(
-        open_instance: Any) -> None:
-    """The first model call's stream row commits with the turn's start: the first chunks that follow
-    are one INSERT of their own (no second transaction before a client sees anything)."""
+async def test_a_turns_start_commits_its_stream_and_start_chunk_and_the_next_chunks_are_one_statement(
+        open_instance: Any, peek: Any) -> None:
+    """The first model call's stream row and its ``start`` chunk commit with the turn's start, and are told
+    at once (before the turn is made); the chunks after them are one INSERT each, no transaction of
+    their own."""
     inst = await open_instance(script(HELLO))
     statements: list[str] = []
     inst.db.conn._conn.set_trace_callback(statements.append)
+    told: list[tuple[str, Any]] = []  # (event, the operation's chunks committed when it was told)
+
+    def listener(event: Any) -> None:
+        if isinstance(event, (RunStarted, StreamStarted, ChunksCommitted)):
+            told.append((type(event).__name__, [c["type"] for c in peek.operation_chunks("op1")]))
+            if isinstance(event, ChunksCommitted):
+                told.append((f"seq {event.first_seq}", [json.loads(b)["type"] for b in event.bodies]))
+
     s = await inst.session()
+    s.subscribe(listener)
     receipt = await s.submit([user("u1", "hi")], operation_id="op1")
     assert (await settle(s, receipt.operation_id)).text == "Hello!"
     inst.db.conn._conn.set_trace_callback(None)
+    assert told[:4] == [("RunStarted", ["start"]), ("StreamStarted", ["start"]), ("ChunksCommitted", ["start"]),
+                        ("seq 0", ["start"])], told
+    assert told[5][0] == "seq 1"
     heads = [" ".join(sql.split()[:3]) for sql in statements if not sql.startswith("--")]
     start = next(n for n, h in enumerate(heads) if h == "UPDATE operations SET")
     assert heads[start:start + 4] == [
-        "UPDATE operations SET", "INSERT INTO streams", "COMMIT", "INSERT INTO stream_chunks"], heads
+        "UPDATE operations SET", "INSERT INTO streams", "INSERT INTO stream_chunks", "COMMIT"], heads
+    following = heads.index("INSERT INTO stream_chunks", start + 4)  # the model's first chunks
+    assert heads[following - 1] != "BEGIN IMMEDIATE", heads
     assert heads.count("INSERT INTO streams") == 1
     row = (await inst.db.read.streams_of_request("op1"))[0]
     assert (row.status, row.first_seq, row.is_continuation) == ("completed", 0, False)
+    kinds = [c["type"] for c in peek.operation_chunks("op1")]
+    assert kinds[0] == "start" and kinds.count("start") == 1 and kinds[-1] == "finish", kinds
 
 
 async def test_an_idle_sessions_input_withdrawn_before_it_starts_is_recorded(open_instance: Any) -> None:
