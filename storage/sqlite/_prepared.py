@@ -19,8 +19,8 @@ from ._streams import APPEND, INSERT_STREAM
 
 __all__ = ["TURN_START", "prepare_turn_start"]
 
-#: In the order an idle session's input runs them: the submission and the start (one transaction),
-#: then the stream's row and its first chunks.
+#: In the order an idle session's input runs them: the submission, the start, the stream's row and its
+#: start chunk (one transaction), then each batch of chunks after it.
 TURN_START = (ENSURE_SESSION, INSERT_OPERATION, SET_LAST_BODY, SET_LAST_TERMINAL, INSERT_MESSAGE, LEAF_FOLLOWS,
               START_OPERATION, INSERT_STREAM, APPEND)
 
