@@ -281,9 +281,9 @@ class History:
         older text back from storage cost more than anything else in a turn late in a long
         conversation."""
         framed = self._framed
-        added = self._texts[framed:]
-        if framed and None not in added:
-            joined = ",".join([self._frame, *added]) if added else self._frame
+        added = [t for t in self._texts[framed:] if t is not None]
+        if framed and len(added) == len(self._ids) - framed:
+            joined = ",".join([self._frame, *added])
         else:
             joined = await self._joined_texts()
         self._frame, self._framed = joined, len(self._ids)
@@ -325,6 +325,11 @@ class History:
         """(id, length, hash) of the JSON text of each message of the path, root first: how a
         request that starts with the texts the transcript frames carried is recognised."""
         return zip(self._ids, self._sizes, self._hashes, strict=True)
+
+    def framed(self) -> tuple[list[str], str]:
+        """The ids of the path's first messages and their texts as the last transcript frame joined
+        them: what a request that sends that frame's messages back starts with."""
+        return self._ids[:self._framed], self._frame
 
     def texts_holding(self, needles: Sequence[str]) -> list[tuple[int, str]]:
         """(index, JSON text) of the messages in memory whose text holds one of ``needles``: a
