@@ -13,7 +13,7 @@ __all__ = ["INSERT", "PostgresOperationReads", "PostgresOperationWrites"]
 _COLUMNS = (
     "seq, id, session_id, kind, source, status, outcome, reason, input_json, options_json, "
     "target_message_id, result_text, attempts, created_at, started_at, completed_at, next_attempt_at, "
-    "crash_strikes, runs"
+    "crash_strikes, runs, result_length"
 )
 
 
@@ -93,9 +93,9 @@ class PostgresOperationWrites(Access):
             "WHERE instance = $1 AND id = $3", now, operation_id)
 
     async def settle_operation(self, operation_id: str, status: str, outcome: str, reason: str | None,
-                               result_text: str | None, now: int) -> bool:
+                               result_text: str | None, now: int, result_length: int | None = None) -> bool:
         changed = await self._execute(
-            "UPDATE operations SET status = $2, outcome = $3, reason = $4, result_text = $5, completed_at = $6 "
-            "WHERE instance = $1 AND id = $7 AND status IN ('pending', 'running')",
-            status, outcome, free_text(reason), free_text(result_text), now, operation_id)
+            "UPDATE operations SET status = $2, outcome = $3, reason = $4, result_text = $5, result_length = $6, "
+            "completed_at = $7 WHERE instance = $1 AND id = $8 AND status IN ('pending', 'running')",
+            status, outcome, free_text(reason), free_text(result_text), result_length, now, operation_id)
         return changed > 0

@@ -13,7 +13,7 @@ __all__ = ["SqliteOperationReads", "SqliteOperationWrites"]
 _COLUMNS = (
     "seq, id, session_id, kind, source, status, outcome, reason, input_json, options_json, "
     "target_message_id, result_text, attempts, created_at, started_at, completed_at, next_attempt_at, "
-    "crash_strikes, runs"
+    "crash_strikes, runs, result_length"
 )
 
 OPEN_STATUSES = ("pending", "running")
@@ -125,10 +125,11 @@ class SqliteOperationWrites(Access):
         reason: str | None,
         result_text: str | None,
         now: int,
+        result_length: int | None = None,
     ) -> bool:
         changed = await self._execute(
-            "UPDATE operations SET status = ?, outcome = ?, reason = ?, result_text = ?, completed_at = ? "
-            "WHERE id = ? AND status IN ('pending', 'running')",
-            (status, outcome, reason, result_text, now, operation_id),
+            "UPDATE operations SET status = ?, outcome = ?, reason = ?, result_text = ?, result_length = ?, "
+            "completed_at = ? WHERE id = ? AND status IN ('pending', 'running')",
+            (status, outcome, reason, result_text, result_length, now, operation_id),
         )
         return changed > 0

@@ -157,6 +157,19 @@ async def test_settle_running_operation(db: Database) -> None:
     assert (op.started_at, op.completed_at, op.target_message_id) == (200, 300, "msg-1")
 
 
+async def test_settle_with_the_answers_length_keeps_no_copy_of_its_text(db: Database) -> None:
+    await _insert(db, "op")
+    await _start(db, "op", "msg-1", now=200)
+    async with db.transaction() as tx:
+        assert await tx.settle_operation("op", "completed", "done", None, None, 300, result_length=10) is True
+    op = await _get(db, "op")
+    assert (op.status, op.result_text, op.result_length, op.target_message_id) == ("completed", None, 10, "msg-1")
+    assert (await _get(db, "op")) == op
+    await _insert(db, "old")
+    await _settle(db, "old", result_text="in the row")  # as before: the text, no length
+    assert ((await _get(db, "old")).result_text, (await _get(db, "old")).result_length) == ("in the row", None)
+
+
 async def test_settle_pending_operation_directly(db: Database) -> None:
     await _insert(db, "op")
     assert await _settle(db, "op", "skipped", "unanswered", "superseded", None, now=300) is True

@@ -1,0 +1,93 @@
+"""A settled operation's answer text: kept by its message, not copied into the operation's row."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from tests.harness._doubles import FakeModel, text
+from tests.harness.host.reference_agent import make
+from think_server.harness import Agent, Harness
+from think_server.protocol import message_text
+from think_server.storage.sqlite import instance_db_path
+
+NAME = "answers"
+
+
+def _file(tmp_path: Path) -> Path:
+    path = instance_db_path(tmp_path, "assistant", NAME)
+    assert path.exists(), path
+    return path
+
+
+def _rows(path: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute(sql, args).fetchall()
+        conn.commit()
+        return rows
+    finally:
+        conn.close()
+
+
+async def test_the_operations_table_holds_no_copy_of_the_answer(tmp_path: Path) -> None:
+    async with make(tmp_path) as h:
+        s = h.session("assistant", NAME)
+        first = await s.prompt("hi")
+        assert first.text == "Hello!"
+    (op_id, result_text, length), = _rows(_file(tmp_path), "SELECT id, result_text, result_length FROM operations")
+    assert (result_text, length) == (None, len("Hello!")), "the row keeps the answer's length, not its text"
+    async with make(tmp_path) as h:  # a new process: read back from the file only
+        s = h.session("assistant", NAME)
+        info = await s.inspect(op_id)
+        assert info is not None and (info.status, info.outcome, info.text) == ("completed", "done", "Hello!")
+        assert (await s.wait(op_id)).text == "Hello!"
+
+
+async def test_a_continue_does_not_change_the_text_of_the_turn_it_extends(tmp_path: Path) -> None:
+    model = FakeModel(text("t1", "Hello!"), text("t2", " And more."))
+    async with Harness({"Assistant": Agent(system="Be brief.")}, data_dir=tmp_path, model=model) as h:
+        s = h.session("assistant", NAME)
+        first = await s.submit("hi")
+        assert (await s.wait(first.operation_id)).text == "Hello!"
+        more = await s.continue_turn()
+        continued = await s.wait(more.operation_id)
+        answer = (await s.messages())[-1]
+        assert message_text(answer) != "Hello!" and message_text(answer).startswith("Hello!"), \
+            "the Continue extended the same message"
+        assert continued.text == message_text(answer)
+    async with make(tmp_path) as h:
+        s = h.session("assistant", NAME)
+        info = await s.inspect(first.operation_id)
+        assert info is not None and info.text == "Hello!", "the first turn's answer stays what it answered"
+        assert (await s.wait(first.operation_id)).text == "Hello!"
+        later = await s.inspect(more.operation_id)
+        assert later is not None and later.text == continued.text
+
+
+async def test_a_row_written_before_still_answers_with_its_own_text(tmp_path: Path) -> None:
+    async with make(tmp_path) as h:
+        s = h.session("assistant", NAME)
+        assert (await s.prompt("hi")).text == "Hello!"
+    path = _file(tmp_path)
+    # As an older server left it: the text in the row, no length.
+    _rows(path, "UPDATE operations SET result_text = 'Hello from before!', result_length = NULL")
+    (op,), = _rows(path, "SELECT id FROM operations")
+    async with make(tmp_path) as h:
+        s = h.session("assistant", NAME)
+        info = await s.inspect(str(op))
+        assert info is not None and info.text == "Hello from before!"
+        assert (await s.wait(str(op))).text == "Hello from before!"
+
+
+async def test_a_deleted_answer_leaves_an_empty_text(tmp_path: Path) -> None:
+    async with make(tmp_path) as h:
+        s = h.session("assistant", NAME)
+        await s.prompt("hi")
+    path = _file(tmp_path)
+    (op, target), = _rows(path, "SELECT id, target_message_id FROM operations")
+    _rows(path, "DELETE FROM messages WHERE id = ?", target)
+    async with make(tmp_path) as h:
+        s = h.session("assistant", NAME)
+        info = await s.inspect(str(op))
+        assert info is not None and (info.outcome, info.text) == ("done", "")
