@@ -87,7 +87,10 @@ class OperationWrites(Protocol):
         usual case: no second copy of every answer), ``result_length``: that many characters of the
         text of ``target_message_id`` (a Continue that extends the message later does not change it).
 
-        Its input stays (about 150 bytes a turn): the record of what was accepted, which the
-        crash tests check against the messages stored.
+        Its input is cut to what is read of a settled one (the crash tests check it against the
+        messages stored): an input's or a regeneration's message ids and ``regenerate_from``
+        (``{"messages": [{"id": ...}], "regenerate_from": ...}``; the messages themselves are in
+        the transcript), an answer's as it was; its options (read only to run it) go. Nothing
+        runs a settled operation again, and nothing shows its input.
         """
         ...

@@ -18,6 +18,15 @@ _COLUMNS = (
 
 OPEN_STATUSES = ("pending", "running")
 
+# What a settled operation keeps of its input (``OperationWrites.settle_operation``): an input's
+# message ids and regenerate_from. (A subquery's JSON loses its JSON type: json() gives it back.)
+_SETTLED_INPUT = (
+    "CASE WHEN kind IN ('input', 'regenerate') AND json_valid(input_json) THEN json_object("
+    "'messages', json((SELECT json_group_array(json_object('id', json_extract(m.value, '$.id'))) "
+    "FROM json_each(input_json, '$.messages') AS m)), "
+    "'regenerate_from', json_extract(input_json, '$.regenerate_from')) ELSE input_json END"
+)
+
 
 def _row(r: Any) -> OperationRow:
     return OperationRow(*r)
@@ -129,7 +138,8 @@ class SqliteOperationWrites(Access):
     ) -> bool:
         changed = await self._execute(
             "UPDATE operations SET status = ?, outcome = ?, reason = ?, result_text = ?, result_length = ?, "
-            "completed_at = ? WHERE id = ? AND status IN ('pending', 'running')",
+            f"completed_at = ?, input_json = {_SETTLED_INPUT}, options_json = NULL "
+            "WHERE id = ? AND status IN ('pending', 'running')",
             (status, outcome, reason, result_text, result_length, now, operation_id),
         )
         return changed > 0

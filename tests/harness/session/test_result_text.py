@@ -1,7 +1,9 @@
-"""A settled operation's answer text: kept by its message, not copied into the operation's row."""
+"""What a settled operation keeps: its answer's text is its message's, not a copy in its row; of its
+input, the ids of its messages (the messages are in the transcript), and no options."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -91,3 +93,17 @@ async def test_a_deleted_answer_leaves_an_empty_text(tmp_path: Path) -> None:
         s = h.session("assistant", NAME)
         info = await s.inspect(str(op))
         assert info is not None and (info.outcome, info.text) == ("done", "")
+
+
+async def test_a_settled_input_keeps_its_message_ids_and_no_options(tmp_path: Path) -> None:
+    async with make(tmp_path) as h:
+        s = h.session("assistant", NAME)
+        first = await s.submit({"id": "u-1", "role": "user", "parts": [{"type": "text", "text": "hi " * 100}]})
+        queued = await s.submit("hi")  # queued behind the first: its whole input is read when it runs
+        assert (await s.wait(first.operation_id)).outcome == "done"
+        assert (await s.wait(queued.operation_id)).text == "Hello!"
+        user_ids = [m.id for m in await s.messages() if m.role == "user"]
+    rows = _rows(_file(tmp_path), "SELECT input_json, options_json FROM operations ORDER BY seq")
+    assert [(json.loads(str(i)), o) for i, o in rows] == [
+        ({"messages": [{"id": user_id}], "regenerate_from": None}, None) for user_id in user_ids]
+    assert user_ids[0] == "u-1"
