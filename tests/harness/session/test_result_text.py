@@ -82,17 +82,15 @@ async def test_a_row_written_before_still_answers_with_its_own_text(tmp_path: Pa
         assert (await s.wait(str(op))).text == "Hello from before!"
 
 
-async def test_a_deleted_answer_leaves_an_empty_text(tmp_path: Path) -> None:
+async def test_an_answer_cleared_since_leaves_an_empty_text(tmp_path: Path) -> None:
     async with make(tmp_path) as h:
         s = h.session("assistant", NAME)
-        await s.prompt("hi")
-    path = _file(tmp_path)
-    (op, target), = _rows(path, "SELECT id, target_message_id FROM operations")
-    _rows(path, "DELETE FROM messages WHERE id = ?", target)
-    async with make(tmp_path) as h:
-        s = h.session("assistant", NAME)
-        info = await s.inspect(str(op))
-        assert info is not None and (info.outcome, info.text) == ("done", "")
+        op = (await s.submit("hi")).operation_id
+        assert (await s.wait(op)).text == "Hello!"
+        await s.reset()  # the conversation's messages go; its operations stay, and say it answered
+        info = await s.inspect(op)
+        assert info is not None and (info.status, info.outcome, info.text) == ("completed", "done", "")
+        assert (await s.wait(op)).text == ""
 
 
 async def test_a_settled_input_keeps_its_message_ids_and_no_options(tmp_path: Path) -> None:
