@@ -89,7 +89,7 @@ class OperationWrites(Protocol):
 
         Its input is cut to what is read of a settled one (the crash tests check it against the
         messages stored): an input's or a regeneration's message ids and ``regenerate_from``
-        (``{"messages": [{"id": ...}], "regenerate_from": ...}``; the messages themselves are in
+        (``{"messages": [{"id": ...}], "regenerate_from": ...}``, the latter only when set; the messages are in
         the transcript), an answer's as it was; its options (read only to run it) go. Nothing
         runs a settled operation again, and nothing shows its input.
         """

@@ -22,15 +22,15 @@ INSERT = ("INSERT INTO operations (instance, id, session_id, kind, source, statu
 
 
 # What a settled operation keeps of its input (``OperationWrites.settle_operation``): an input's
-# message ids and regenerate_from. PostgreSQL's JSON functions refuse a string holding \u0000 or
+# message ids and regenerate_from, unless null. PostgreSQL's JSON functions refuse a string holding \u0000 or
 # a lone surrogate escape, which a message's text may hold (the whole settlement would fail): such
 # an escape is made \ufffd first, a change of text only (an id holds neither), and JSON still.
 _SETTLED_INPUT = (
-    "CASE WHEN kind IN ('input', 'regenerate') THEN (SELECT jsonb_build_object("
+    "CASE WHEN kind IN ('input', 'regenerate') THEN (SELECT jsonb_strip_nulls(jsonb_build_object("
     "'messages', coalesce((SELECT jsonb_agg(jsonb_build_object('id', e.m -> 'id') ORDER BY e.n) "
     "FROM jsonb_array_elements(CASE WHEN jsonb_typeof(i.j -> 'messages') = 'array' THEN i.j -> 'messages' "
     "ELSE '[]'::jsonb END) WITH ORDINALITY AS e (m, n)), '[]'::jsonb), "
-    "'regenerate_from', i.j -> 'regenerate_from')::text "
+    "'regenerate_from', i.j -> 'regenerate_from'))::text "
     r"FROM (SELECT regexp_replace(input_json, '\\u(0000|[dD][89a-fA-F][0-9a-fA-F]{2})', '\\ufffd', 'g')::jsonb "
     "AS j) AS i) ELSE input_json END"
 )

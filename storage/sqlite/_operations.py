@@ -19,12 +19,13 @@ _COLUMNS = (
 OPEN_STATUSES = ("pending", "running")
 
 # What a settled operation keeps of its input (``OperationWrites.settle_operation``): an input's
-# message ids and regenerate_from. (A subquery's JSON loses its JSON type: json() gives it back.)
+# message ids and regenerate_from, unless null (json_patch drops a key patched with null). (A
+# subquery's JSON loses its JSON type: json() gives it back.)
 _SETTLED_INPUT = (
-    "CASE WHEN kind IN ('input', 'regenerate') AND json_valid(input_json) THEN json_object("
+    "CASE WHEN kind IN ('input', 'regenerate') AND json_valid(input_json) THEN json_patch(json_object("
     "'messages', json((SELECT json_group_array(json_object('id', json_extract(m.value, '$.id'))) "
-    "FROM json_each(input_json, '$.messages') AS m)), "
-    "'regenerate_from', json_extract(input_json, '$.regenerate_from')) ELSE input_json END"
+    "FROM json_each(input_json, '$.messages') AS m))), "
+    "json_object('regenerate_from', json_extract(input_json, '$.regenerate_from'))) ELSE input_json END"
 )
 
 

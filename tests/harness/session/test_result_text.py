@@ -103,5 +103,5 @@ async def test_a_settled_input_keeps_its_message_ids_and_no_options(tmp_path: Pa
         user_ids = [m.id for m in await s.messages() if m.role == "user"]
     rows = _rows(_file(tmp_path), "SELECT input_json, options_json FROM operations ORDER BY seq")
     assert [(json.loads(str(i)), o) for i, o in rows] == [
-        ({"messages": [{"id": user_id}], "regenerate_from": None}, None) for user_id in user_ids]
+        ({"messages": [{"id": user_id}]}, None) for user_id in user_ids]
     assert user_ids[0] == "u-1"

@@ -33,7 +33,7 @@ async def test_free_text_holding_nul_is_kept_with_a_replacement_character(db: Po
         assert await tx.settle_operation("op", "completed", "done", None, "an answer\x00with a NUL", 4)
     op = await db.read.operation("op")
     assert op is not None and (op.status, op.result_text) == ("completed", "an answer\ufffdwith a NUL")
-    assert json.loads(op.input_json) == {"messages": [], "regenerate_from": None}, "settled: its message ids only"
+    assert json.loads(op.input_json) == {"messages": []}, "settled: its message ids only"
     assert [c.summary for c in await db.read.compactions("s")] == ["sum\ufffdmary"]
     assert [b.content for b in await db.read.context_blocks([session_scope("s")])] == ["no\ufffdte"]
     assert await POSTGRES.rows(db, "tool_calls", ("error_text",), {"tool_call_id": "c"}) == [("bad \ufffd byte",)]
