@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.harness._doubles import FakeModel, text
 from tests.harness.host.reference_agent import make
-from think_server.harness import Agent, Harness
+from think_server.harness import Agent, Harness, InputPolicy
 from think_server.protocol import message_text
 from think_server.storage.sqlite import instance_db_path
 
@@ -105,3 +105,19 @@ async def test_a_settled_input_keeps_its_message_ids_and_no_options(tmp_path: Pa
     assert [(json.loads(str(i)), o) for i, o in rows] == [
         ({"messages": [{"id": user_id}]}, None) for user_id in user_ids]
     assert user_ids[0] == "u-1"
+
+
+async def test_an_answer_cut_to_fit_its_row_keeps_its_whole_text_in_the_operation(tmp_path: Path) -> None:
+    long = "word " * 8000
+    model = FakeModel(text("t1", long))
+    async with Harness({"Assistant": Agent(system="Be brief.")}, data_dir=tmp_path, model=model,
+                       input_policy=InputPolicy(max_row_bytes=16_000)) as h:
+        s = h.session("assistant", NAME)
+        op = (await s.submit("hi")).operation_id
+        assert (await s.wait(op)).text == long
+        assert message_text((await s.messages())[-1]) != long, "the message was cut to fit its row"
+    (result_text, length), = _rows(_file(tmp_path), "SELECT result_text, result_length FROM operations")
+    assert (result_text, length) == (long, None)
+    async with make(tmp_path) as h:
+        info = await h.session("assistant", NAME).inspect(op)
+        assert info is not None and info.text == long
