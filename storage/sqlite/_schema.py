@@ -228,5 +228,12 @@ CREATE TABLE workspace_files (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+# A settled answer's text is read from its message (the first result_length characters of the text
+# of target_message_id) instead of being a second copy of every answer; result_text is kept for
+# the rare answer its message does not hold, and for rows written before.
+_V10 = """
+ALTER TABLE operations ADD COLUMN result_length INTEGER;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 SCHEMA_VERSION = len(MIGRATIONS)
