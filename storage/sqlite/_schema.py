@@ -230,12 +230,19 @@ CREATE TABLE workspace_files (
 );
 """
 
+# A settled answer's text is read from its message (the first result_length characters of the text
+# of target_message_id) instead of being a second copy of every answer; result_text is kept for
+# the rare answer its message does not hold, and for rows written before.
+_V10 = """
+ALTER TABLE operations ADD COLUMN result_length INTEGER;
+"""
+
 # The search index is made the first time a file is searched (SEARCH_INDEX, storage/sqlite/_search.py),
 # not with the file: most instances are never searched, and the FTS5 table, its four shadow tables and
 # three triggers were about a quarter of an open instance's memory (the schema SQLite parses for each
 # connection, and every statement that writes a message compiled with the triggers) and of the CPU
 # of its first turn. A file made before this loses its index here, and builds it again when searched.
-_V10 = """
+_V11 = """
 DROP TRIGGER messages_fts_insert;
 DROP TRIGGER messages_fts_delete;
 DROP TRIGGER messages_fts_update;
@@ -243,5 +250,5 @@ DROP TABLE messages_fts;
 DROP VIEW message_words;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 SCHEMA_VERSION = len(MIGRATIONS)
