@@ -3,7 +3,7 @@ is and what a search promises: ``storage/_search.py``).
 
 A file has the index from its first search on (``SEARCH_INDEX``, built then from the messages it
 holds, and kept in step by triggers after): most instances are never searched, and the index cost
-every one of them memory and every message written CPU (storage/sqlite/_schema.py, migration 10).
+every one of them memory and every message written CPU (storage/sqlite/_schema.py, migration 11).
 """
 
 from __future__ import annotations
