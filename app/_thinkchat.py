@@ -212,7 +212,7 @@ class ThinkChat:
             # Messages the session holds are taken by id: the hook resends the whole transcript. Those
             # it sends back exactly as they were sent are not even decoded.
             body = await off_loop(len(frame.init.body), parse_chat_request_body, frame.init.body,
-                                  known=self.session.knows, sent=history.sent(),
+                                  known=self.session.knows, sent=history.sent(), framed=history.framed(),
                                   max_new_messages=self.session.policy.max_messages_per_request)
         except ProtocolError as exc:
             conn.send(dump_chat_response(rid, f"Invalid chat request: {exc}", done=True, error=True,

@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from think_server.protocol import UIMessage, parse_message
+from think_server.protocol import UIMessage, message_text, parse_message
 from think_server.storage import Database, OperationRow, describe_problem, problem_of
 
 from ._answers import awaiting_calls
 
 __all__ = ["AWAITING_REASONS", "INTERNAL_ERROR", "OperationInfo", "OperationResult", "OperationStatus", "Outcome",
            "Receipt", "SessionBusy", "SubmitRefused", "WaitingCall", "describe_reason", "result_of",
-           "storage_failure", "stored_waiting", "waiting_in"]
+           "storage_failure", "stored_text", "stored_waiting", "text_to_store", "waiting_in"]
 
 #: The reason of an operation that failed for a bug: the log has the traceback.
 INTERNAL_ERROR = "The assistant failed with an internal error."
@@ -68,6 +68,34 @@ async def stored_waiting(db: Database, op: OperationRow, message_ids: Sequence[s
     return waiting_in(parse_message(json.loads(answer.content)))
 
 
+def text_to_store(text: str, held: str | None) -> tuple[str | None, int | None]:
+    """How a settled answer's ``text`` is stored (``result_text``, ``result_length``): as its length
+    when ``held``, the text of its message as written in the same transaction, starts with it (no
+    second copy of every answer); in full when its message does not hold it (no message, or one cut
+    to fit the row limit)."""
+    if not text:
+        return None, 0
+    if held is not None and held.startswith(text):
+        return None, len(text)
+    return text, None
+
+
+async def stored_text(db: Database, op: OperationRow) -> str | None:
+    """A settled operation's answer text as stored (None while it is open; see :func:`text_to_store`).
+
+    Read from its message when the row holds only its length: what the message says now, cut to
+    that length. A later Continue extends the message past it and leaves this text as it was; an
+    edited message gives its edited text (the answer is the message); a deleted one gives ""."""
+    if op.result_text is not None or not op.result_length:
+        return op.result_text if op.result_text is not None or op.result_length is None else ""
+    if op.target_message_id is None:
+        return ""
+    message = await db.read.message(op.session_id, op.target_message_id)
+    if message is None:
+        return ""
+    return message_text(parse_message(json.loads(message.content)))[:op.result_length]
+
+
 def waiting_in(message: UIMessage | None) -> tuple[WaitingCall, ...]:
     """The calls of ``message``'s last step that wait for the user now (none once answered)."""
     if message is None:
@@ -119,10 +147,12 @@ class OperationInfo:
         return self.outcome is not None or self.status not in ("queued", "running")
 
     @classmethod
-    def of(cls, row: OperationRow, message_ids: list[str], waiting: tuple[WaitingCall, ...] = ()) -> OperationInfo:
+    def of(cls, row: OperationRow, message_ids: list[str], text: str | None,
+           waiting: tuple[WaitingCall, ...] = ()) -> OperationInfo:
+        """``text``: the answer's, as :func:`stored_text` reads it."""
         status = "queued" if row.status == "pending" else row.status
         return cls(row.id, row.session_id, row.kind, status, row.outcome,  # type: ignore[arg-type]
-                   row.reason, row.result_text, tuple(message_ids), row.created_at, row.started_at,
+                   row.reason, text, tuple(message_ids), row.created_at, row.started_at,
                    row.completed_at, row.runs, waiting)
 
     def to_json(self) -> dict[str, Any]:

@@ -9,7 +9,8 @@ optional fields omitted: the client tells "absent" from `null` in places.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import itertools
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, Final, Literal, TypeAlias, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -466,16 +467,25 @@ _BODY: Final = "invalid chat request body"
 _HOOK_BODY_START: Final = '{"messages":['
 
 
-def _skip_sent_texts(body: str, sent: Iterable[tuple[str, int, int]]) -> tuple[list[str], str]:
+def _skip_sent_texts(body: str, sent: Iterable[tuple[str, int, int]],
+                     framed: tuple[Sequence[str], str] = ((), "")) -> tuple[list[str], str]:
     """The ids of the body's first messages that are, character for character, the texts the
     server sent (the hook sends back what the transcript frame gave it), and the body without them.
 
     ``sent`` gives each text's length and ``hash()``, not the text: the server need not hold
     a conversation's texts to recognise them. A text that only hashes alike is still taken
-    by its id, as any known message is: nothing the client wrote in it is used.
+    by its id, as any known message is: nothing the client wrote in it is used. ``framed``:
+    the ids of the first messages of ``sent`` and their texts joined as the last transcript frame
+    carried them, when the server holds it: a body that starts with it skips them in one comparison.
     """
     pos = len(_HOOK_BODY_START)
     ids: list[str] = []
+    framed_ids, frame = framed
+    end = pos + len(frame)
+    if framed_ids and end < len(body) and body[end] in ",]" and body.startswith(frame, pos):
+        ids.extend(framed_ids)
+        pos = end + 1 if body[end] == "," else end
+        sent = itertools.islice(sent, len(framed_ids), None)
     for message_id, size, digest in sent:
         end = pos + size
         if end >= len(body) or body[end] not in ",]" or hash(body[pos:end]) != digest:
@@ -487,6 +497,7 @@ def _skip_sent_texts(body: str, sent: Iterable[tuple[str, int, int]]) -> tuple[l
 
 def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = None,
                             sent: Iterable[tuple[str, int, int]] = (),
+                            framed: tuple[Sequence[str], str] = ((), ""),
                             max_new_messages: int | None = None) -> ChatRequestBody:
     """Decode and validate a chat request body; `ProtocolError` names what is wrong.
 
@@ -497,7 +508,9 @@ def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = 
     text) root first: the messages
     the body starts with that are those very texts are not even decoded (the
     hook sends the whole transcript back with every request; decoding it all,
-    each time, costs time and leaves the heap fragmented).
+    each time, costs time and leaves the heap fragmented). ``framed``: the ids of the first
+    messages of ``sent`` and their texts as the last transcript frame joined them, if the server
+    kept it: a body that starts with it skips them all in one comparison.
 
     ``max_new_messages`` bounds the messages the server does not hold (a message
     sent twice counts twice): they are counted as the body is decoded, before any is
@@ -506,7 +519,7 @@ def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = 
     """
     skipped: list[str] = []
     if body.startswith(_HOOK_BODY_START):
-        skipped, rest = _skip_sent_texts(body, sent)
+        skipped, rest = _skip_sent_texts(body, sent, framed)
         if skipped:
             body = _HOOK_BODY_START + rest
     parsed = _parse_body(body, known, first_index=len(skipped), max_new=max_new_messages)

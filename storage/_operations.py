@@ -29,6 +29,10 @@ class OperationRow:
     next_attempt_at: int | None
     crash_strikes: int
     runs: int
+    #: A settled answer's text, when its message holds it: the first ``result_length`` characters of
+    #: the text of ``target_message_id`` (``result_text`` is then None). Rows older than it hold
+    #: ``result_text`` only.
+    result_length: int | None = None
 
 
 class OperationReads(Protocol):
@@ -76,10 +80,17 @@ class OperationWrites(Protocol):
         ...
 
     async def settle_operation(self, operation_id: str, status: str, outcome: str, reason: str | None,
-                               result_text: str | None, now: int) -> bool:
+                               result_text: str | None, now: int, result_length: int | None = None) -> bool:
         """Move an open operation to a terminal state; a settled one is never changed again.
 
-        Its input stays (about 150 bytes a turn): the record of what was accepted, which the
-        crash tests check against the messages stored.
+        Its answer's text is either ``result_text`` or, when the answer's message holds it (the
+        usual case: no second copy of every answer), ``result_length``: that many characters of the
+        text of ``target_message_id`` (a Continue that extends the message later does not change it).
+
+        Its input is cut to what is read of a settled one (the crash tests check it against the
+        messages stored): an input's or a regeneration's message ids and ``regenerate_from``
+        (``{"messages": [{"id": ...}], "regenerate_from": ...}``, the latter only when set; the messages are in
+        the transcript), an answer's as it was; its options (read only to run it) go. Nothing
+        runs a settled operation again, and nothing shows its input.
         """
         ...

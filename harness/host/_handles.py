@@ -30,6 +30,7 @@ from .._outcomes import (
     Outcome,
     Receipt,
     WaitingCall,
+    stored_text,
     stored_waiting,
 )
 from ..agent import WhenBusy
@@ -212,7 +213,8 @@ class SessionHandle:
             if row.target_message_id and row.target_message_id not in ids and row.status != "pending":
                 ids.append(row.target_message_id)
             waiting = await stored_waiting(instance.db, row, ids)
-        return OperationInfo.of(row, ids, waiting)
+            text = await stored_text(instance.db, row)
+        return OperationInfo.of(row, ids, text, waiting)
 
     async def pending(self) -> list[str]:
         """Operations not settled yet, oldest first: the running one, then the queue."""

@@ -174,6 +174,10 @@ class History:
         self._texts: list[str | None] = []
         self._parsed: list[UIMessage] | None = None  # in step with the path while held
         self._held = 0  # bytes of the texts in memory
+        # The texts of the path's first `_framed` messages joined by commas, as the last
+        # transcript frame carried them: the next frame is that and the texts added since.
+        self._frame = ""
+        self._framed = 0
 
     @classmethod
     async def load(cls, db: Database, session_id: str, *, on_unreadable: Callable[[str], None],
@@ -270,7 +274,23 @@ class History:
         return [t for t in await _filled(self._ids, self._texts, self._fetch) if t is not None]
 
     async def json_array(self) -> str:
-        """The path as a JSON array: what transcript frames and ``get-messages`` carry."""
+        """The path as a JSON array: what transcript frames and ``get-messages`` carry.
+
+        The array's text is kept (counted in :meth:`weight`) and the next one is built from it: a
+        conversation's next frame adds its newest messages to the last one, where reading every
+        older text back from storage cost more than anything else in a turn late in a long
+        conversation."""
+        framed = self._framed
+        added = [t for t in self._texts[framed:] if t is not None]
+        if framed and len(added) == len(self._ids) - framed:
+            joined = ",".join([self._frame, *added])
+        else:
+            joined = await self._joined_texts()
+        self._frame, self._framed = joined, len(self._ids)
+        return "[" + joined + "]"
+
+    async def _joined_texts(self) -> str:
+        """The texts of the whole path joined by commas, older ones read from storage."""
         if not self.complete and self._joined is not None:
             # A conversation without branches is every message stored, in the order written (a
             # child is written after its parent): one read, joined by SQLite. Any other (a
@@ -278,8 +298,8 @@ class History:
             # more messages stored than its path.
             count, joined = await self._joined()
             if count == len(self._ids):
-                return "[" + joined + "]"
-        return "[" + ",".join(await self.read_texts()) + "]"
+                return joined
+        return ",".join(await self.read_texts())
 
     async def page_json(self, limit: int, before: str | None = None) -> tuple[str, int]:
         """The ``limit`` messages of the path just before ``before`` (default: its end) as a JSON
@@ -305,6 +325,11 @@ class History:
         """(id, length, hash) of the JSON text of each message of the path, root first: how a
         request that starts with the texts the transcript frames carried is recognised."""
         return zip(self._ids, self._sizes, self._hashes, strict=True)
+
+    def framed(self) -> tuple[list[str], str]:
+        """The ids of the path's first messages and their texts as the last transcript frame joined
+        them: what a request that sends that frame's messages back starts with."""
+        return self._ids[:self._framed], self._frame
 
     def texts_holding(self, needles: Sequence[str]) -> list[tuple[int, str]]:
         """(index, JSON text) of the messages in memory whose text holds one of ``needles``: a
@@ -349,6 +374,8 @@ class History:
     def replace(self, index: int, msg: UIMessage) -> None:
         """The message at ``index``, changed (same id)."""
         text = dump_message_text(msg)
+        if index < self._framed:
+            self._cut_frame(index)
         old = self._texts[index]
         self._sizes[index] = len(text)
         self._hashes[index] = hash(text)
@@ -372,6 +399,8 @@ class History:
             self._drop(i + 1)
 
     def _drop(self, keep: int) -> None:
+        if keep < self._framed:
+            self._cut_frame(keep)
         self._held -= sum(len(t) for t in self._texts[keep:] if t is not None)
         del self._ids[keep:]
         del self._roles[keep:]
@@ -381,10 +410,18 @@ class History:
         if self._parsed is not None:
             del self._parsed[keep:]
 
+    def _cut_frame(self, keep: int) -> None:
+        """Keep of the last frame's text only its first ``keep`` messages (they stay as they were)."""
+        end = sum(self._sizes[:keep]) + keep - 1 if keep else 0
+        if end < len(self._frame) and self._frame[end] != ",":  # not the texts it measured: start again
+            end = keep = 0
+        self._frame = self._frame[:end]
+        self._framed = keep
+
     def weight(self) -> int:
         """What it costs in memory, roughly, in bytes."""
         parsed = sum(self._sizes) * _OBJECT_FACTOR if self._parsed is not None else 0
-        return self._held + parsed + len(self._ids) * _MESSAGE_BYTES
+        return self._held + len(self._frame) + parsed + len(self._ids) * _MESSAGE_BYTES
 
 
 class Holder(Protocol):

@@ -44,7 +44,7 @@ from .._input import InputPolicy
 from .._json import dumps, storable
 from .._logcontext import current_operation
 from .._model import Model
-from .._outcomes import INTERNAL_ERROR, OperationResult, describe_reason, result_of, storage_failure
+from .._outcomes import INTERNAL_ERROR, OperationResult, describe_reason, result_of, storage_failure, text_to_store
 from .._tools import Tool
 from .._tracing import recording, set_outcome, span, traces_content
 from ..agent import Agent, HookError
@@ -394,9 +394,12 @@ class OperationRuns:
             await self.write_settlement(tx, op_id, outcome)
         self._finish(op_id, outcome, tuple(message_ids))
 
-    async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome) -> None:
+    async def write_settlement(self, tx: Tx, operation_id: str, outcome: Outcome, held: str | None = None) -> None:
+        """``held``: the text of the operation's message as this transaction writes it (its answer's
+        text is then stored as a length: :func:`~think_server.harness._outcomes.text_to_store`)."""
         now = self.clock.now_ms()
-        await tx.settle_operation(operation_id, outcome.status, outcome.outcome, outcome.reason, outcome.text, now)
+        text, length = text_to_store(outcome.text, held)
+        await tx.settle_operation(operation_id, outcome.status, outcome.outcome, outcome.reason, text, now, length)
         if outcome.status == "error":
             terminal = {"operationId": operation_id, "body": describe_reason(outcome.reason)}
             await tx.set_last_terminal(self.id, dumps(terminal), now)

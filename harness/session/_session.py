@@ -27,7 +27,7 @@ from .._inputs import check_input_id
 from .._json import dumps, storable
 from .._logcontext import current_agent, current_instance, current_operation, current_session
 from .._model import Model
-from .._outcomes import OperationResult, Receipt, SubmitRefused, result_of, storage_failure
+from .._outcomes import OperationResult, Receipt, SubmitRefused, result_of, storage_failure, stored_text
 from .._tools import Tool
 from .._tracing import continue_from, span
 from ..agent import Agent
@@ -401,7 +401,9 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
             if row is None or row.session_id != self.id:
                 raise KeyError(f"unknown operation {operation_id!r} in session {self.id!r}")
             if row.status not in ("pending", "running") and not fut.done():
-                fut.set_result(result_of(row.status, row.outcome, row.result_text, row.reason))
+                text = await stored_text(self.db, row)
+                if not fut.done():
+                    fut.set_result(result_of(row.status, row.outcome, text, row.reason))
             return await fut
         finally:
             if fut in waiters:

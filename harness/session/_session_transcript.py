@@ -66,8 +66,10 @@ class SessionTranscript:
         """The active transcript as a JSON array, as transcript frames and ``get-messages`` carry it."""
         history = self._history
         if history is None:  # dropped to keep within the budget: it stays dropped
-            history = await self._read_history()
-        return await history.json_array()
+            return await (await self._read_history()).json_array()
+        text = await history.json_array()
+        self._budget.used(self, history.weight())  # it keeps the frame's text
+        return text
 
     async def transcript_page_json(self, limit: int, before: str | None = None) -> tuple[str, int, str | None]:
         """A page of the active transcript, for ``get-messages?limit=&before=``: the ``limit``

@@ -512,7 +512,8 @@ class Turn(TurnTools):
             if progress:
                 await tx.record_progress(self.operation_id, now)
             if outcome is not None:
-                await self._session.write_settlement(tx, self.operation_id, outcome)
+                held = message_text(self._stored or self._assembler.message) if self._persisted else None  # as written
+                await self._session.write_settlement(tx, self.operation_id, outcome, held)
 
         await self._log.commit(write)
         if self._persisted:

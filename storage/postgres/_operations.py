@@ -13,12 +13,27 @@ __all__ = ["INSERT", "PostgresOperationReads", "PostgresOperationWrites"]
 _COLUMNS = (
     "seq, id, session_id, kind, source, status, outcome, reason, input_json, options_json, "
     "target_message_id, result_text, attempts, created_at, started_at, completed_at, next_attempt_at, "
-    "crash_strikes, runs"
+    "crash_strikes, runs, result_length"
 )
 
 
 INSERT = ("INSERT INTO operations (instance, id, session_id, kind, source, status, input_json, options_json, "
           "created_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8) ON CONFLICT (instance, id) DO NOTHING")
+
+
+# What a settled operation keeps of its input (``OperationWrites.settle_operation``): an input's
+# message ids and regenerate_from, unless null. PostgreSQL's JSON functions refuse a string holding \u0000 or
+# a lone surrogate escape, which a message's text may hold (the whole settlement would fail): such
+# an escape is made \ufffd first, a change of text only (an id holds neither), and JSON still.
+_SETTLED_INPUT = (
+    "CASE WHEN kind IN ('input', 'regenerate') THEN (SELECT jsonb_strip_nulls(jsonb_build_object("
+    "'messages', coalesce((SELECT jsonb_agg(jsonb_build_object('id', e.m -> 'id') ORDER BY e.n) "
+    "FROM jsonb_array_elements(CASE WHEN jsonb_typeof(i.j -> 'messages') = 'array' THEN i.j -> 'messages' "
+    "ELSE '[]'::jsonb END) WITH ORDINALITY AS e (m, n)), '[]'::jsonb), "
+    "'regenerate_from', i.j -> 'regenerate_from'))::text "
+    r"FROM (SELECT regexp_replace(input_json, '\\u(0000|[dD][89a-fA-F][0-9a-fA-F]{2})', '\\ufffd', 'g')::jsonb "
+    "AS j) AS i) ELSE input_json END"
+)
 
 
 def _row(r: Any) -> OperationRow:
@@ -93,9 +108,10 @@ class PostgresOperationWrites(Access):
             "WHERE instance = $1 AND id = $3", now, operation_id)
 
     async def settle_operation(self, operation_id: str, status: str, outcome: str, reason: str | None,
-                               result_text: str | None, now: int) -> bool:
+                               result_text: str | None, now: int, result_length: int | None = None) -> bool:
         changed = await self._execute(
-            "UPDATE operations SET status = $2, outcome = $3, reason = $4, result_text = $5, completed_at = $6 "
-            "WHERE instance = $1 AND id = $7 AND status IN ('pending', 'running')",
-            status, outcome, free_text(reason), free_text(result_text), now, operation_id)
+            "UPDATE operations SET status = $2, outcome = $3, reason = $4, result_text = $5, result_length = $6, "
+            f"completed_at = $7, input_json = {_SETTLED_INPUT}, options_json = NULL "
+            "WHERE instance = $1 AND id = $8 AND status IN ('pending', 'running')",
+            status, outcome, free_text(reason), free_text(result_text), result_length, now, operation_id)
         return changed > 0

@@ -276,7 +276,14 @@ BEGIN
 END $$;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# A settled answer's text is read from its message (the first result_length characters of the text
+# of target_message_id) instead of being a second copy of every answer; result_text is kept for
+# the rare answer its message does not hold, and for rows written before.
+_V3 = """
+ALTER TABLE operations ADD COLUMN result_length integer;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _BOOTSTRAP = f"""

@@ -18,12 +18,15 @@ Params = Sequence[Any] | Mapping[str, Any]
 
 class Link(Protocol):
     """The connection statements run on: ``conn`` while it is open (None while the file
-    sleeps), ``wake()`` to open it again, ``users`` the statements under way."""
+    sleeps), ``wake()`` to open it again, ``users`` the statements under way;
+    ``make_searchable()`` makes the file's search index if it has none (in a transaction of its own)."""
 
     conn: aiosqlite.Connection | None
     users: int
 
     async def wake(self) -> aiosqlite.Connection: ...
+
+    async def make_searchable(self) -> None: ...
 
 
 def _changed(conn: sqlite3.Connection, sql: str, params: Params) -> int:

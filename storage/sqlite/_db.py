@@ -115,6 +115,8 @@ class SqliteTx(SqliteReader, SqliteBlockWrites, SqliteCompactionWrites, SqliteMe
                SqliteWorkspaceWrites, Tx):
     """Every statement, in SQL, inside one open transaction."""
 
+    in_transaction = True
+
 
 class _FaultyTx(SqliteTx):
     """A Tx that notes what it wrote, and may die after a write (test-only: ``_faults``)."""
@@ -279,6 +281,12 @@ class SqliteDatabase(Database):
             self.checkpoints.committed()
             if faulty is not None:
                 faulty.plan.point("after_commit", faulty.writes)
+
+    async def make_searchable(self) -> None:
+        """The file's search index, made in a transaction of its own if it has none (its first search)."""
+        async with self.transaction() as tx:
+            assert isinstance(tx, SqliteTx)
+            await tx.make_search_index()
 
     def append_now(self, stream_id: str, bodies: list[str], now: int) -> bool:
         """When no transaction is open and the file's lane is idle, the batch's one statement runs as its

@@ -13,10 +13,20 @@ __all__ = ["INSERT_OPERATION", "START_OPERATION", "SqliteOperationReads", "Sqlit
 _COLUMNS = (
     "seq, id, session_id, kind, source, status, outcome, reason, input_json, options_json, "
     "target_message_id, result_text, attempts, created_at, started_at, completed_at, next_attempt_at, "
-    "crash_strikes, runs"
+    "crash_strikes, runs, result_length"
 )
 
 OPEN_STATUSES = ("pending", "running")
+
+# What a settled operation keeps of its input (``OperationWrites.settle_operation``): an input's
+# message ids and regenerate_from, unless null (json_patch drops a key patched with null). (A
+# subquery's JSON loses its JSON type: json() gives it back.)
+_SETTLED_INPUT = (
+    "CASE WHEN kind IN ('input', 'regenerate') AND json_valid(input_json) THEN json_patch(json_object("
+    "'messages', json((SELECT json_group_array(json_object('id', json_extract(m.value, '$.id'))) "
+    "FROM json_each(input_json, '$.messages') AS m))), "
+    "json_object('regenerate_from', json_extract(input_json, '$.regenerate_from'))) ELSE input_json END"
+)
 
 
 def _row(r: Any) -> OperationRow:
@@ -126,10 +136,12 @@ class SqliteOperationWrites(Access):
         reason: str | None,
         result_text: str | None,
         now: int,
+        result_length: int | None = None,
     ) -> bool:
         changed = await self._execute(
-            "UPDATE operations SET status = ?, outcome = ?, reason = ?, result_text = ?, completed_at = ? "
+            "UPDATE operations SET status = ?, outcome = ?, reason = ?, result_text = ?, result_length = ?, "
+            f"completed_at = ?, input_json = {_SETTLED_INPUT}, options_json = NULL "
             "WHERE id = ? AND status IN ('pending', 'running')",
-            (status, outcome, reason, result_text, now, operation_id),
+            (status, outcome, reason, result_text, result_length, now, operation_id),
         )
         return changed > 0

@@ -165,27 +165,29 @@ _MESSAGE_WORDS = """(SELECT group_concat(json_extract(p.value, '$.text'), ' ')
  FROM json_each(CASE WHEN json_valid({row}.content) THEN {row}.content ELSE '{{}}' END, '$.parts') AS p
  WHERE CASE WHEN p.type = 'object' THEN json_extract(p.value, '$.type') = 'text'
  AND json_type(p.value, '$.text') = 'text' END)"""
-_V7 = f"""
-CREATE VIEW message_words (seq, words) AS SELECT m.seq, {_MESSAGE_WORDS.format(row="m")} FROM messages AS m;
-CREATE VIRTUAL TABLE messages_fts USING fts5 (
-  words, content = 'message_words', content_rowid = 'seq', tokenize = 'porter unicode61'
-);
-CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+# The index and what keeps it in step, one statement each: made by migration 7, dropped by 10, and
+# made again (SEARCH_INDEX) the first time a file is searched.
+SEARCH_INDEX: tuple[str, ...] = (
+    f"CREATE VIEW message_words (seq, words) AS SELECT m.seq, {_MESSAGE_WORDS.format(row='m')} FROM messages AS m",
+    "CREATE VIRTUAL TABLE messages_fts USING fts5 ("
+    "words, content = 'message_words', content_rowid = 'seq', tokenize = 'porter unicode61')",
+    f"""CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
   INSERT INTO messages_fts (rowid, words)
-  SELECT new.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row="new")} AS w) WHERE w IS NOT NULL;
-END;
-CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+  SELECT new.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row='new')} AS w) WHERE w IS NOT NULL;
+END""",
+    f"""CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
   INSERT INTO messages_fts (messages_fts, rowid, words)
-  SELECT 'delete', old.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row="old")} AS w) WHERE w IS NOT NULL;
-END;
-CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+  SELECT 'delete', old.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row='old')} AS w) WHERE w IS NOT NULL;
+END""",
+    f"""CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
   INSERT INTO messages_fts (messages_fts, rowid, words)
-  SELECT 'delete', old.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row="old")} AS w) WHERE w IS NOT NULL;
+  SELECT 'delete', old.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row='old')} AS w) WHERE w IS NOT NULL;
   INSERT INTO messages_fts (rowid, words)
-  SELECT new.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row="new")} AS w) WHERE w IS NOT NULL;
-END;
-INSERT INTO messages_fts (rowid, words) SELECT seq, words FROM message_words WHERE words IS NOT NULL;
-"""
+  SELECT new.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row='new')} AS w) WHERE w IS NOT NULL;
+END""",
+    "INSERT INTO messages_fts (rowid, words) SELECT seq, words FROM message_words WHERE words IS NOT NULL",
+)
+_V7 = "".join(f"{statement};\n" for statement in SEARCH_INDEX)
 
 # Compaction overlays: what a model is shown in place of the messages from from_message_id to
 # to_message_id on a path (the messages stay, and stay in get-messages and search). The newest
@@ -228,5 +230,25 @@ CREATE TABLE workspace_files (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+# A settled answer's text is read from its message (the first result_length characters of the text
+# of target_message_id) instead of being a second copy of every answer; result_text is kept for
+# the rare answer its message does not hold, and for rows written before.
+_V10 = """
+ALTER TABLE operations ADD COLUMN result_length INTEGER;
+"""
+
+# The search index is made the first time a file is searched (SEARCH_INDEX, storage/sqlite/_search.py),
+# not with the file: most instances are never searched, and the FTS5 table, its four shadow tables and
+# three triggers were about a quarter of an open instance's memory (the schema SQLite parses for each
+# connection, and every statement that writes a message compiled with the triggers) and of the CPU
+# of its first turn. A file made before this loses its index here, and builds it again when searched.
+_V11 = """
+DROP TRIGGER messages_fts_insert;
+DROP TRIGGER messages_fts_delete;
+DROP TRIGGER messages_fts_update;
+DROP TABLE messages_fts;
+DROP VIEW message_words;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 SCHEMA_VERSION = len(MIGRATIONS)

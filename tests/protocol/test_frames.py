@@ -489,6 +489,30 @@ def test_a_message_sent_back_changed_is_decoded_as_usual() -> None:
     assert [m.id for m in body.messages] == ["u1", "u2"]
 
 
+def test_a_body_that_starts_with_the_last_frame_skips_its_messages_in_one_comparison() -> None:
+    # Signatures that match nothing: the frame's messages are recognised by the frame alone.
+    unsigned = [(mid, len(text), 0) for mid, text in SENT]
+    frame = (["u1"], SENT[0][1])  # the last frame held u1 only; a1 came after it
+    body = parse_chat_request_body(_hook_body([t for _, t in SENT] + [NEW]), known=lambda m: False,
+                                   sent=unsigned, framed=frame)
+    assert body.message_ids == ["u1", "a1", "u2"] and [m.id for m in body.messages] == ["a1", "u2"]
+    body = parse_chat_request_body(_hook_body([t for _, t in SENT] + [NEW]), known=lambda m: False,
+                                   sent=SIGNED, framed=frame)
+    assert [m.id for m in body.messages] == ["u2"], "after the frame, the texts one by one"
+    whole = (["u1", "a1"], ",".join(t for _, t in SENT))
+    body = parse_chat_request_body(_hook_body([t for _, t in SENT]), known=lambda m: False, sent=SIGNED, framed=whole)
+    assert body.message_ids == ["u1", "a1"] and body.messages == []
+    # A body that differs anywhere in the frame's span falls back to the texts one by one.
+    changed = _text("a1", "assistant", "Hello?")
+    body = parse_chat_request_body(_hook_body([SENT[0][1], changed, NEW]), known=lambda m: False, sent=SIGNED,
+                                   framed=whole)
+    assert body.message_ids == ["u1", "a1", "u2"] and [m.id for m in body.messages] == ["a1", "u2"]
+    # The frame's text as the start of a longer first message is not a message boundary.
+    longer = SENT[0][1][:-1] + ',"metadata":{"x":1}}'
+    body = parse_chat_request_body(_hook_body([longer, NEW]), known=lambda m: False, sent=SIGNED, framed=frame)
+    assert [m.id for m in body.messages] == ["u1", "u2"]
+
+
 def test_a_body_in_another_order_or_with_bad_json_after_the_prefix_is_still_checked() -> None:
     other = '{"trigger":"submit-message","messages":[' + ",".join([t for _, t in SENT] + [NEW]) + "]}"
     body = parse_chat_request_body(other, known=lambda m: m in ("u1", "a1"), sent=SIGNED)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from think_server.storage import Database, OperationRow
@@ -155,6 +157,40 @@ async def test_settle_running_operation(db: Database) -> None:
     op = await _get(db, "op")
     assert (op.status, op.outcome, op.reason, op.result_text) == ("completed", "done", None, "the answer")
     assert (op.started_at, op.completed_at, op.target_message_id) == (200, 300, "msg-1")
+
+
+async def test_settle_with_the_answers_length_keeps_no_copy_of_its_text(db: Database) -> None:
+    await _insert(db, "op")
+    await _start(db, "op", "msg-1", now=200)
+    async with db.transaction() as tx:
+        assert await tx.settle_operation("op", "completed", "done", None, None, 300, result_length=10) is True
+    op = await _get(db, "op")
+    assert (op.status, op.result_text, op.result_length, op.target_message_id) == ("completed", None, 10, "msg-1")
+    assert (await _get(db, "op")) == op
+    await _insert(db, "old")
+    await _settle(db, "old", result_text="in the row")  # as before: the text, no length
+    assert ((await _get(db, "old")).result_text, (await _get(db, "old")).result_length) == ("in the row", None)
+
+
+async def test_a_settled_input_keeps_only_its_message_ids_and_no_options(db: Database) -> None:
+    # (A NUL, a lone surrogate and a backslash before "u0000": escapes PostgreSQL's JSON functions refuse, or near.)
+    words = "a long question \u0000 \ud83d \\u0000 " * 50
+    first = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": words}]}
+    second = {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "and one more"}]}
+    await _insert(db, "in", input_json=json.dumps({"messages": [first, second], "regenerate_from": None}),
+                  options_json='{"client_tools":null,"body":{"model":"x"},"when_busy":"queue","trace":null}')
+    await _insert(db, "regen", kind="regenerate", input_json=json.dumps({"messages": [], "regenerate_from": "u1"}))
+    answer = '{"answer":{"type":"tool-result","toolCallId":"c1","output":{"rows":[1,2,3]}},"autoContinue":true}'
+    await _insert(db, "answer", kind="tool_result", input_json=answer, options_json=None)
+    await _start(db, "in", "a1")
+    assert json.loads((await _get(db, "in")).input_json)["messages"] == [first, second], "whole while open"
+    for op_id in ("in", "regen", "answer"):
+        await _settle(db, op_id)
+    settled = await _get(db, "in")
+    assert json.loads(settled.input_json) == {"messages": [{"id": "u1"}, {"id": "u2"}]}
+    assert settled.options_json is None
+    assert json.loads((await _get(db, "regen")).input_json) == {"messages": [], "regenerate_from": "u1"}
+    assert json.loads((await _get(db, "answer")).input_json) == json.loads(answer), "an answer's input stays"
 
 
 async def test_settle_pending_operation_directly(db: Database) -> None:

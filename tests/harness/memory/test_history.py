@@ -23,7 +23,7 @@ from think_server.harness import (
     TextStart,
 )
 from think_server.harness.memory._history import ParsedOnRead
-from think_server.protocol import TextPart, UIMessage, message_text, parse_message
+from think_server.protocol import TextPart, UIMessage, dump_message_text, message_text, parse_message
 
 from .._instances import instance_at
 
@@ -109,9 +109,60 @@ async def test_at_rest_a_transcript_holds_its_texts_from_the_last_user_message_o
         t for i in range(3) for t in (f"turn {i}" + "." * 1000, f"You said: turn {i}" + "." * 1000)]
     assert history.weight() > at_rest and budget.total == history.weight(), "parsed, it weighs more"
     history.release()
-    assert history.weight() == at_rest
+    framed = len(await history.json_array()) - 2
+    assert history.weight() == at_rest + framed, "the last frame's text is kept (and counted), parsed ones are not"
     with pytest.raises(RuntimeError, match="transcript"):
         s.messages()  # the sync view: only what memory holds whole
+    await inst.close()
+
+
+async def test_the_next_transcript_frame_is_the_last_one_and_the_newest_messages(tmp_path: Path) -> None:
+    inst, s = await _three_turns(tmp_path)
+    history = await s.history()
+    reads: list[str] = []
+    joined, fetch = history._joined, history._fetch
+    assert joined is not None and fetch is not None
+
+    async def joined_counted() -> tuple[int, str]:
+        reads.append("joined")
+        return await joined()
+
+    async def fetch_counted(ids: list[str]) -> dict[str, str]:
+        reads.append("fetch")
+        return await fetch(ids)
+
+    history._joined, history._fetch = joined_counted, fetch_counted
+
+    async def frame_reads() -> list[str]:
+        """What building the next frame read from storage; the frame checked against storage."""
+        reads.clear()
+        frame = await history.json_array()
+        assert frame == "[" + ",".join(r.content for r in await inst.db.read.active_path(s.id)) + "]"
+        return list(reads)
+
+    assert await frame_reads() == ["joined"], "the first frame is read back"
+    receipt = await s.submit([user(3, "turn 3")])  # type: ignore[list-item]
+    await s.wait(receipt.operation_id)
+    assert await frame_reads() == [], "the next is built from it"
+    # The newest answer changed in place (as an approval does): the frame keeps what comes before it.
+    last = history.last()
+    assert last is not None and last.role == "assistant"
+    changed = last.model_copy(update={"parts": [TextPart(type="text", text="changed")]})
+    async with inst.db.transaction() as tx:
+        await tx.update_message(s.id, last.id, dump_message_text(changed), 9)
+    history.replace(len(history) - 1, changed)
+    assert await frame_reads() == [] and history._framed == len(history)
+    # A new branch under an older message: the frame is cut there, and the rest comes from memory.
+    receipt = await s.submit([], regenerate_from="u1")
+    await s.wait(receipt.operation_id)
+    assert await frame_reads() == [] and len(history) == 4
+    # An older message changed (not in memory): the frame is cut before it and read back.
+    first = parse_message({"id": "u0", "role": "user", "parts": [{"type": "text", "text": "turn 0, edited"}]})
+    async with inst.db.transaction() as tx:
+        await tx.update_message(s.id, "u0", dump_message_text(first), 9)
+    history.replace(0, first)
+    assert await frame_reads() == ["joined", "fetch"], "read back (it has a branch now: along its path)"
+    assert await frame_reads() == []
     await inst.close()
 
 

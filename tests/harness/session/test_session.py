@@ -62,8 +62,8 @@ async def test_submit_then_wait_answers_hi(open_instance: Any) -> None:
     assert answer.role == "assistant"
     assert dump(answer)["parts"][-1] == {"type": "text", "text": "Hello!", "state": "done"}
     row = await inst.db.read.operation(receipt.operation_id)
-    assert (row.kind, row.source, row.status, row.outcome, row.result_text) == (
-        "input", "server", "completed", "done", "Hello!")
+    assert (row.kind, row.source, row.status, row.outcome, row.result_text, row.result_length) == (
+        "input", "server", "completed", "done", None, len("Hello!")), "the answer's text is its message's, not copied"
     path = await inst.db.read.active_path(s.id)
     assert [(r.id, r.parent_id, r.role) for r in path] == [("u1", None, "user"), (answer.id, "u1", "assistant")]
     assert s.idle and inst.idle and s.pending() == []

@@ -125,8 +125,9 @@ async def test_one_model_call_streams_the_ai_sdk_sequence_and_events_in_order(op
     }
     assert rec.of(OperationSettled) == [OperationSettled(op, "completed", "done", None, ("u1",))]
     row = await inst.db.read.operation(op)
-    assert (row.status, row.outcome, row.result_text, row.target_message_id) == (
-        "completed", "done", "Hello!", run.message_id)
+    # No second copy of the answer: the row holds its length, its message the text.
+    assert (row.status, row.outcome, row.result_text, row.result_length, row.target_message_id) == (
+        "completed", "done", None, len("Hello!"), run.message_id)
 
 
 async def test_every_event_describes_state_already_committed(open_instance: Any, peek: Any) -> None:

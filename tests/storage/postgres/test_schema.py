@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from think_server.storage import Problem, StorageError
-from think_server.storage.postgres import SCHEMA, SCHEMA_VERSION, PostgresStore
+from think_server.storage.postgres import SCHEMA, SCHEMA_VERSION, PostgresStore, _schema
 from think_server.storage.postgres._schema import MIGRATIONS
 
 
@@ -103,3 +103,27 @@ async def test_every_table_is_keyed_by_the_instance_first(store: PostgresStore, 
     assert wrong == []
     assert sum(kind == "f" for _, kind, _ in keys) >= 10
     assert {table for table, kind, _ in keys if kind == "p"} >= tables, "every table has a primary key"
+
+
+async def test_an_answer_settled_before_its_length_was_kept_still_has_its_text(
+        postgres_url: str, admin: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Databases written before migration 3 hold every answer's text in its operation's row."""
+    monkeypatch.setattr(_schema, "MIGRATIONS", MIGRATIONS[:2])
+    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 2)
+    older = PostgresStore(postgres_url)
+    db = await older.open("agent", "old")
+    instance = db.instance  # type: ignore[attr-defined]
+    await older.close()
+    assert await _versions(admin) == [1, 2]
+    await admin.execute(  # as a version-2 server settled it
+        f"INSERT INTO {SCHEMA}.operations (instance, id, session_id, kind, source, status, outcome, input_json, "
+        "result_text, created_at, completed_at) VALUES ($1, 'op', 's', 'input', 'server', 'completed', 'done', "
+        "'{\"messages\":[]}', 'the answer', 1, 2)", instance)
+    monkeypatch.undo()
+    store = PostgresStore(postgres_url)
+    try:
+        op = await (await store.open("agent", "old")).read.operation("op")
+        assert await _versions(admin) == list(range(1, SCHEMA_VERSION + 1))
+        assert op is not None and (op.status, op.result_text, op.result_length) == ("completed", "the answer", None)
+    finally:
+        await store.close()

@@ -5,6 +5,8 @@ in every id a client sends, so none reaches storage)."""
 
 from __future__ import annotations
 
+import json
+
 import asyncpg
 import pytest
 
@@ -25,10 +27,13 @@ async def test_free_text_holding_nul_is_kept_with_a_replacement_character(db: Po
         await tx.finish_tool_call("s", "c", "failed", None, "bad \x00 byte", 3)
         await tx.insert_compaction(CompactionRow("k", "s", "a", "b", "sum\x00mary", 1, 3))
         await tx.set_context_block(session_scope("s"), "notes", "no\x00te", 3)
+    op = await db.read.operation("op")
+    assert op is not None and op.input_json == '{"text":"\\u0000"}', "JSON text holds U+0000 escaped: kept as it is"
+    async with db.transaction() as tx:
         assert await tx.settle_operation("op", "completed", "done", None, "an answer\x00with a NUL", 4)
     op = await db.read.operation("op")
     assert op is not None and (op.status, op.result_text) == ("completed", "an answer\ufffdwith a NUL")
-    assert op.input_json == '{"text":"\\u0000"}', "JSON text holds U+0000 escaped: kept as it is"
+    assert json.loads(op.input_json) == {"messages": []}, "settled: its message ids only"
     assert [c.summary for c in await db.read.compactions("s")] == ["sum\ufffdmary"]
     assert [b.content for b in await db.read.context_blocks([session_scope("s")])] == ["no\ufffdte"]
     assert await POSTGRES.rows(db, "tool_calls", ("error_text",), {"tool_call_id": "c"}) == [("bad \ufffd byte",)]

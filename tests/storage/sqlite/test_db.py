@@ -172,6 +172,24 @@ async def test_older_file_gets_only_the_missing_migrations(
         conn.close()
 
 
+async def test_a_settled_answer_written_before_its_length_was_kept_still_has_its_text(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files written before migration 10 hold every answer's text in its operation's row."""
+    monkeypatch.setattr(_db, "MIGRATIONS", MIGRATIONS[:9])
+    monkeypatch.setattr(_db, "SCHEMA_VERSION", 9)
+    async with _opened(db_path) as db:
+        await _add_operation(db, "v9-op")
+    with sqlite3.connect(db_path) as raw:  # as a version-9 server settled it
+        raw.execute("UPDATE operations SET status = 'completed', outcome = 'done', result_text = 'the answer', "
+                    "completed_at = 5 WHERE id = 'v9-op'")
+    monkeypatch.undo()
+    async with _opened(db_path) as db:
+        assert _pragma(db_path, "user_version") == SCHEMA_VERSION
+        op = await db.read.operation("v9-op")
+        assert op is not None and (op.status, op.result_text, op.result_length) == ("completed", "the answer", None)
+
+
 async def test_file_of_the_first_schema_upgrades_to_the_current_one(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

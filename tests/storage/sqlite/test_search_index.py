@@ -15,7 +15,7 @@ from think_server.storage.sqlite._schema import MIGRATIONS
 from think_server.storage.sqlite._search import fts_query
 
 from .. import test_search as scenarios
-from ..test_search import _ids, _msg
+from ..test_search import _ids, _msg, _put
 
 
 def _integrity(path: Path) -> None:
@@ -58,6 +58,57 @@ async def test_a_file_from_before_search_has_its_messages_indexed(db_path: Path)
     db = await SqliteDatabase.open(db_path)
     try:
         assert await _ids(db, "", "index") == ["old"]
+    finally:
+        await db.close()
+    _integrity(db_path)
+
+
+def _has_index(path: Path) -> bool:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'messages_fts%' "
+                            "OR name = 'message_words'").fetchone()[0] > 0
+    finally:
+        conn.close()
+
+
+async def test_a_file_is_indexed_at_its_first_search_from_what_it_holds_then_kept_in_step(
+        db: SqliteDatabase, db_path: Path) -> None:
+    await _put(db, "", "a", _msg("written before any search"))
+    assert not _has_index(db_path), "a new file has no search index: most are never searched"
+    assert await _ids(db, "", "written") == ["a"]
+    assert _has_index(db_path)
+    await _put(db, "", "b", _msg("written after the first search"))
+    assert await _ids(db, "", "written") == ["b", "a"]
+    _integrity(db_path)
+
+
+async def test_a_search_inside_a_transaction_indexes_the_file_in_it(db: SqliteDatabase, db_path: Path) -> None:
+    await _put(db, "", "a", _msg("a word"))
+    async with db.transaction() as tx:
+        assert [h.message_id for h in await tx.search_messages("", "word", 5)] == ["a"]
+    assert _has_index(db_path)
+    _integrity(db_path)
+
+
+async def test_a_file_indexed_before_loses_its_index_when_migrated_and_builds_it_again(db_path: Path) -> None:
+    conn = sqlite3.connect(db_path)
+    try:
+        conn.executescript(MIGRATIONS[0])
+        for number, sql in enumerate(MIGRATIONS[1:-1], start=1):
+            conn.executescript(sql)
+            conn.execute(f"PRAGMA user_version = {number + 1}")
+        conn.execute("INSERT INTO sessions (id, created_at, updated_at) VALUES ('', 1, 1)")
+        conn.execute("INSERT INTO messages (session_id, id, role, content, created_at, updated_at) "
+                     "VALUES ('', 'old', 'user', ?, 1, 1)", (_msg("indexed by the old schema"),))
+        conn.commit()
+    finally:
+        conn.close()
+    assert _has_index(db_path)
+    db = await SqliteDatabase.open(db_path)
+    try:
+        assert not _has_index(db_path)
+        assert await _ids(db, "", "schema") == ["old"]
     finally:
         await db.close()
     _integrity(db_path)
