@@ -3,8 +3,9 @@
 Python's ``sqlite3`` keeps a connection's prepared statements (its statement cache, by SQL text),
 but a connection just opened has none: a fresh instance's first turn prepared each statement of
 its start, and of its first chunks, on the event loop, inside the transaction. Preparing is most
-of such a statement's cost (inserting a message compiles the full-text index's trigger: 0.13 of
-its 0.19 ms on a new file), 0.3 to 0.4 ms before the first chunk in all. The trip that opens the
+of such a statement's cost (inserting a message compiled the full-text index's trigger, 0.13 of
+its 0.19 ms on a new file, before new files were made without the index), 0.3 to 0.4 ms before
+the first chunk in all. The trip that opens the
 file prepares them instead, off the loop; the turn then finds them cached.
 """
 
