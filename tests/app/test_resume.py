@@ -276,16 +276,16 @@ async def test_a_probe_during_the_pre_stream_window_is_pending_then_resuming(ser
     """PROTOCOL §7.2/§7.3 rule 4: request r2 is queued behind r1; once r1 has ended and before r2
     streams, a probe gets ``stream_pending {id: r2}``, then ``resuming {id: r2}`` when r2 streams.
 
-    That window is a few microseconds long; to make it observable, the test holds the
-    instance's one write transaction as soon as r1 settles, so r2 cannot start until
-    the probe has been answered.
+    That window is a few microseconds long (a new input's start commits its stream's first chunk
+    with it); to make it observable, the test takes the file's write lock from a connection of its
+    own as soon as r1 settles, so r2's start waits (as for another process's write) until the
+    probe has been answered.
     """
     hold, started, release = gate_tool()
     srv = await serve(agents_with(GATE_SCRIPT, hold))
     a = await Client.open(url(srv, "pending"))
     b = await Client.open(url(srv, "pending"))
-    held, let_go = asyncio.Event(), asyncio.Event()
-    holders: list[asyncio.Task[None]] = []
+    blockers: list[sqlite3.Connection] = []
     unsubscribe = None
     try:
         rid1, frame1, _ = chat_request("block")
@@ -299,23 +299,21 @@ async def test_a_probe_during_the_pre_stream_window_is_pending_then_resuming(ser
 
         session = srv.app.state.host.get(AGENT, "pending").chats[""].session
 
-        async def hold_writer() -> None:
-            async with session.db.transaction():
-                held.set()
-                await let_go.wait()
-
         def on_event(event: Any) -> None:
-            if isinstance(event, OperationSettled) and event.operation_id == rid1:
-                holders.append(asyncio.create_task(hold_writer()))
+            # Told once r1's settlement committed, before the worker can start r2: no await between.
+            if isinstance(event, OperationSettled) and event.operation_id == rid1 and not blockers:
+                blocker = sqlite3.connect(session.db.path, isolation_level=None, timeout=0)
+                blocker.execute("BEGIN IMMEDIATE")
+                blockers.append(blocker)
 
         unsubscribe = session.subscribe(on_event)
         release.set()
-        await asyncio.wait_for(held.wait(), 10)
         await b.wait_for(is_done(rid1))
+        assert blockers, "r1 settled"
 
         pending = await probe(b, "pb")
         assert pending == {"type": "cf_agent_stream_pending", "id": rid2, "probeId": "pb"}
-        let_go.set()
+        blockers[0].rollback()  # r2's start gets the lock
         resuming = await b.wait_for(lambda f: f.get("type") == "cf_agent_stream_resuming" and f.get("id") == rid2)
         assert "probeId" not in resuming
         i_pending, i_resuming = b.frames.index(pending), b.frames.index(resuming)
@@ -336,9 +334,9 @@ async def test_a_probe_during_the_pre_stream_window_is_pending_then_resuming(ser
     finally:
         if unsubscribe is not None:
             unsubscribe()
-        let_go.set()
         release.set()
-        await asyncio.gather(*holders)
+        for blocker in blockers:
+            blocker.close()
     await a.close()
     await b.close()
 
