@@ -86,9 +86,9 @@ async def stored_text(db: Database, op: OperationRow) -> str | None:
     Read from its message when the row holds only its length: what the message says now, cut to
     that length. A later Continue extends the message past it and leaves this text as it was; an
     edited message gives its edited text (the answer is the message); a deleted one gives ""."""
-    if op.result_text is not None or not op.result_length:
-        return op.result_text if op.result_text is not None or op.result_length is None else ""
-    if op.target_message_id is None:
+    if op.result_text is not None or op.result_length is None:
+        return op.result_text
+    if not op.result_length or op.target_message_id is None:
         return ""
     message = await db.read.message(op.session_id, op.target_message_id)
     if message is None:

@@ -130,9 +130,14 @@ class ChunkLog:
             return
         self._flusher = asyncio.create_task(self._flush_loop())
 
-    def _commit_now(self) -> bool:
+    def _append_now(self, batch: list[str]) -> bool:
+        """The batch committed here and now, as one statement, if its stream's row is written and the
+        database can (``Database.append_now``); whether it was."""
         s = self._stream
-        if s is None or not s.inserted or not self._db.append_now(s.id, self._pending, self._clock.now_ms()):
+        return s is not None and s.inserted and self._db.append_now(s.id, batch, self._clock.now_ms())
+
+    def _commit_now(self) -> bool:
+        if not self._append_now(self._pending):
             return False
         batch, first_seq = self._pending, self._next_seq
         self._pending = []
@@ -191,8 +196,7 @@ class ChunkLog:
         first_seq = self._next_seq
         self._in_flight = n_pending
         try:
-            alone = extra is None and s is not None and s.inserted  # a batch, nothing else to write
-            if not (alone and s is not None and self._db.append_now(s.id, batch, self._clock.now_ms())):
+            if not (extra is None and self._append_now(batch)):  # a batch alone: one statement, if it can
                 await self._commit_with(batch, s, extra)
         finally:
             self._in_flight = 0
