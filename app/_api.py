@@ -128,8 +128,7 @@ async def _receipt(api: Api, session: SessionHandle, receipt: Receipt) -> Respon
     id seen before (in this session or another) says where that one is."""
     owner = session if receipt.session == session.id else api.harness.session(
         session.agent, session.name, receipt.session)
-    info = await owner.inspect(receipt.operation_id)
-    status = info.status if info is not None else "queued"
+    status = await owner.status(receipt.operation_id) or "queued"
     return JSONResponse({"operation_id": receipt.operation_id, "session": receipt.session,
                          "accepted": receipt.accepted, "status": status}, status_code=202)
 

@@ -14,7 +14,7 @@ from ._answers import awaiting_calls
 
 __all__ = ["AWAITING_REASONS", "INTERNAL_ERROR", "OperationInfo", "OperationResult", "OperationStatus", "Outcome",
            "Receipt", "SessionBusy", "SubmitRefused", "WaitingCall", "describe_reason", "result_of",
-           "storage_failure", "stored_text", "stored_waiting", "text_to_store", "waiting_in"]
+           "status_of", "storage_failure", "stored_text", "stored_waiting", "text_to_store", "waiting_in"]
 
 #: The reason of an operation that failed for a bug: the log has the traceback.
 INTERNAL_ERROR = "The assistant failed with an internal error."
@@ -150,8 +150,7 @@ class OperationInfo:
     def of(cls, row: OperationRow, message_ids: list[str], text: str | None,
            waiting: tuple[WaitingCall, ...] = ()) -> OperationInfo:
         """``text``: the answer's, as :func:`stored_text` reads it."""
-        status = "queued" if row.status == "pending" else row.status
-        return cls(row.id, row.session_id, row.kind, status, row.outcome,  # type: ignore[arg-type]
+        return cls(row.id, row.session_id, row.kind, status_of(row), row.outcome,  # type: ignore[arg-type]
                    row.reason, text, tuple(message_ids), row.created_at, row.started_at,
                    row.completed_at, row.runs, waiting)
 
@@ -161,6 +160,11 @@ class OperationInfo:
                 "message_ids": list(self.message_ids), "created_at": self.created_at,
                 "started_at": self.started_at, "settled_at": self.settled_at, "attempts": self.attempts,
                 "waiting": [w.to_json() for w in self.waiting]}
+
+
+def status_of(row: OperationRow) -> OperationStatus:
+    """A stored operation's status in the words every report uses: a pending row is ``queued``."""
+    return "queued" if row.status == "pending" else row.status  # type: ignore[return-value]
 
 
 _REASON_TEXT = {

@@ -30,6 +30,7 @@ from .._outcomes import (
     Outcome,
     Receipt,
     WaitingCall,
+    status_of,
     stored_text,
     stored_waiting,
 )
@@ -215,6 +216,16 @@ class SessionHandle:
             waiting = await stored_waiting(instance.db, row, ids)
             text = await stored_text(instance.db, row)
         return OperationInfo.of(row, ids, text, waiting)
+
+    async def status(self, operation_id: str) -> OperationStatus | None:
+        """Where an operation of this session is (the ``status`` of :meth:`inspect`), from its row
+        alone: what a receipt reports, where :meth:`inspect` also reads its messages, the calls it
+        waits on and its answer's text. None if the session has no such operation."""
+        async with self._harness.hold(self.agent, self.name) as instance:
+            row = await instance.db.read.operation(operation_id)
+        if row is None or row.session_id != self.id:
+            return None
+        return status_of(row)
 
     async def pending(self) -> list[str]:
         """Operations not settled yet, oldest first: the running one, then the queue."""

@@ -85,6 +85,24 @@ async def test_inspect_reports_status_message_ids_and_times(tmp_path: Path) -> N
         assert await other.inspect(receipt.operation_id) is None, "an operation belongs to its session"
 
 
+async def test_status_says_where_an_operation_is_in_the_words_of_inspect(tmp_path: Path) -> None:
+    async with make(tmp_path) as h:
+        s = h.session("assistant", "status")
+        running = await s.submit("slow")
+        queued = await s.submit("hi")
+        assert await s.status(running.operation_id) == "running", "an idle session's input has started"
+        assert await s.status(queued.operation_id) == "queued", "a pending row reads as queued"
+        await s.abort(running.operation_id)
+        await s.wait(queued.operation_id, timeout=10)
+        for op in (running, queued):
+            info = await s.inspect(op.operation_id)
+            assert info is not None and await s.status(op.operation_id) == info.status
+        assert await s.status(queued.operation_id) == "completed"
+        assert await s.status("nope") is None
+        assert await h.session("assistant", "status", "other").status(queued.operation_id) is None, \
+            "an operation belongs to its session"
+
+
 async def test_abort_a_queued_and_a_running_operation(tmp_path: Path) -> None:
     async with make(tmp_path) as h:
         s = h.session("assistant", "abort")
