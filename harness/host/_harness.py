@@ -91,8 +91,8 @@ class Harness:
     """
 
     def __init__(self, agents: Mapping[str, Agent], *, data_dir: str | os.PathLike[str] = "data",
-                 model: Model | str | None = None, max_instances: int = 1000, idle_timeout_s: float = 300.0,
-                 hibernate_after_s: float = 30.0,
+                 model: Model | str | None = None, max_instances: int = 1000, idle_timeout_s: float = 60.0,
+                 hibernate_after_s: float = 10.0,
                  stream_grace_s: float = 600.0, transcript_memory_mb: float = 128,
                  input_policy: InputPolicy | None = None, recovery_concurrency: int = 8,
                  clock: Clock | None = None, store: Store | None = None, node: Node | None = None,
