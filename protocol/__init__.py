@@ -47,6 +47,7 @@ from ._chunks import (
     ToolOutputDeniedChunk,
     ToolOutputErrorChunk,
     dump_chunk,
+    dump_text_delta,
     parse_chunk,
 )
 from ._disassembly import message_chunks
@@ -251,6 +252,7 @@ __all__ = [
     "dump_message_text",
     "dump_messages",
     "dump_part",
+    "dump_text_delta",
     "find_tool_part",
     "fit_message",
     "is_unicode_text",

@@ -114,22 +114,26 @@ class MessageAssembler:
         """Apply one chunk; raise `AssemblyError` where the AI SDK client would throw."""
         # Hot path: one text-delta per streamed token.
         if chunk.__class__ is TextDeltaChunk:
-            part = self._open_text.get(chunk.id)
-            if part is None:
-                raise AssemblyError(f"text-delta for id {chunk.id!r} without an open text-start")
-            # Straight to the instance dict: `text` is already marked set by
-            # text-start, and popping the string first leaves it with a single
-            # reference so CPython can grow it in place. `d["text"] += delta`
-            # would copy the whole text on every token (quadratic).
-            fields = part.__dict__
-            text = fields.pop("text")
-            text += chunk.delta
-            fields["text"] = text
+            self.text_delta(chunk.id, chunk.delta)
             return
         handler = _HANDLERS.get(chunk.__class__)
         if handler is not None:
             handler(self, chunk)
         # error, abort and unknown chunk types leave the message as it is.
+
+    def text_delta(self, part_id: str, delta: str) -> None:
+        """Apply a plain text-delta given by its fields (no chunk made for it)."""
+        part = self._open_text.get(part_id)
+        if part is None:
+            raise AssemblyError(f"text-delta for id {part_id!r} without an open text-start")
+        # Straight to the instance dict: `text` is already marked set by
+        # text-start, and popping the string first leaves it with a single
+        # reference so CPython can grow it in place. `d["text"] += delta`
+        # would copy the whole text on every token (quadratic).
+        fields = part.__dict__
+        text = fields.pop("text")
+        text += delta
+        fields["text"] = text
 
     def settle(self) -> None:
         """Make the message persistable after an abort, error or crash.

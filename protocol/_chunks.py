@@ -341,5 +341,10 @@ def dump_chunk(chunk: Chunk) -> str:
         and not chunk.__pydantic_extra__
         and "providerMetadata" not in chunk.__pydantic_fields_set__
     ):
-        return '{"type":"text-delta","id":' + json_string(chunk.id) + ',"delta":' + json_string(chunk.delta) + "}"
+        return dump_text_delta(chunk.id, chunk.delta)
     return model_json(chunk)
+
+
+def dump_text_delta(part_id: str, delta: str) -> str:
+    """``dump_chunk`` of a plain text-delta, made without the chunk: a model's stream is mostly these."""
+    return '{"type":"text-delta","id":' + json_string(part_id) + ',"delta":' + json_string(delta) + "}"

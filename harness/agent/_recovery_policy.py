@@ -15,7 +15,7 @@ class RecoveryPolicy:
     call or tool call resets the count); past it the operation ends unanswered
     with reason ``interrupted``. Attempt n >= 2 waits
     ``min(backoff_ms * 2**(n-2), 60 s)``. A model stream silent for
-    ``stall_timeout_ms`` is an interruption (0 turns the watchdog off).
+    ``stall_timeout_ms`` (up to a tenth more) is an interruption (0 turns the watchdog off).
     ``crash_limit`` process deaths in a row without progress seal the
     operation (reason ``out_of_memory``) instead of running it again.
     """

@@ -15,26 +15,19 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from think_server.protocol import (
-    Chunk,
     FinishChunk,
     FinishStepChunk,
     MessageAssembler,
-    MessageMetadataChunk,
     ReasoningEndChunk,
-    ReasoningStartChunk,
     StartChunk,
     StartStepChunk,
     TextEndChunk,
-    ToolApprovalRequestChunk,
-    ToolInputAvailableChunk,
     ToolOutputErrorChunk,
     ToolPart,
     UIMessage,
-    dump_chunk,
     message_text,
 )
 from think_server.storage import LeaseLost, Tx
@@ -42,14 +35,14 @@ from think_server.storage import LeaseLost, Tx
 from .._answers import INTERRUPTED_TOOL_ERROR, awaiting_calls
 from .._events import MessageUpdated, ModelCallFinished
 from .._json import storable
-from .._model import Finish, Model, ModelError, ModelEvent, ModelRequest, ToolCall, Usage
+from .._model import Model, ModelError, ModelEvent, ModelRequest
 from .._outcomes import INTERNAL_ERROR, storage_failure, waiting_in
 from .._tools import Tool
 from .._tracing import span, traces_content
 from ..agent import HookError, RecoveryPolicy
 from ._chunklog import ChunkLog
-from ._event_chunks import streamed_chunk
-from ._marks import THINK_KEY, ReasoningTimes, outcome_mark, think_of, without_outcome
+from ._marks import ReasoningTimes, outcome_mark, without_outcome
+from ._turn_chunks import StepResult, TurnChunks
 from ._turn_hooks import CONTEXT_OVERFLOW
 from ._turn_plan import (
     CallScope,
@@ -63,6 +56,7 @@ from ._turn_plan import (
     is_runnable,
 )
 from ._turn_tools import TurnTools
+from ._watchdog import StallWatchdog
 
 __all__ = ["Turn", "TurnState"]
 
@@ -84,14 +78,6 @@ _TRANSITIONS: dict[TurnState, frozenset[TurnState]] = {
 }
 
 
-@dataclass(slots=True)
-class _StepResult:
-    finish_reason: str = "stop"
-    calls: list[tuple[str, str, Any]] = field(default_factory=list)  # (toolCallId, name, input)
-    usage: Usage | None = None
-    note: str | None = None  # the provider's word on a call that could not end as meant
-
-
 class _Aborted(Exception):
     pass
 
@@ -104,7 +90,7 @@ class _OutOfAttempts(Exception):
     """Interruptions without progress used up the recovery budget."""
 
 
-class Turn(TurnTools):
+class Turn(TurnChunks, TurnTools):
     """Runs one operation to its outcome. Created and driven by a :class:`Session`."""
 
     def __init__(self, session: TurnHost, plan: TurnPlan, *, model: Model, system: str | None,
@@ -176,35 +162,6 @@ class Turn(TurnTools):
             self._inner.cancel()
 
     # -- chunks -------------------------------------------------------------
-
-    def _emit(self, chunk: Chunk, *, hold: bool = False, lazy: bool = False) -> None:
-        self._assembler.apply(chunk)
-        timed = self._timed(chunk)
-        if self._scope is not None and not self._scope.speaks_of(chunk):
-            self._updated_outside = True
-            return
-        text = dump_chunk(chunk)
-        self._log.add(text, hold=hold, lazy=lazy)
-        if self._tap is not None:
-            self._tap.append(text)
-        if timed is not None:
-            self._mark({"reasoning_ms": timed}, hold=hold)
-
-    def _timed(self, chunk: Chunk) -> list[int | None] | None:
-        """The reasoning parts' durations, when ``chunk`` (applied) ends one: the message keeps them."""
-        if isinstance(chunk, ReasoningStartChunk):
-            ordinal = sum(p.type == "reasoning" for p in self._assembler.message.parts) - 1
-            self._reasoning.started(chunk.id, ordinal, self._session.clock.now_ms())
-        elif isinstance(chunk, ReasoningEndChunk):
-            return self._reasoning.ended(chunk.id, self._session.clock.now_ms(), self._assembler.message.metadata)
-        return None
-
-    def _mark(self, think: dict[str, Any], *, hold: bool = False) -> None:
-        """Merge ``think`` into the message's key (:mod:`._marks`), sent whole: the hook merges a watched
-        stream's metadata one level deep only. An answer without a word is not stored, nor its mark."""
-        if self._persisted or any(p.type != "step-start" for p in self._assembler.message.parts):
-            whole = {**think_of(self._assembler.message.metadata), **think}
-            self._emit(MessageMetadataChunk(messageMetadata={THINK_KEY: whole}), hold=hold)
 
     async def _run_inner(self, coro: Awaitable[Any]) -> Any:
         """Run a cancellable piece of the turn; abort() cancels it, not the turn."""
@@ -317,7 +274,7 @@ class Turn(TurnTools):
             # must not keep the transcript it parsed alive while the answer streams.
             del request
             try:
-                result: _StepResult = await self._run_inner(call)
+                result: StepResult = await self._run_inner(call)
             except _Stalled:
                 self._model_finished(started, "stalled")
                 await self._interrupted_model_call()
@@ -356,7 +313,7 @@ class Turn(TurnTools):
                 # A call of this step waits for the client or an approval: the model must not
                 # be called with a call that has no result.
                 return await self._finish(result)
-        return await self._finish(_StepResult(finish_reason=last_reason))
+        return await self._finish(StepResult(finish_reason=last_reason))
 
     async def _check_lease(self) -> None:
         """Raise :class:`LeaseLost` unless this node surely still serves the instance (a cluster's)."""
@@ -364,7 +321,7 @@ class Turn(TurnTools):
         if lease is not None:
             await lease.ensure()
 
-    async def _step_finished(self, step: int, result: _StepResult) -> None:
+    async def _step_finished(self, step: int, result: StepResult) -> None:
         await self._run_inner(self._hooks.step_finished(step, self._assembler.message, result.finish_reason,
                                                         result.calls, result.usage))
 
@@ -423,7 +380,7 @@ class Turn(TurnTools):
         # The agent's prompt: the memory blocks are added after before_turn (which may replace it).
         return ModelRequest(messages=view, system=self._system, tools=tools)
 
-    async def _model_call(self, request: ModelRequest, model: Model, step: int) -> _StepResult:
+    async def _model_call(self, request: ModelRequest, model: Model, step: int) -> StepResult:
         attrs: dict[str, Any] = {"gen_ai.request.model": getattr(model, "model", None) or type(model).__name__,
                                  "think.step": step}
         if traces_content():
@@ -431,7 +388,7 @@ class Turn(TurnTools):
         call = self._stream_model(request, model, step)
         del request  # the call has it; this frame must not keep the parsed transcript while it streams
         with span("think.model_call", attrs) as current:
-            result: _StepResult = await call
+            result: StepResult = await call
             current.set_attribute("gen_ai.response.finish_reasons", [result.finish_reason])
             if result.usage is not None:
                 for key, value in (("gen_ai.usage.input_tokens", result.usage.input_tokens),
@@ -440,21 +397,13 @@ class Turn(TurnTools):
                         current.set_attribute(key, value)
             return result
 
-    async def _stream_model(self, request: ModelRequest, model: Model, step: int) -> _StepResult:
-        result = _StepResult()
+    async def _stream_model(self, request: ModelRequest, model: Model, step: int) -> StepResult:
+        result = StepResult()
         stall = self._recovery.stall_timeout_s
-        loop = asyncio.get_running_loop()
         stream: AsyncIterator[ModelEvent] | None = None
         try:
-            # One timer re-armed per event, and per byte a provider reports: a model silent for the
-            # stall timeout is interrupted; one that sends keep-alives while it reasons is not.
-            async with asyncio.timeout_at(loop.time() + stall if stall else None) as watchdog:
-
-                def progressed() -> None:
-                    if stall:
-                        watchdog.reschedule(loop.time() + stall)
-
-                stream = model.stream(dataclasses.replace(request, progress=progressed))
+            async with StallWatchdog(stall) as watchdog:
+                stream = model.stream(dataclasses.replace(request, progress=watchdog.progressed))
                 del request  # the stream has it; the turn does not keep the parsed transcript
                 async for event in stream:
                     self._on_event(event, result)
@@ -463,7 +412,7 @@ class Turn(TurnTools):
                         for text in chunks:
                             await self._hooks.chunk(step, json.loads(text))
                     await self._log.backpressure()
-                    progressed()
+                    watchdog.progressed()
         except TimeoutError:
             log.warning("operation %s: the model sent nothing for %g s", self.operation_id, stall)
             raise _Stalled from None
@@ -472,28 +421,6 @@ class Turn(TurnTools):
             if aclose is not None:
                 await aclose()
         return result
-
-    def _on_event(self, ev: ModelEvent, result: _StepResult) -> None:
-        match ev:
-            case ToolCall(tool_call_id=c, tool_name=n, input=inp):
-                self._on_tool_call(c, n, inp, result)
-            case Finish(finish_reason=r, usage=u, message=note):
-                result.finish_reason = r
-                result.usage = u
-                result.note = note
-            case _:
-                chunk = streamed_chunk(ev)
-                if chunk is not None:
-                    self._emit(chunk)
-
-    def _on_tool_call(self, call_id: str, name: str, tool_input: Any, result: _StepResult) -> None:
-        self._emit(ToolInputAvailableChunk(toolCallId=call_id, toolName=name, input=tool_input))
-        result.calls.append((call_id, name, tool_input))
-        tool = self._tools.get(name) if name in self._offered else None
-        if tool is None:
-            self._emit(ToolOutputErrorChunk(toolCallId=call_id, errorText=f"Tool {name!r} is not available."))
-        elif not tool.is_client and tool.approval_needed(tool_input):
-            self._emit(ToolApprovalRequestChunk(approvalId=self._session.clock.new_id(), toolCallId=call_id))
 
     # -- persistence ----------------------------------------------------------
 
@@ -538,7 +465,7 @@ class Turn(TurnTools):
                                     self.operation_id, now)
             self._persisted = True
 
-    async def _finish(self, result: _StepResult) -> Outcome:
+    async def _finish(self, result: StepResult) -> Outcome:
         msg = self._assembler.message
         pending = [p for p in msg.parts if isinstance(p, ToolPart) and p.state in ("input-available",
                                                                                     "approval-requested")]

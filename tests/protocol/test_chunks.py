@@ -21,6 +21,7 @@ from think_server.protocol import (
     ToolInputStartChunk,
     ToolOutputAvailableChunk,
     dump_chunk,
+    dump_text_delta,
     parse_chunk,
 )
 
@@ -159,3 +160,10 @@ def test_malformed_chunks(bad: Any, message: str) -> None:
     with pytest.raises(ProtocolError) as info:
         parse_chunk(bad)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("delta", ["Hel", "", 'say "hi"\n', "naïve ☃ 🙂", "\ud800 lone", "\\ back\tslash", "\x00\x1f"])
+def test_a_text_delta_made_from_its_fields_is_the_chunk_dumped(delta: str) -> None:
+    """The turn streams text-deltas without making their chunks: the bytes must be the same."""
+    assert dump_text_delta("t-1", delta) == dump_chunk(TextDeltaChunk(id="t-1", delta=delta))
+    assert json.loads(dump_text_delta("t-1", delta)) == {"type": "text-delta", "id": "t-1", "delta": delta}
