@@ -1,4 +1,8 @@
-"""The one place the top of storage names a backend: the store a server gets from its settings."""
+"""The one place the top of storage names a backend: the store a server gets from its settings.
+
+The PostgreSQL backend (and asyncpg under it) is imported only when a PostgreSQL URL is given, as
+the store is made at start: a server on its SQLite files never loads it.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,6 @@ from pathlib import Path
 
 from ._copy import CopySource, CopyTarget
 from ._store import Store
-from .postgres import DEFAULT_POOL_SIZE, PostgresStore
-from .postgres._import import PostgresTarget
-from .postgres._pool import safe_url
 from .sqlite import SqliteStore
 from .sqlite._export import SqliteSource
 
@@ -23,17 +24,24 @@ def default_store(data_dir: str | os.PathLike[str]) -> Store:
 
 
 def make_store(data_dir: str | os.PathLike[str], database_url: str | None = None, *,
-               pool_size: int = DEFAULT_POOL_SIZE) -> Store:
+               pool_size: int | None = None) -> Store:
     """The store of a server's settings: PostgreSQL at ``database_url`` (``postgresql://...``, over
-    at most ``pool_size`` connections) when one is given, else :func:`default_store` of ``data_dir``."""
+    at most ``pool_size`` connections, by default the backend's ``DEFAULT_POOL_SIZE``) when one is
+    given, else :func:`default_store` of ``data_dir``."""
     if database_url is None:
         return default_store(data_dir)
-    return PostgresStore(database_url, pool_size=pool_size)
+    from .postgres import PostgresStore
+
+    return PostgresStore(database_url) if pool_size is None else PostgresStore(database_url, pool_size=pool_size)
 
 
 def store_location(data_dir: str | os.PathLike[str], database_url: str | None = None) -> str:
     """Where :func:`make_store`'s store keeps its data, for a log line: the data dir, or the URL (no password)."""
-    return safe_url(database_url) if database_url is not None else str(Path(data_dir).resolve())
+    if database_url is None:
+        return str(Path(data_dir).resolve())
+    from .postgres._pool import safe_url
+
+    return safe_url(database_url)
 
 
 def copy_source(data_dir: str | os.PathLike[str], names: Iterable[tuple[str, str]] = ()) -> CopySource:
@@ -44,4 +52,6 @@ def copy_source(data_dir: str | os.PathLike[str], names: Iterable[tuple[str, str
 
 def copy_target(database_url: str, *, connections: int = 4) -> CopyTarget:
     """The PostgreSQL database at ``database_url``, for :func:`copy_instances` (ValueError: not such a URL)."""
+    from .postgres._import import PostgresTarget
+
     return PostgresTarget(database_url, connections=connections)

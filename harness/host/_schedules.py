@@ -28,8 +28,6 @@ from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any, Literal
 
-from croniter import CroniterError, croniter
-
 from think_server.protocol import UIMessage
 from think_server.storage import ScheduleRow
 
@@ -124,7 +122,7 @@ def _check_cron(expr: object, now: int) -> tuple[str, int]:
         raise ScheduleError(f"cron: expected at most 200 characters, got {len(expr)}", "cron")
     try:
         return expr, cron_next(expr, now)
-    except (CroniterError, ValueError, TypeError, OverflowError) as exc:
+    except (ValueError, TypeError, OverflowError) as exc:
         raise ScheduleError(f"cron: {expr!r} is not a cron expression of 5 fields (minute hour day month "
                             f"weekday), or 6 with seconds last: {exc}", "cron") from None
 
@@ -147,6 +145,8 @@ def cron_gap_below(expr: str, now: int, limit_s: float) -> float | None:
     it runs (its day fields: croniter is asked for the next days it runs, only when that gap
     could be under the limit).
     """
+    from croniter import croniter  # imported by cron_next already, on the expression's check
+
     fields = croniter(expr).expanded
     seconds = _values(fields[5], 60) if len(fields) > 5 else [0]
     minutes, hours = _values(fields[0], 60), _values(fields[1], 24)
@@ -166,6 +166,8 @@ def cron_gap_below(expr: str, now: int, limit_s: float) -> float | None:
 
 def _closest_days(expr: str, now: int, horizon_days: int = 800) -> int:
     """The fewest days between two days ``expr`` runs on, over the next ``horizon_days`` (1 if it runs daily)."""
+    from croniter import croniter
+
     fields = croniter(expr).expanded
     if all("*" in f for f in fields[2:5]) and len(fields) < 7:
         return 1
@@ -182,7 +184,7 @@ def _closest_days(expr: str, now: int, horizon_days: int = 800) -> int:
                 if closest == 1:
                     break
             last, start = run, (run + 1) * day - 1  # its last second: the next run is on a later day
-    except (CroniterError, ValueError, OverflowError):  # no run in croniter's reach: none closer
+    except (ValueError, OverflowError):  # croniter's errors are ValueErrors; no run in croniter's reach: none closer
         pass
     return closest
 

@@ -6,6 +6,9 @@ exponential time Python's backtracking ``re`` can (``*a*a*a*a*b`` over one 255-c
 it 12 s, one ``*`` more minutes, with the event loop frozen all along). What here is synchronous
 runs in a worker thread (:func:`in_scan_thread`); RE2 lets go of the GIL while it matches, so the
 event loop serves others meanwhile.
+
+``re2`` is imported by the first glob or grep (in a scan thread, ~3 ms), not with the harness: a
+server whose agents never scan a workspace does not carry it (2.5 MB).
 """
 
 from __future__ import annotations
@@ -19,8 +22,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import ParamSpec, Protocol, TypeVar
-
-import re2
 
 __all__ = ["MAX_GLOB", "MAX_PATTERN", "BadPattern", "GrepCut", "GrepScan", "compile_glob", "compile_pattern",
            "in_scan_thread"]
@@ -79,6 +80,8 @@ def _check_text(text: str) -> None:
 
 def _compile(regex: str, *, dot_nl: bool = False) -> Matcher:
     _check_text(regex)
+    import re2  # after the first, a lookup in sys.modules
+
     options = re2.Options()
     options.log_errors = False  # a bad pattern is the caller's error, not a line on the server's stderr
     options.dot_nl = dot_nl
@@ -93,6 +96,7 @@ def _compile(regex: str, *, dot_nl: bool = False) -> Matcher:
 def glob_regex(glob: str) -> str:
     """The RE2 expression (to be matched whole) of ``glob``: ``*`` within a part, ``**`` across parts,
     ``**/`` any folders (or none), ``?`` one character but ``/``; the rest stands for itself."""
+    from re2 import escape
     out: list[str] = []
     literal: list[str] = []
     i = 0
@@ -110,11 +114,11 @@ def glob_regex(glob: str) -> str:
             i += 1
             continue
         if literal:
-            out.append(re2.escape("".join(literal)))
+            out.append(escape("".join(literal)))
             literal = []
         out.append(token)
     if literal:
-        out.append(re2.escape("".join(literal)))
+        out.append(escape("".join(literal)))
     return "".join(out)
 
 

@@ -70,18 +70,28 @@ BUSY_WAIT_MS = 5000
 # OS caches the file anyway) and a small WAL, checkpointed off the loop every 512 KiB and emptied.
 # Once migrated, a write does not wait inside SQLite (it may run on the event loop):
 # SqliteDatabase._begin waits for another process's lock itself, off the loop.
-_SETTINGS = (
-    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
+_CONNECTION = (
+    "PRAGMA foreign_keys=ON; "
     f"PRAGMA busy_timeout={{busy}}; PRAGMA cache_size=-{CACHE_KIB}; "
     f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}; PRAGMA journal_size_limit={WAL_SIZE_LIMIT};"
 )
+# A file found there (or woken): WAL mode is the file's own (kept in its header), set again in case a
+# tool changed it; a file made from the template is in WAL mode already (``_template``).
+_SETTINGS = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; " + _CONNECTION
 # Makes SQLite read the schema here, on the file's thread, not in the first write transaction,
 # which runs on the event loop (half a millisecond a new file).
 _LOAD_SCHEMA = " SELECT 1 FROM meta WHERE 0;"
-# A new file's first commit starts its WAL: SQLite writes the WAL's header and syncs it (half a
-# millisecond here, with synchronous=NORMAL the only sync a commit makes). Made here, on the file's
-# thread, it is not paid on the event loop by the first turn; the row says when the file was made.
-_START_WAL = " INSERT INTO meta (key, value) VALUES ('created_at', '{now}') ON CONFLICT (key) DO NOTHING;"
+# A new file's script (``_new_file``): its settings, and its first commit, which reads the schema and
+# starts its WAL here, on the file's thread, not in the first turn on the event loop. The row says
+# when the file was made (and, given, its agent and name: ``_NAME_ROWS``). Starting a WAL writes its
+# header, which synchronous=NORMAL syncs (an fdatasync, half a millisecond or more): that sync
+# keeps a WAL that is restarted over older frames from mixing them with new ones after a power cut.
+# A new file's WAL has no older frames (``_new_file`` is used only when there is no -wal file), so
+# this first commit runs with synchronous=OFF, then the connection's setting is NORMAL; a power cut
+# could lose this commit, as it could the new file itself (neither it nor its folder is synced).
+_NEW_FILE = ("PRAGMA synchronous={first}; " + _CONNECTION.format(busy=0)
+             + " INSERT INTO meta (key, value) VALUES ('created_at', '{now}'){names} ON CONFLICT (key) DO NOTHING;"
+             + " PRAGMA synchronous=NORMAL;")
 # A checkpoint that copies the whole WAL into the file and empties it (a busy one, another process
 # reading, copies what it can and leaves the WAL: the next one tries again). Then a write that
 # changes nothing starts the WAL again, here: the first commit into an empty WAL writes its header
@@ -89,8 +99,9 @@ _START_WAL = " INSERT INTO meta (key, value) VALUES ('created_at', '{now}') ON C
 _CHECKPOINT = f"PRAGMA wal_checkpoint(TRUNCATE); PRAGMA user_version={SCHEMA_VERSION};"
 # A file's name says its agent but not its instance's exact name (``_paths``: lowercased, cut, hashed),
 # and copying it elsewhere (``think-server migrate-data``) needs it: a new file says it in ``meta``,
-# in the same script (no trip of its own).
-_NAME_ROWS = " INSERT INTO meta (key, value) VALUES ('agent', {agent}), ('name', {name}) ON CONFLICT (key) DO NOTHING;"
+# in the same script (no trip of its own; in a file made from the template, in the same statement).
+_NAME_VALUES = ", ('agent', {agent}), ('name', {name})"
+_NAME_ROWS = " INSERT INTO meta (key, value) VALUES " + _NAME_VALUES[2:] + " ON CONFLICT (key) DO NOTHING;"
 
 
 def _sql_text(value: str) -> str:
@@ -98,10 +109,16 @@ def _sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _names(instance: tuple[str, str] | None) -> str:
+def _names(instance: tuple[str, str] | None, rows: str = _NAME_ROWS) -> str:
     if instance is None:
         return ""
-    return _NAME_ROWS.format(agent=_sql_text(instance[0]), name=_sql_text(instance[1]))
+    return rows.format(agent=_sql_text(instance[0]), name=_sql_text(instance[1]))
+
+
+def _new_file(instance: tuple[str, str] | None, now: int, *, new_wal: bool) -> str:
+    """The script that settles a file just made from the template (see ``_NEW_FILE``); ``new_wal``:
+    there is no -wal file, so its first commit starts a new WAL."""
+    return _NEW_FILE.format(first="OFF" if new_wal else "NORMAL", now=now, names=_names(instance, _NAME_VALUES))
 
 
 class SqliteReader(SqliteBlockReads, SqliteCompactionReads, SqliteMessageReads, SqliteOperationReads,
@@ -208,20 +225,21 @@ class SqliteDatabase(Database):
     async def open(cls, path: Path, instance: tuple[str, str] | None = None) -> SqliteDatabase:
         """The file at ``path``, made if it is not there (then it records ``instance``, its agent and
         name, when given), migrated if it is older."""
-        made = False
+        made = new_wal = False
         created = int(time.time() * 1000)
 
         # Both on the file's thread, in the trip that opens it (one, where making, connecting and
         # setting up a new file took three): the file made if it is not there ...
         def make() -> None:
-            nonlocal made
+            nonlocal made, new_wal
             made = _prepare(path)
+            new_wal = made and not path.with_name(path.name + "-wal").exists()
 
-        # ... and, one just made from the template (ours, migrated), its settings in one script.
+        # ... and, one just made from the template (ours, migrated, in WAL mode), its settings and
+        # first commit in one script.
         def settle(c: sqlite3.Connection) -> None:
             if made:
-                c.executescript(_SETTINGS.format(busy=0) + _LOAD_SCHEMA + _START_WAL.format(now=created)
-                                + _names(instance)).close()
+                c.executescript(_new_file(instance, created, new_wal=new_wal)).close()
                 prepare_turn_start(c)
 
         # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change.

@@ -77,6 +77,9 @@ class SqliteWorkIndex(WorkIndex):
                 pass
             async with conn.execute("SELECT agent, name, wake_at FROM wakes LIMIT 1"):
                 pass
+            # From here on a write does not wait inside SQLite (it runs on the event loop): one that
+            # finds another process's lock goes to the lane's thread, which waits (``_apply``).
+            await conn.execute_fetchall("PRAGMA busy_timeout=0")
         except BaseException as exc:
             await conn.close()  # its thread would keep the process alive
             if isinstance(exc, sqlite3.Error):
@@ -156,14 +159,14 @@ class SqliteWorkIndex(WorkIndex):
         conn = self._conn
         if isinstance(conn, LaneConnection):
             try:
-                # Without waiting inside SQLite (busy timeout 0): another process holding the
-                # file's lock (none should) sends the batch to the thread, which waits.
-                if conn.run_now(functools.partial(_apply, batch=batch, busy_ms=0))[0]:
+                # Without waiting inside SQLite (the connection's busy timeout is 0): another process
+                # holding the file's lock (none should) sends the batch to the thread, which waits.
+                if conn.run_now(functools.partial(_apply, batch=batch, wait=False))[0]:
                     return
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc):
                     raise
-        await conn._execute(lambda: _apply(conn._conn, batch, None))  # type: ignore[no-untyped-call]
+        await conn._execute(lambda: _apply(conn._conn, batch, True))  # type: ignore[no-untyped-call]
 
 
 def _run(c: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> None:
@@ -174,12 +177,13 @@ def _run(c: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> None:
         cursor.close()
 
 
-def _apply(c: sqlite3.Connection, batch: list[tuple[str, tuple[Any, ...]]], busy_ms: int | None) -> None:
-    """The batch's writes, committed together (on the lane's thread, or the loop's); ``busy_ms``: the
-    busy timeout to write with (None: the connection's, ``BUSY_WAIT_MS``). Nothing is written if it
-    raises."""
-    if busy_ms is not None:
-        _run(c, f"PRAGMA busy_timeout={busy_ms}")
+def _apply(c: sqlite3.Connection, batch: list[tuple[str, tuple[Any, ...]]], wait: bool) -> None:
+    """The batch's writes, committed together (on the lane's thread, or the loop's); ``wait`` (on the
+    thread only): for another process's lock, up to ``BUSY_WAIT_MS``, else not at all (the
+    connection's busy timeout, 0: no statement of its own on the loop's path). Nothing is written if
+    it raises."""
+    if wait:
+        _run(c, f"PRAGMA busy_timeout={BUSY_WAIT_MS}")
     try:
         if len(batch) == 1:
             _run(c, *batch[0])  # autocommit
@@ -195,5 +199,5 @@ def _apply(c: sqlite3.Connection, batch: list[tuple[str, tuple[Any, ...]]], busy
                     _run(c, "ROLLBACK")
             raise
     finally:
-        if busy_ms is not None:
-            _run(c, f"PRAGMA busy_timeout={BUSY_WAIT_MS}")
+        if wait:
+            _run(c, "PRAGMA busy_timeout=0")

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from think_server.storage.sqlite import SCHEMA_VERSION, SqliteDatabase
 from think_server.storage.sqlite._schema import MIGRATIONS
@@ -45,3 +50,63 @@ async def test_opening_a_new_file_makes_it_from_the_template_and_it_works(tmp_pa
     finally:
         await db.close()
     assert _pragmas(path) == (SCHEMA_VERSION, "wal", 2, PAGE_SIZE)
+
+
+@contextlib.contextmanager
+def _traced(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The statements every SQLite connection made meanwhile runs (SQLite's trace: each statement
+    as it starts to run, those of a script one by one; a statement only prepared is not one)."""
+    ran: list[str] = []
+    real = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn: sqlite3.Connection = real(*args, **kwargs)
+        conn.set_trace_callback(ran.append)
+        return conn
+
+    with monkeypatch.context() as m:
+        m.setattr(sqlite3, "connect", connect)
+        yield ran
+
+
+async def _settings(db: SqliteDatabase) -> dict[str, object]:
+    assert db.conn is not None
+    return {p: (await db.conn.execute_fetchall(f"PRAGMA {p}"))[0][0]  # type: ignore[index]
+            for p in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout", "cache_size")}
+
+
+async def test_a_new_files_open_is_one_script_with_one_commit_that_syncs_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file made from the template is in WAL mode already (no journal_mode), its meta rows are one
+    INSERT (one commit, which starts its WAL: with synchronous=OFF, as nothing older is in it, so no
+    fdatasync), and then the connection writes with synchronous=NORMAL like every other."""
+    path = tmp_path / "d.sqlite3"
+    with _traced(monkeypatch) as ran:
+        db = await SqliteDatabase.open(path, ("agent", "it's one"))
+    try:
+        assert not any("journal_mode" in s for s in ran), ran
+        writes = [s for s in ran if s.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
+        assert len(writes) == 1 and len(ran) <= 8, ran
+        assert ran[0].strip() == "PRAGMA synchronous=OFF;" and ran[-1].strip() == "PRAGMA synchronous=NORMAL;"
+        assert await _settings(db) == {"journal_mode": "wal", "synchronous": 1, "foreign_keys": 1,
+                                       "busy_timeout": 0, "cache_size": -64}
+        assert db.conn is not None
+        meta = {str(k): str(v) for k, v in await db.conn.execute_fetchall("SELECT key, value FROM meta")}
+        assert meta["agent"] == "agent" and meta["name"] == "it's one" and int(meta["created_at"]) > 0
+    finally:
+        await db.close()
+
+
+async def test_a_new_file_where_a_wal_was_left_starts_it_with_its_sync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A -wal file left by another file of that name: the first commit may restart a WAL that has
+    frames, the case its header's sync is for, so it keeps synchronous=NORMAL."""
+    path = tmp_path / "e.sqlite3"
+    path.with_name(path.name + "-wal").write_bytes(b"")
+    with _traced(monkeypatch) as ran:
+        db = await SqliteDatabase.open(path, ("agent", "e"))
+    try:
+        assert "PRAGMA synchronous=OFF;" not in [s.strip() for s in ran], ran
+        assert (await _settings(db))["synchronous"] == 1
+    finally:
+        await db.close()
