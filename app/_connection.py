@@ -125,6 +125,7 @@ class Connection:
         self.close_reason = ""
         self._max_frames = max_queue
         self._max_bytes = max_queue_bytes
+        self._frame_cap = max_queue_bytes // 2  # what one frame counts at most: see _counted
         self._on_too_slow = on_too_slow
         self._queue: collections.deque[_Item] = collections.deque()
         self._later_sizes: dict[int, int] = {}  # bytes counted for frames made while queued
@@ -145,15 +146,19 @@ class Connection:
         """Queue a frame; never blocks. Past either bound the connection is closed as too slow."""
         if self.state is not ConnectionState.OPEN:
             return
-        size = self._counted(text)
-        if self.queued_frames >= self._max_frames or self.queued_bytes + size > self._max_bytes:
+        size = len(text)  # _counted, inline: once per chunk of every stream
+        if size > self._frame_cap:
+            size = self._frame_cap
+        frames, queued = self.queued_frames + 1, self.queued_bytes + size
+        if frames > self._max_frames or queued > self._max_bytes:
             self._close_too_slow(f"{self.queued_frames} frames / {self.queued_bytes} bytes not read")
             return
         self._queue.append(text)
-        self.queued_frames += 1
-        self.queued_bytes += size
-        self.peak_frames = max(self.peak_frames, self.queued_frames)
-        self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
+        self.queued_frames, self.queued_bytes = frames, queued
+        if frames > self.peak_frames:
+            self.peak_frames = frames
+        if queued > self.peak_bytes:
+            self.peak_bytes = queued
         self._wakeup.set()
 
     def send_later(self, later: Later) -> None:
@@ -189,7 +194,7 @@ class Connection:
         # The length of the text stands for its bytes (equal for ASCII JSON), but one frame
         # counts at most half the bound: a long conversation's transcript larger than the
         # bound, with the frames around it, is not a backlog; two of them are.
-        return min(len(text), self._max_bytes // 2)
+        return min(len(text), self._frame_cap)
 
     def send_replay(self, replay: Replay) -> None:
         """Queue a replay, in order with the frames around it; never blocks."""
