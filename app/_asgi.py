@@ -224,11 +224,15 @@ def create_app(agents: Mapping[str, Agent], settings: Settings | None = None) ->
             return JSONResponse(body, status_code=503)
         return JSONResponse({"ready": True})
 
+    # Read once, with the app: importlib.metadata scans the installed distributions (about 4 ms),
+    # which every /openapi.json did on the event loop.
+    version = _version()
+
     async def openapi_endpoint(request: Request) -> Response:
         denied = refused(request)
         if denied is not None:
             return denied
-        spec = openapi(sorted(routed), _version())
+        spec = openapi(sorted(routed), version)
         root = request.scope.get("root_path", "")
         if root:  # mounted under a prefix: the paths are relative to it
             spec["servers"] = [{"url": root}]
