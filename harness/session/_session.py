@@ -280,13 +280,16 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
         new = (check_client_messages(list(fresh.values()), self.policy, server_ids=server_ids) if source == "client"
                else list(fresh.values()))
         kind = "regenerate" if regenerate_from is not None else "continue" if continue_last else "input"
-        payload = dumps({"messages": [m.model_dump(mode="json", exclude_unset=True) for m in new],
-                         "regenerate_from": regenerate_from})
+        # What is None is left out, of the input and of its options (every reader takes a key that is
+        # not there as None): the row of a turn being run is what its page must find room for
+        # beside the settled ones (a chat of "hi": 6 rows a page of the file, not 5).
+        payload = dumps({"messages": [m.model_dump(mode="json", exclude_unset=True) for m in new]}
+                        | ({} if regenerate_from is None else {"regenerate_from": regenerate_from}))
         strategy = self._when_busy(when_busy) if kind == "input" else "queue"
         self._refuse_if_dropped(strategy)
         was_busy = self.busy()
-        options = {"client_tools": client_tools, "body": body, "when_busy": strategy,
-                   "trace": dict(trace) if trace else None}
+        options = {k: v for k, v in {"client_tools": client_tools, "body": body, "when_busy": strategy,
+                                     "trace": dict(trace) if trace else None}.items() if v is not None}
         self._check_room()
         with self._pending.reservation(op_id, [m.id for m in new]) as held:
             await self._work_notices.opened()

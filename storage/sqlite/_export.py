@@ -26,7 +26,7 @@ from ._base import Access
 from ._db import SqliteDatabase
 from ._index import INDEX_FILE, SqliteWorkIndex
 from ._paths import instance_db_path
-from ._schema import MIGRATIONS
+from ._schema import MIGRATIONS, message_content, message_updated_at, operation_input, operation_target
 from ._store import LOCK_FILE, SqliteStore
 from ._streams import CHUNK_COUNT, LAST_CHUNK_AT, NEXT_SEGMENT
 
@@ -64,10 +64,14 @@ def check_schema() -> None:
     check_columns("SQLite", found, _OWN_COLUMNS, _NOT_ROWS)
 
 
-# Columns an SQLite file does not keep up to date, given from what it holds: a stream's counters, from
-# its segments (``_streams``: each commit of chunks is one INSERT, its row is not written again).
+# Columns an SQLite file does not keep as the copy carries them, given from what it holds: a stream's
+# counters, from its segments (``_streams``: each commit of chunks is one INSERT, its row is not
+# written again); a message's JSON and when it was last written, and an operation's input, from their
+# rows (``_schema``).
 _DERIVED = {("streams", "next_segment"): NEXT_SEGMENT, ("streams", "chunk_count"): CHUNK_COUNT,
-            ("streams", "last_chunk_at"): LAST_CHUNK_AT}
+            ("streams", "last_chunk_at"): LAST_CHUNK_AT, ("messages", "content"): message_content(),
+            ("messages", "updated_at"): message_updated_at(), ("operations", "input_json"): operation_input(),
+            ("operations", "target_message_id"): operation_target()}
 
 
 class _Dump(Access):

@@ -6,11 +6,13 @@ from typing import Any
 
 from .._messages import MessageRow
 from ._base import Access
+from ._schema import message_content, operation_target, stored_content
 
 __all__ = ["INSERT_MESSAGE", "LEAF_FOLLOWS", "SqliteMessageReads", "SqliteMessageWrites"]
 
 
-_COLUMNS = "seq, id, parent_id, role, content, operation_id"
+_COLUMNS = f"seq, id, parent_id, role, {message_content()}, operation_id"
+_M_COLUMNS = f"m.seq, m.id, m.parent_id, m.role, {message_content('m')}, m.operation_id"
 
 # The active branch ends at the leaf chosen by hand (sessions.active_leaf), else at the
 # newest childless row; walk up from it.
@@ -30,7 +32,7 @@ WITH RECURSIVE leaf AS (
   SELECT m.parent_id, path.depth + 1 FROM messages m JOIN path ON m.session_id = :s AND m.id = path.id
   WHERE m.parent_id IS NOT NULL AND path.depth < 100000
 )
-SELECT {", ".join("m." + c.strip() for c in _COLUMNS.split(","))}
+SELECT {_M_COLUMNS}
 FROM path JOIN messages m ON m.session_id = :s AND m.id = path.id
 ORDER BY path.depth DESC
 """
@@ -63,7 +65,7 @@ class SqliteMessageReads(Access):
         return {r[0] for r in await self._by_ids("id", session_id, ids)}
 
     async def message_texts(self, session_id: str, ids: list[str]) -> dict[str, str]:
-        return {r[0]: r[1] for r in await self._by_ids("id, content", session_id, ids)}
+        return {r[0]: r[1] for r in await self._by_ids(f"id, {message_content()}", session_id, ids)}
 
     async def _by_ids(self, columns: str, session_id: str, ids: list[str]) -> list[Any]:
         # Batches of a fixed width, the rest of the last one NULL: one prepared statement per
@@ -89,7 +91,7 @@ class SqliteMessageReads(Access):
         # the order), so the texts are joined in `seq` order.
         r = await self._fetchone(
             "SELECT count(*), coalesce(group_concat(content, ','), '') FROM "
-            "(SELECT content FROM messages WHERE session_id = ? ORDER BY seq)",
+            f"(SELECT {message_content()} AS content FROM messages WHERE session_id = ? ORDER BY seq)",
             (session_id,),
         )
         return (0, "") if r is None else (int(r[0]), str(r[1]))
@@ -118,7 +120,9 @@ class SqliteMessageReads(Access):
 
 INSERT_MESSAGE = (
     "INSERT INTO messages (session_id, id, parent_id, role, content, operation_id, created_at, "
-    "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, id) DO NOTHING")
+    f"updated_at) VALUES (?1, ?2, ?3, ?4, {stored_content('?5', '?2', '?4')}, ?6, ?7, "
+    "CASE WHEN ?8 = ?7 THEN 0 ELSE ?8 END) "
+    "ON CONFLICT (session_id, id) DO NOTHING")
 # A new message (a new branch's, say) ends the branch chosen: the active path follows the newest again.
 LEAF_FOLLOWS = "UPDATE sessions SET active_leaf = NULL WHERE id = ? AND active_leaf IS NOT NULL"
 
@@ -147,10 +151,15 @@ class SqliteMessageWrites(Access):
 
     async def update_message(self, session_id: str, message_id: str, content: str, now: int) -> bool:
         changed = await self._execute(
-            "UPDATE messages SET content = ?, updated_at = ? WHERE session_id = ? AND id = ?",
+            f"UPDATE messages SET content = {stored_content('?1', 'id', 'role')}, updated_at = ?2 "
+            "WHERE session_id = ?3 AND id = ?4",
             (content, now, session_id, message_id),
         )
         return changed > 0
 
     async def delete_session_messages(self, session_id: str) -> None:
+        # Settled operations that name their answer by its row get its id back first.
+        await self._execute(
+            f"UPDATE operations SET target_message_id = {operation_target()} WHERE session_id = ? "
+            "AND substr(target_message_id, 1, 1) = char(1)", (session_id,))
         await self._execute("DELETE FROM messages WHERE session_id = ?", (session_id,))

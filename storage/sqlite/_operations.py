@@ -7,12 +7,14 @@ from typing import Any
 
 from .._operations import OperationRow
 from ._base import Access
+from ._schema import ONE_ID as _ONE_ID
+from ._schema import operation_input, operation_target
 
 __all__ = ["INSERT_OPERATION", "START_OPERATION", "SqliteOperationReads", "SqliteOperationWrites"]
 
 _COLUMNS = (
-    "seq, id, session_id, kind, source, status, outcome, reason, input_json, options_json, "
-    "target_message_id, result_text, attempts, created_at, started_at, completed_at, next_attempt_at, "
+    f"seq, id, session_id, kind, source, status, outcome, reason, {operation_input()}, options_json, "
+    f"{operation_target()}, result_text, attempts, created_at, started_at, completed_at, next_attempt_at, "
     "crash_strikes, runs, result_length"
 )
 
@@ -21,11 +23,26 @@ OPEN_STATUSES = ("pending", "running")
 # What a settled operation keeps of its input (``OperationWrites.settle_operation``): an input's
 # message ids and regenerate_from, unless null (json_patch drops a key patched with null). (A
 # subquery's JSON loses its JSON type: json() gives it back.)
-_SETTLED_INPUT = (
+_CUT_INPUT = (
     "CASE WHEN kind IN ('input', 'regenerate') AND json_valid(input_json) THEN json_patch(json_object("
     "'messages', json((SELECT json_group_array(json_object('id', json_extract(m.value, '$.id'))) "
     "FROM json_each(input_json, '$.messages') AS m))), "
     "json_object('regenerate_from', json_extract(input_json, '$.regenerate_from'))) ELSE input_json END"
+)
+# ...kept as its one id alone when it is {"messages":[{"id":"<id>"}]} (most are) and the id is written
+# as it is (nothing escaped): ``_schema.operation_input`` gives the JSON back.
+_SETTLED_INPUT = (
+    f"(SELECT CASE WHEN length(j) > 24 AND substr(j, 1, 20) = '{_ONE_ID[0]}' AND substr(j, -4) = '{_ONE_ID[1]}' "
+    "AND instr(substr(j, 21, length(j) - 24), '\"') = 0 AND instr(substr(j, 21, length(j) - 24), '\\') = 0 "
+    f"THEN char(1) || substr(j, 21, length(j) - 24) ELSE j END FROM (SELECT {_CUT_INPUT} AS j))"
+)
+
+# (last_progress_at goes too: what a running operation is watched by.)
+# ...and its answer as the message's seq, when it has no reason (``_schema.operation_target``; reason is
+# ?3 of the settling statement).
+_SETTLED_TARGET = (
+    "CASE WHEN ?3 IS NULL THEN coalesce((SELECT char(1) || t.seq FROM messages AS t WHERE t.session_id = "
+    "operations.session_id AND t.id = operations.target_message_id), target_message_id) ELSE target_message_id END"
 )
 
 
@@ -139,9 +156,9 @@ class SqliteOperationWrites(Access):
         result_length: int | None = None,
     ) -> bool:
         changed = await self._execute(
-            "UPDATE operations SET status = ?, outcome = ?, reason = ?, result_text = ?, result_length = ?, "
-            f"completed_at = ?, input_json = {_SETTLED_INPUT}, options_json = NULL "
-            "WHERE id = ? AND status IN ('pending', 'running')",
+            "UPDATE operations SET status = ?1, outcome = ?2, reason = ?3, result_text = ?4, result_length = ?5, "
+            f"completed_at = ?6, input_json = {_SETTLED_INPUT}, options_json = NULL, last_progress_at = NULL, "
+            f"target_message_id = {_SETTLED_TARGET} WHERE id = ?7 AND status IN ('pending', 'running')",
             (status, outcome, reason, result_text, result_length, now, operation_id),
         )
         return changed > 0

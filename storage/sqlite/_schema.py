@@ -7,7 +7,10 @@ date the first time a newer server opens it.
 
 from __future__ import annotations
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+from collections.abc import Callable
+
+__all__ = ["MIGRATIONS", "ONE_ID", "SCHEMA_VERSION", "message_content", "message_updated_at", "operation_input",
+           "operation_target", "stored_content"]
 
 _V1 = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -156,38 +159,108 @@ ALTER TABLE operations ADD COLUMN runs INTEGER NOT NULL DEFAULT 0;
 UPDATE operations SET runs = 1 WHERE started_at IS NOT NULL;
 """
 
+# A message's JSON begins with its id and role, which its row has as columns already, then (nearly
+# always) its parts: the row keeps the rest of it, from the '[' of its parts on (or from the '"' of
+# its next key, when that is not "parts"), and every read puts the beginning back: a short message's
+# text is about half as long. A text that does not begin so is kept whole: as it is, or after a
+# \x01 when it begins with one of the three marks, so no kind reads as another. (Rows written
+# before migration 12 keep their whole JSON, which begins with '{': they read as they are.)
+_QUOTE = '"'
+
+
+def _head(message_id: str, role: str, parts: bool) -> str:
+    return (f"""('{{"id":"' || {message_id} || '","role":"' || {role} || '",{'"parts":' if parts else ''}')""")
+
+
+def message_content(alias: str = "") -> str:
+    """The SQL of a message row's JSON as it was written (``alias``: the table's, e.g. ``"m"``)."""
+    row = f"{alias}." if alias else ""
+    c, i, r = f"{row}content", f"{row}id", f"{row}role"
+    return (f"CASE substr({c}, 1, 1) WHEN '[' THEN {_head(i, r, True)} || {c} "
+            f"WHEN '\"' THEN {_head(i, r, False)} || {c} WHEN char(1) THEN substr({c}, 2) ELSE {c} END")
+
+
+def stored_content(text: str, message_id: str, role: str) -> str:
+    """The SQL of what a row keeps of a message's JSON ``text`` (each an SQL expression)."""
+    def cut(parts: bool, mark: str) -> str:
+        head = _head(message_id, role, parts)
+        return (f"WHEN substr({text}, 1, length({head})) = {head} AND substr({text}, length({head}) + 1, 1) = "
+                f"'{mark}' THEN substr({text}, length({head}) + 1) ")
+    return (f"CASE {cut(True, '[')}{cut(False, _QUOTE)}"
+            f"WHEN substr({text}, 1, 1) IN ('[', '\"', char(1)) THEN char(1) || {text} ELSE {text} END")
+
+
+# A message row's updated_at is 0 while the message is as it was written (at created_at): a short
+# row's six bytes, which are what a page of a chat of "hi" needs for a seventh row. (A row written
+# before migration 12 has its time there: it reads as it is.)
+def message_updated_at(alias: str = "") -> str:
+    """The SQL of when a message row was last written (``alias``: the table's, e.g. ``"m"``)."""
+    row = f"{alias}." if alias else ""
+    return f"CASE {row}updated_at WHEN 0 THEN {row}created_at ELSE {row}updated_at END"
+
+
+# A settled input of one message is kept as that message's id after a \x01 (``storage/sqlite/_operations``):
+# 24 bytes of an operation row that, with them, left a chat's pages a row short. Its JSON is what is
+# read. (Settled inputs written before migration 12 have their JSON there: they read as they are.)
+ONE_ID = ('{"messages":[{"id":"', '"}]}')
+
+
+def operation_input(alias: str = "") -> str:
+    """The SQL of an operation row's input JSON (``alias``: the table's, e.g. ``"o"``)."""
+    c = f"{alias}.input_json" if alias else "input_json"
+    return f"CASE WHEN substr({c}, 1, 1) = char(1) THEN '{ONE_ID[0]}' || substr({c}, 2) || '{ONE_ID[1]}' ELSE {c} END"
+
+
+# A settled operation whose answer is a message of the file, and that no read looks for by its answer
+# (one with no reason: ``storage/sqlite/_operations``), keeps the message's seq after a \x01 in place of
+# its id (a UUID: 36 bytes of a row of 130); the id is read back from the message. A reset's delete of
+# the messages puts the ids back first (``_messages``).
+def operation_target(alias: str = "operations") -> str:
+    """The SQL of an operation row's ``target_message_id`` (``alias``: the table's name or alias)."""
+    c = f"{alias}.target_message_id"
+    return (f"CASE WHEN substr({c}, 1, 1) = char(1) THEN (SELECT t.id FROM messages AS t "
+            f"WHERE t.seq = CAST(substr({c}, 2) AS INTEGER)) ELSE {c} END")
+
+
 # Full-text search over what messages say (their text parts joined by a space). The index holds no
 # copy of the text: its content is the view, read back for snippets; triggers keep it in step with
 # every insert, change and delete of a message (a session's delete cascades to its messages, and
 # fires them too). A message with no text is not in the index.
 # (A row that is not JSON, which only a damaged file or a test writes, has no words.)
 _MESSAGE_WORDS = """(SELECT group_concat(json_extract(p.value, '$.text'), ' ')
- FROM json_each(CASE WHEN json_valid({row}.content) THEN {row}.content ELSE '{{}}' END, '$.parts') AS p
+ FROM json_each(CASE WHEN json_valid({content}) THEN {content} ELSE '{{}}' END, '$.parts') AS p
  WHERE CASE WHEN p.type = 'object' THEN json_extract(p.value, '$.type') = 'text'
  AND json_type(p.value, '$.text') = 'text' END)"""
-# The index and what keeps it in step, one statement each: made by migration 7, dropped by 10, and
-# made again (SEARCH_INDEX) the first time a file is searched.
-SEARCH_INDEX: tuple[str, ...] = (
-    f"CREATE VIEW message_words (seq, words) AS SELECT m.seq, {_MESSAGE_WORDS.format(row='m')} FROM messages AS m",
-    "CREATE VIRTUAL TABLE messages_fts USING fts5 ("
-    "words, content = 'message_words', content_rowid = 'seq', tokenize = 'porter unicode61')",
-    f"""CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+def _search_index(content: Callable[[str], str]) -> tuple[str, ...]:
+    """The index and what keeps it in step, one statement each, reading a row's JSON by ``content``."""
+    def words(row: str) -> str:
+        return _MESSAGE_WORDS.format(content=content(row))
+    return (
+        f"CREATE VIEW message_words (seq, words) AS SELECT m.seq, {words('m')} FROM messages AS m",
+        "CREATE VIRTUAL TABLE messages_fts USING fts5 ("
+        "words, content = 'message_words', content_rowid = 'seq', tokenize = 'porter unicode61')",
+        f"""CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
   INSERT INTO messages_fts (rowid, words)
-  SELECT new.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row='new')} AS w) WHERE w IS NOT NULL;
+  SELECT new.seq, w FROM (SELECT {words('new')} AS w) WHERE w IS NOT NULL;
 END""",
-    f"""CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+        f"""CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
   INSERT INTO messages_fts (messages_fts, rowid, words)
-  SELECT 'delete', old.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row='old')} AS w) WHERE w IS NOT NULL;
+  SELECT 'delete', old.seq, w FROM (SELECT {words('old')} AS w) WHERE w IS NOT NULL;
 END""",
-    f"""CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+        f"""CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
   INSERT INTO messages_fts (messages_fts, rowid, words)
-  SELECT 'delete', old.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row='old')} AS w) WHERE w IS NOT NULL;
+  SELECT 'delete', old.seq, w FROM (SELECT {words('old')} AS w) WHERE w IS NOT NULL;
   INSERT INTO messages_fts (rowid, words)
-  SELECT new.seq, w FROM (SELECT {_MESSAGE_WORDS.format(row='new')} AS w) WHERE w IS NOT NULL;
+  SELECT new.seq, w FROM (SELECT {words('new')} AS w) WHERE w IS NOT NULL;
 END""",
-    "INSERT INTO messages_fts (rowid, words) SELECT seq, words FROM message_words WHERE words IS NOT NULL",
-)
-_V7 = "".join(f"{statement};\n" for statement in SEARCH_INDEX)
+        "INSERT INTO messages_fts (rowid, words) SELECT seq, words FROM message_words WHERE words IS NOT NULL",
+    )
+
+
+# Made by migration 7 (rows kept their whole JSON then), dropped by 11 and by 12; made again
+# (SEARCH_INDEX, reading a row's JSON as message_content gives it) the first time a file is searched.
+SEARCH_INDEX = _search_index(message_content)
+_V7 = "".join(f"{statement};\n" for statement in _search_index(lambda row: f"{row}.content"))
 
 # Compaction overlays: what a model is shown in place of the messages from from_message_id to
 # to_message_id on a path (the messages stay, and stay in get-messages and search). The newest
@@ -250,5 +323,27 @@ DROP TABLE messages_fts;
 DROP VIEW message_words;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
+# Rows written from here on are kept shorter (message_content, message_updated_at, operation_input,
+# operation_target above); rows written before are left as they are, and read as they are. A search
+# index made before read the rows whole, so it goes, to be made again (reading them through
+# message_content) at the file's next search. Indexes that were a quarter of a long chat's file:
+# - a message's children are found by (session_id, parent_id) alone: the rowid every index entry ends
+#   with is the seq they are ordered by, so the seq was there twice;
+# - only open operations are looked up by session and status (the queue, recovery): a settled row
+#   leaves the index. What still looks for settled ones by session reads the table through, and is
+#   rare: an answer looking for a deferred continuation or when its approval was asked (of a
+#   tool result or an approval, not of every turn), and deleting a session.
+_V12 = """
+DROP TRIGGER IF EXISTS messages_fts_insert;
+DROP TRIGGER IF EXISTS messages_fts_delete;
+DROP TRIGGER IF EXISTS messages_fts_update;
+DROP TABLE IF EXISTS messages_fts;
+DROP VIEW IF EXISTS message_words;
+DROP INDEX messages_children;
+CREATE INDEX messages_children ON messages (session_id, parent_id);
+DROP INDEX operations_session_status;
+CREATE INDEX operations_open ON operations (session_id, seq) WHERE status IN ('pending', 'running');
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .._sessions import SessionInfoRow, SessionRow
 from ._base import Access
+from ._schema import message_updated_at
 
 __all__ = ["ENSURE_SESSION", "SET_LAST_BODY", "SET_LAST_TERMINAL", "SqliteSessionReads", "SqliteSessionWrites"]
 
@@ -13,7 +14,7 @@ class SqliteSessionReads(Access):
         rows = await self._fetchall(
             "SELECT s.id, s.created_at, s.updated_at, "
             "(SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.title, "
-            "(SELECT max(m.updated_at) FROM messages m WHERE m.session_id = s.id) "
+            f"(SELECT max({message_updated_at('m')}) FROM messages m WHERE m.session_id = s.id) "
             "FROM sessions s ORDER BY s.created_at, s.id"
         )
         return [SessionInfoRow(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]

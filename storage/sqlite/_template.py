@@ -43,6 +43,9 @@ def _build(migrations: tuple[str, ...]) -> bytes:
             conn.execute("PRAGMA journal_mode=WAL").fetchall()
             for number, sql in enumerate(migrations):
                 conn.executescript(migration_script(number, sql))
+            # Packed once: each migration that added a column or dropped what an older one made left
+            # the schema's pages half empty (10 pages of 1 KiB for 5 KB of it), in every file since.
+            conn.execute("VACUUM")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         finally:
             conn.close()

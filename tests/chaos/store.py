@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.stores import DbChoice, Peek
+from think_server.storage.sqlite._schema import message_content, operation_input, operation_target
 from think_server.storage.sqlite._streams import CHUNK_COUNT, NEXT_SEGMENT
 
 
@@ -103,7 +104,8 @@ class Store:
 async def read_store(db: DbChoice, data_dir: Path, agent: str, name: str, session: str = "") -> Store | None:
     """The snapshot of the instance's rows; None if the instance was never created."""
     async with db.peek(data_dir, agent, name, snapshot=True) as q:  # one consistent snapshot of every table
-        return None if q is None else await _read(q, session, counters=_COUNTERS[db.kind])
+        return None if q is None else await _read(q, session, counters=_COUNTERS[db.kind],
+                                                operation=_OPERATION[db.kind], content=_CONTENT[db.kind])
 
 
 async def open_operations(db: DbChoice, data_dir: Path, agent: str, name: str) -> list[str]:
@@ -115,15 +117,20 @@ async def open_operations(db: DbChoice, data_dir: Path, agent: str, name: str) -
 # A stream's counters: PostgreSQL's row keeps them; an SQLite file gives them from its segments (its row
 # is not written again as chunks come), by the expressions its own reads use.
 _COUNTERS = {"postgres": "chunk_count, next_segment", "sqlite": f"{CHUNK_COUNT}, {NEXT_SEGMENT}"}
+# An operation's input and answer, a message's JSON: an SQLite row keeps them shorter and its reads
+# give them back (storage/sqlite/_schema.py); these are those reads.
+_OPERATION = {"postgres": "input_json, target_message_id",
+              "sqlite": f"{operation_input()}, {operation_target()}"}
+_CONTENT = {"postgres": "content", "sqlite": message_content()}
 
 
-async def _read(q: Peek, session: str, *, counters: str) -> Store:
+async def _read(q: Peek, session: str, *, counters: str, operation: str, content: str) -> Store:
     ops = {}
-    for r in await q("SELECT seq, id, kind, status, outcome, reason, input_json, target_message_id, started_at, "
+    for r in await q(f"SELECT seq, id, kind, status, outcome, reason, {operation}, started_at, "
                      "completed_at FROM operations WHERE session_id = ? ORDER BY seq", session):
         ops[r[1]] = Op(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]), r[7], r[8], r[9])
     messages = {}
-    for r in await q("SELECT seq, id, parent_id, role, content, operation_id FROM messages WHERE session_id = ? "
+    for r in await q(f"SELECT seq, id, parent_id, role, {content}, operation_id FROM messages WHERE session_id = ? "
                      "ORDER BY seq", session):
         messages[r[1]] = Msg(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5])
     defects: list[str] = []

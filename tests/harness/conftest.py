@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from think_server.harness import Agent, Instance, Model
+from think_server.storage.sqlite._schema import message_content
 
 from ._instances import instance_at
 
@@ -76,7 +77,8 @@ class Peek:
         return rows[0][0] if rows else None
 
     def message(self, session_id: str, message_id: str) -> dict[str, Any] | None:
-        rows = self._all("SELECT content FROM messages WHERE session_id = ? AND id = ?", session_id, message_id)
+        rows = self._all(f"SELECT {message_content()} FROM messages WHERE session_id = ? AND id = ?", session_id,
+                         message_id)
         return json.loads(rows[0][0]) if rows else None
 
     def count(self, table: str) -> int:

@@ -12,6 +12,7 @@ from tests.harness.host.reference_agent import make
 from think_server.harness import Agent, Harness, InputPolicy
 from think_server.protocol import message_text
 from think_server.storage.sqlite import instance_db_path
+from think_server.storage.sqlite._schema import operation_input
 
 NAME = "answers"
 
@@ -101,7 +102,7 @@ async def test_a_settled_input_keeps_its_message_ids_and_no_options(tmp_path: Pa
         assert (await s.wait(first.operation_id)).outcome == "done"
         assert (await s.wait(queued.operation_id)).text == "Hello!"
         user_ids = [m.id for m in await s.messages() if m.role == "user"]
-    rows = _rows(_file(tmp_path), "SELECT input_json, options_json FROM operations ORDER BY seq")
+    rows = _rows(_file(tmp_path), f"SELECT {operation_input()}, options_json FROM operations ORDER BY seq")
     assert [(json.loads(str(i)), o) for i, o in rows] == [
         ({"messages": [{"id": user_id}]}, None) for user_id in user_ids]
     assert user_ids[0] == "u-1"

@@ -28,6 +28,7 @@ from think_server.harness import (
     TextStart,
 )
 from think_server.protocol import assemble, parse_chunk
+from think_server.storage.sqlite._schema import message_content
 
 from .._doubles import GUARD, FakeModel, Pause, Recorder, settle, text, user
 from .._instances import instance_at
@@ -45,7 +46,8 @@ def watch_rows(s: Any, peek: Peek, op: str) -> list[tuple[str | None, str]]:
 
     def look(event: Any) -> None:
         if isinstance(event, ChunksCommitted | OperationSettled) and event.operation_id == op:
-            row = peek._all("SELECT content FROM messages WHERE session_id = ? AND role = 'assistant'", s.id)
+            row = peek._all(f"SELECT {message_content()} FROM messages WHERE session_id = ? AND role = 'assistant'",
+                            s.id)
             (status,) = peek._all("SELECT status FROM operations WHERE id = ?", op)[0]
             mark = think(json.loads(row[-1][0])) if row else None
             seen.append(((mark or {}).get("outcome"), status))

@@ -34,6 +34,7 @@ from think_server.harness import (
 )
 from think_server.harness.turn._chunklog import MAX_BUFFERED
 from think_server.protocol import TextPart, ToolPart, UIMessage, assemble, parse_chunk
+from think_server.storage.sqlite._schema import message_content
 
 from .._doubles import GUARD, FakeModel, Pause, Recorder, Recording, call, script, settle, text, user
 from .._instances import instance_at
@@ -704,7 +705,8 @@ async def test_a_2_mb_tool_output_is_stored_compacted_and_the_model_still_reads_
     [part] = [p for p in model.requests[1].messages[-1].parts if isinstance(p, ToolPart)]
     assert part.output == rows
     assert inst.db.conn is not None
-    [(content,)] = await inst.db.conn.execute_fetchall("SELECT content FROM messages WHERE role = 'assistant'")
+    [(content,)] = await inst.db.conn.execute_fetchall(
+        f"SELECT {message_content()} FROM messages WHERE role = 'assistant'")
     assert len(content.encode()) < 20_000
     stored = json.loads(content)
     assert stored["metadata"] == {"compactedToolOutputs": ["c1"]}

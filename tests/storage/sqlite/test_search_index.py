@@ -3,6 +3,7 @@ every write, and built for the messages of a file written before it."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -95,7 +96,7 @@ async def test_a_file_indexed_before_loses_its_index_when_migrated_and_builds_it
     conn = sqlite3.connect(db_path)
     try:
         conn.executescript(MIGRATIONS[0])
-        for number, sql in enumerate(MIGRATIONS[1:-1], start=1):
+        for number, sql in enumerate(MIGRATIONS[1:10], start=1):  # to 10: 7 made the index, 11 drops it
             conn.executescript(sql)
             conn.execute(f"PRAGMA user_version = {number + 1}")
         conn.execute("INSERT INTO sessions (id, created_at, updated_at) VALUES ('', 1, 1)")
@@ -109,6 +110,48 @@ async def test_a_file_indexed_before_loses_its_index_when_migrated_and_builds_it
     try:
         assert not _has_index(db_path)
         assert await _ids(db, "", "schema") == ["old"]
+    finally:
+        await db.close()
+    _integrity(db_path)
+
+
+def _whole(mid: str, text: str) -> str:
+    """A message's JSON as the server writes it: its id and role first, no spaces."""
+    return json.dumps({"id": mid, "role": "user", "parts": [{"type": "text", "text": text}]}, separators=(",", ":"))
+
+
+def _stored(path: Path, mid: str) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        return str(conn.execute("SELECT content FROM messages WHERE id = ?", (mid,)).fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def test_an_index_made_before_rows_were_kept_short_is_made_again_reading_them_whole(db_path: Path) -> None:
+    """A file searched under migration 11 has triggers that read a row's text as its JSON: migration 12
+    (rows keep their JSON without the id and role) drops them, and the next search indexes old and new rows."""
+    conn = sqlite3.connect(db_path)
+    try:
+        for number, sql in enumerate(MIGRATIONS[:11]):
+            conn.executescript(sql)
+            conn.execute(f"PRAGMA user_version = {number + 1}")
+        conn.executescript(MIGRATIONS[6])  # the index as a search under version 11 made it (rows read whole)
+        conn.execute("INSERT INTO sessions (id, created_at, updated_at) VALUES ('', 1, 1)")
+        conn.execute("INSERT INTO messages (session_id, id, role, content, created_at, updated_at) "
+                     "VALUES ('', 'old', 'user', ?, 1, 1)", (_msg("indexed by the old triggers"),))
+        conn.commit()
+    finally:
+        conn.close()
+    assert _has_index(db_path)
+    db = await SqliteDatabase.open(db_path)
+    try:
+        assert not _has_index(db_path)
+        await _put(db, "", "new", _whole("new", "written short, indexed whole"))
+        assert _stored(db_path, "new").startswith("[")
+        assert await _ids(db, "", "indexed") == ["new", "old"]
+        await _put(db, "", "newer", _whole("newer", "kept in step by the new triggers"))
+        assert await _ids(db, "", "triggers") == ["newer", "old"]
     finally:
         await db.close()
     _integrity(db_path)

@@ -31,6 +31,13 @@ def test_a_new_file_is_the_migrated_template(tmp_path: Path) -> None:
     assert _pragmas(path) == (SCHEMA_VERSION, "wal", 2, PAGE_SIZE)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.sqlite3"], "no staging file stays"
     assert PAGE_SIZE == 1024 and path.stat().st_size < 64 * 1024, "a new file's floor: 1 KiB pages, not 4"
+    conn = sqlite3.connect(path)
+    try:  # packed once made: no page of the schema left half empty by the migrations that altered or dropped
+        unused = [r[0] for r in conn.execute(
+            "SELECT unused FROM dbstat WHERE name = 'sqlite_schema' AND pagetype = 'leaf'")]
+    finally:
+        conn.close()
+    assert unused and sum(unused) < 2 * PAGE_SIZE, unused  # (3 KiB before; a row of it may not split)
 
 
 def test_a_file_that_is_there_is_never_replaced(tmp_path: Path) -> None:
