@@ -6,7 +6,7 @@ from typing import Any
 
 from .._messages import MessageRow
 from ._base import Access
-from ._schema import message_content, operation_target, stored_content
+from ._schema import message_content, operation_target, stored_content, stored_text
 
 __all__ = ["INSERT_MESSAGE", "LEAF_FOLLOWS", "SqliteMessageReads", "SqliteMessageWrites"]
 
@@ -118,11 +118,10 @@ class SqliteMessageReads(Access):
         return [_row(r) for r in rows]
 
 
+# Its content is what the row keeps (``_schema.stored_text``); updated_at 0: as written.
 INSERT_MESSAGE = (
     "INSERT INTO messages (session_id, id, parent_id, role, content, operation_id, created_at, "
-    f"updated_at) VALUES (?1, ?2, ?3, ?4, {stored_content('?5', '?2', '?4')}, ?6, ?7, "
-    "CASE WHEN ?8 = ?7 THEN 0 ELSE ?8 END) "
-    "ON CONFLICT (session_id, id) DO NOTHING")
+    "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (session_id, id) DO NOTHING")
 # A new message (a new branch's, say) ends the branch chosen: the active path follows the newest again.
 LEAF_FOLLOWS = "UPDATE sessions SET active_leaf = NULL WHERE id = ? AND active_leaf IS NOT NULL"
 
@@ -139,7 +138,8 @@ class SqliteMessageWrites(Access):
         now: int,
     ) -> bool:
         changed = await self._execute(
-            INSERT_MESSAGE, (session_id, message_id, parent_id, role, content, operation_id, now, now))
+            INSERT_MESSAGE, (session_id, message_id, parent_id, role, stored_text(content, message_id, role),
+                             operation_id, now))
         if changed:
             await self._execute(LEAF_FOLLOWS, (session_id,))
         return changed > 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 __all__ = ["MIGRATIONS", "ONE_ID", "SCHEMA_VERSION", "message_content", "message_updated_at", "operation_input",
-           "operation_target", "stored_content"]
+           "operation_target", "stored_content", "stored_text"]
 
 _V1 = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -188,6 +188,21 @@ def stored_content(text: str, message_id: str, role: str) -> str:
                 f"'{mark}' THEN substr({text}, length({head}) + 1) ")
     return (f"CASE {cut(True, '[')}{cut(False, _QUOTE)}"
             f"WHEN substr({text}, 1, 1) IN ('[', '\"', char(1)) THEN char(1) || {text} ELSE {text} END")
+
+
+def stored_text(text: str, message_id: str, role: str) -> str:
+    """What a new row keeps of a message's JSON ``text``: :func:`stored_content`'s rule, applied here
+    rather than in the INSERT (compiled, that CASE made the statement 16 KB of every open file's
+    statement cache, where a plain INSERT is 2; ``update_message`` keeps the SQL: it reads the row's
+    own id and role)."""
+    head = '{"id":"' + message_id + '","role":"' + role + '",'
+    if text.startswith(head):
+        rest = text[len(head):]
+        if rest.startswith('"parts":['):
+            return rest[8:]
+        if rest.startswith(_QUOTE):
+            return rest
+    return "\x01" + text if text[:1] in ("[", _QUOTE, "\x01") else text
 
 
 # A message row's updated_at is 0 while the message is as it was written (at created_at): a short

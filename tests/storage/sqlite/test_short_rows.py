@@ -13,7 +13,8 @@ import pytest
 
 from think_server.storage.sqlite import SqliteDatabase, _db
 from think_server.storage.sqlite._export import _Dump
-from think_server.storage.sqlite._schema import MIGRATIONS
+from think_server.storage.sqlite._messages import INSERT_MESSAGE
+from think_server.storage.sqlite._schema import MIGRATIONS, stored_content, stored_text
 
 _COLUMNS = ("session_id", "id", "parent_id", "role", "content", "operation_id", "created_at", "updated_at")
 
@@ -199,3 +200,21 @@ async def test_rows_written_before_migration_12_read_as_they_were(
         assert "messages_children" in plan and "TEMP B-TREE" not in plan
     finally:
         await db.close()
+
+
+def test_an_insert_keeps_what_an_update_keeps() -> None:
+    """A new row's short form is made in Python (``stored_text``: a plain INSERT), a changed row's by
+    the UPDATE's SQL (``stored_content``, from the row's own id and role): the two must agree."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for mid, role, text in [*TEXTS, ("p1", "user", _json("p1", "user", parts=None)),
+                                ("p2", "user", '{"id":"p2","role":"user","parts":7}'), ("p3", "user", "\x01")]:
+            (in_sql,) = conn.execute(f"SELECT {stored_content('?1', '?2', '?3')}", (text, mid, role)).fetchone()
+            assert stored_text(text, mid, role) == in_sql, (mid, text)
+    finally:
+        conn.close()
+
+
+def test_a_new_rows_insert_is_a_plain_statement() -> None:
+    """Compiled with the short form's CASE, the INSERT held 16 KB of every open file's statement cache."""
+    assert "CASE" not in INSERT_MESSAGE and "substr" not in INSERT_MESSAGE
