@@ -301,8 +301,11 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
                     return False
                 if client_tools is not None:
                     await tx.set_client_tools(self.id, dumps(client_tools) if client_tools else None, now)
-                await tx.set_last_body(self.id, dumps(body) if body else None, now)
-                await tx.set_last_terminal(self.id, None, now)
+                # The request's body is not kept on the session (nothing read it: each operation has
+                # its own, in its options); the last failure's frame is cleared if there is one (the
+                # file's is the session's: both are set, and cleared, together).
+                if self.last_terminal is not None:
+                    await tx.set_last_terminal(self.id, None, now)
                 return True
 
             starting = None

@@ -15,15 +15,14 @@ import sqlite3
 
 from ._messages import INSERT_MESSAGE, LEAF_FOLLOWS
 from ._operations import INSERT_OPERATION, START_OPERATION
-from ._sessions import ENSURE_SESSION, SET_LAST_BODY, SET_LAST_TERMINAL
+from ._sessions import ENSURE_SESSION
 from ._streams import APPEND, INSERT_STREAM
 
 __all__ = ["TURN_START", "prepare_turn_start"]
 
 #: In the order an idle session's input runs them: the submission, the start, the stream's row and its
 #: start chunk (one transaction), then each batch of chunks after it.
-TURN_START = (ENSURE_SESSION, INSERT_OPERATION, SET_LAST_BODY, SET_LAST_TERMINAL, INSERT_MESSAGE, LEAF_FOLLOWS,
-              START_OPERATION, INSERT_STREAM, APPEND)
+TURN_START = (ENSURE_SESSION, INSERT_OPERATION, INSERT_MESSAGE, LEAF_FOLLOWS, START_OPERATION, INSERT_STREAM, APPEND)
 
 
 def prepare_turn_start(conn: sqlite3.Connection) -> None:

@@ -87,6 +87,32 @@ async def test_a_new_instances_first_turn_writes_no_sweep_of_its_own(open_instan
     assert any(sql.startswith("UPDATE operations SET status = 'completed'") for sql in statements)
     assert not [sql for sql in statements if sql.startswith("DELETE FROM streams")]
 
+async def test_a_submission_clears_the_last_failure_only_when_there_is_one_and_keeps_no_body(
+        open_instance: Any) -> None:
+    # The retry path reads the last failure (a request id answered again); nothing reads a body back.
+    inst = await open_instance(script({"match": "fail", "steps": [[{"error": "overloaded"}]]}, HELLO, ECHO))
+    statements: list[str] = []
+    inst.db.conn._conn.set_trace_callback(statements.append)
+    s = await inst.session()
+
+    def session_updates() -> list[str]:
+        found = [sql for sql in statements if sql.startswith("UPDATE sessions SET last_")]
+        statements.clear()
+        return found
+
+    assert (await settle(s, (await s.submit([user("u1", "hi")], body={"k": "v"})).operation_id)).text == "Hello!"
+    assert session_updates() == [], "no failure to clear, no body kept"
+    failed = await s.submit([user("u2", "fail")])
+    assert (await settle(s, failed.operation_id)).reason == "overloaded"
+    assert s.last_terminal is not None and s.last_terminal["operationId"] == failed.operation_id
+    session_updates()
+    assert (await settle(s, (await s.submit([user("u3", "hi")])).operation_id)).text == "Hello!"
+    assert [sql.split(" = ")[0] for sql in session_updates()] == ["UPDATE sessions SET last_terminal_json"]
+    row = await inst.db.read.session(s.id)
+    assert row is not None and (row.last_terminal_json, row.last_body_json) == (None, None)
+    assert s.last_terminal is None
+
+
 async def test_wait_after_settlement_reads_the_result_from_the_file(open_instance: Any) -> None:
     inst = await open_instance(script(HELLO))
     s = await inst.session()

@@ -68,8 +68,6 @@ async def test_a_turn_starts_with_no_statement_of_its_own_to_prepare(tmp_path: P
         async with db.transaction() as tx:
             await tx.ensure_session("s", 1)
             assert await tx.insert_operation("op", "s", "input", "client", "{}", "{}", 1)
-            await tx.set_last_body("s", None, 1)
-            await tx.set_last_terminal("s", None, 1)
             assert await tx.insert_message("s", "m1", None, "user", '{"parts": []}', "op", 1)
             assert await tx.start_operation("op", "m2", 1)
         async with db.transaction() as tx:
