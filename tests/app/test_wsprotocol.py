@@ -52,3 +52,53 @@ async def test_frames_are_compressed_at_level_one(serve) -> None:
     assert deflate.name == "permessage-deflate"
     assert deflate.compress_settings == {"memLevel": 5, "level": 1}
     await c.close()
+
+
+def test_a_big_message_is_compressed_alone_and_the_stream_around_it_stays_whole() -> None:
+    """A message past BIG_MESSAGE is compressed by a zlib-ng compressor of its own; the connection's
+    starts afresh after it. The client's inflater (websockets', as the hook's browser) reads every
+    message back, the small ones after it included: had the connection's compressor gone on with
+    its window, its back-references would land in the big message's bytes, which the client's
+    window holds and the compressor never saw."""
+    from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
+    from websockets.frames import Opcode
+
+    from think_server.app._wsprotocol import BIG_MESSAGE, _ChatDeflateFactory
+
+    server_factory = _ChatDeflateFactory(server_max_window_bits=12, client_max_window_bits=12,
+                                         compress_settings={"memLevel": 5, "level": 1})
+    client_factory = ClientPerMessageDeflateFactory(client_max_window_bits=True)
+    response, server = server_factory.process_request_params(client_factory.get_request_params(), [])
+    client = client_factory.process_response_params(response, [])
+    chunk = b'{"type":"cf_agent_use_chat_response","id":"r1","body":"{\\"type\\":\\"text-delta\\"}","seq":%d}'
+    transcript = b'{"type":"cf_agent_chat_messages","messages":[' + b",".join(
+        b'{"id":"m%05d","role":"user","parts":[{"type":"text","text":"hello there"}]}' % i for i in range(400)) + b"]}"
+    assert len(transcript) > BIG_MESSAGE
+    messages = [chunk % i for i in range(5)] + [transcript] + [chunk % i for i in range(5, 12)]
+    before = server.encoder
+    for data in messages:
+        sent = server.encode(Frame(Opcode.TEXT, data))
+        assert sent.rsv1, "every data message is compressed"
+        if data is transcript:
+            assert len(sent.data) < len(data) // 4
+            assert server.encoder is not before, "the connection's compressor starts afresh after it"
+        assert client.decode(sent).data == data
+
+
+async def test_a_conversation_past_the_big_message_size_reads_back_whole(serve) -> None:
+    """End to end: transcripts past BIG_MESSAGE (compressed by zlib-ng), with turns' chunks around
+    them (the connection's compressor), all read by a real client's inflater."""
+    from tests.app.test_thinkchat import transcripts
+
+    srv = await serve()
+    c = await Client.open(url(srv, "big-transcript"))
+    said = "many words " * 2000  # 22 KB: every transcript from here on is past BIG_MESSAGE
+    for text in (said, "hi", "hi", "hi"):
+        rid, frame, _ = chat_request(text)
+        await c.send(frame)
+        await c.wait_for(is_done(rid), timeout=30)
+    await c.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages" and len(f["messages"]) == 8, timeout=30)
+    last = transcripts(c)[-1]
+    assert [m["role"] for m in last] == ["user", "assistant"] * 4
+    assert last[0]["parts"][0]["text"] == said
+    await c.close()
