@@ -436,7 +436,7 @@ class Turn(TurnChunks, TurnTools):
             await self._write_message(tx)
             for record in tool_records:
                 await tx.finish_tool_call(self._session.id, *record, now)
-            if progress:
+            if progress and outcome is None:  # a settled operation's recovery counters are read no more
                 await tx.record_progress(self.operation_id, now)
             if outcome is not None:
                 held = message_text(self._stored or self._assembler.message) if self._persisted else None  # as written

@@ -113,6 +113,18 @@ async def test_a_submission_clears_the_last_failure_only_when_there_is_one_and_k
     assert s.last_terminal is None
 
 
+async def test_a_turn_that_settles_writes_no_progress_in_the_same_transaction(open_instance: Any) -> None:
+    # Progress resets the recovery counters of an operation still running; one settled is read no more.
+    inst = await open_instance(script(HELLO, ECHO))
+    statements: list[str] = []
+    inst.db.conn._conn.set_trace_callback(statements.append)
+    s = await inst.session()
+    assert (await settle(s, (await s.submit([user("u1", "hi")])).operation_id)).text == "Hello!"
+    last = statements[max(i for i, sql in enumerate(statements) if sql.startswith("BEGIN")):]
+    assert any(sql.startswith("UPDATE operations SET status = 'completed'") for sql in last)
+    assert not [sql for sql in last if sql.startswith("UPDATE operations SET attempts = 0")]
+
+
 async def test_wait_after_settlement_reads_the_result_from_the_file(open_instance: Any) -> None:
     inst = await open_instance(script(HELLO))
     s = await inst.session()
