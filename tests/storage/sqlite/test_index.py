@@ -7,10 +7,10 @@ import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.storage.sqlite.test_template import _traced
 from think_server.storage import WorkIndex
 from think_server.storage.sqlite import INDEX_FILE, SqliteWorkIndex
 
@@ -96,19 +96,11 @@ async def test_a_mark_waits_off_the_loop_for_another_process_holding_the_lock(tm
 async def test_a_write_on_the_loop_runs_its_statement_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The index's connection waits for no lock inside SQLite once open (busy timeout 0, set once),
     so a mark or an unmark on the loop is its one statement: no pragma before and after it."""
-    ran: list[str] = []
-    real = sqlite3.connect
-
-    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        conn: sqlite3.Connection = real(*args, **kwargs)
-        conn.set_trace_callback(ran.append)
-        return conn
-
-    monkeypatch.setattr(sqlite3, "connect", connect)
-    async with _index(tmp_path) as index:
-        await index.mark("chat", "first", 1)
-        del ran[:]
-        await index.mark("chat", "one", 2)
-        await index.unmark("chat", "one")
-        assert len(ran) == 2 and not any("PRAGMA" in s for s in ran), ran
-        assert await index.marked() == [("chat", "first")]
+    with _traced(monkeypatch) as ran:
+        async with _index(tmp_path) as index:
+            await index.mark("chat", "first", 1)
+            del ran[:]
+            await index.mark("chat", "one", 2)
+            await index.unmark("chat", "one")
+            assert len(ran) == 2 and not any("PRAGMA" in s for s in ran), ran
+            assert await index.marked() == [("chat", "first")]

@@ -92,19 +92,25 @@ async def test_a_search_inside_a_transaction_indexes_the_file_in_it(db: SqliteDa
     _integrity(db_path)
 
 
-async def test_a_file_indexed_before_loses_its_index_when_migrated_and_builds_it_again(db_path: Path) -> None:
+def _old_file(db_path: Path, version: int, text: str, then: str = "") -> None:
+    """A file at schema ``version`` (``then`` run after its migrations) with one message, 'old', saying ``text``."""
     conn = sqlite3.connect(db_path)
     try:
-        conn.executescript(MIGRATIONS[0])
-        for number, sql in enumerate(MIGRATIONS[1:10], start=1):  # to 10: 7 made the index, 11 drops it
+        for number, sql in enumerate(MIGRATIONS[:version]):
             conn.executescript(sql)
             conn.execute(f"PRAGMA user_version = {number + 1}")
+        if then:
+            conn.executescript(then)
         conn.execute("INSERT INTO sessions (id, created_at, updated_at) VALUES ('', 1, 1)")
         conn.execute("INSERT INTO messages (session_id, id, role, content, created_at, updated_at) "
-                     "VALUES ('', 'old', 'user', ?, 1, 1)", (_msg("indexed by the old schema"),))
+                     "VALUES ('', 'old', 'user', ?, 1, 1)", (_msg(text),))
         conn.commit()
     finally:
         conn.close()
+
+
+async def test_a_file_indexed_before_loses_its_index_when_migrated_and_builds_it_again(db_path: Path) -> None:
+    _old_file(db_path, 10, "indexed by the old schema")  # to 10: 7 made the index, 11 drops it
     assert _has_index(db_path)
     db = await SqliteDatabase.open(db_path)
     try:
@@ -131,18 +137,8 @@ def _stored(path: Path, mid: str) -> str:
 async def test_an_index_made_before_rows_were_kept_short_is_made_again_reading_them_whole(db_path: Path) -> None:
     """A file searched under migration 11 has triggers that read a row's text as its JSON: migration 12
     (rows keep their JSON without the id and role) drops them, and the next search indexes old and new rows."""
-    conn = sqlite3.connect(db_path)
-    try:
-        for number, sql in enumerate(MIGRATIONS[:11]):
-            conn.executescript(sql)
-            conn.execute(f"PRAGMA user_version = {number + 1}")
-        conn.executescript(MIGRATIONS[6])  # the index as a search under version 11 made it (rows read whole)
-        conn.execute("INSERT INTO sessions (id, created_at, updated_at) VALUES ('', 1, 1)")
-        conn.execute("INSERT INTO messages (session_id, id, role, content, created_at, updated_at) "
-                     "VALUES ('', 'old', 'user', ?, 1, 1)", (_msg("indexed by the old triggers"),))
-        conn.commit()
-    finally:
-        conn.close()
+    # The index as a search under version 11 made it (its triggers read rows whole).
+    _old_file(db_path, 11, "indexed by the old triggers", then=MIGRATIONS[6])
     assert _has_index(db_path)
     db = await SqliteDatabase.open(db_path)
     try:
