@@ -146,10 +146,7 @@ class Connection:
         """Queue a frame; never blocks. Past either bound the connection is closed as too slow."""
         if self.state is not ConnectionState.OPEN:
             return
-        size = len(text)  # _counted, inline: once per chunk of every stream
-        if size > self._frame_cap:
-            size = self._frame_cap
-        frames, queued = self.queued_frames + 1, self.queued_bytes + size
+        frames, queued = self.queued_frames + 1, self.queued_bytes + self._counted(text)
         if frames > self._max_frames or queued > self._max_bytes:
             self._close_too_slow(f"{self.queued_frames} frames / {self.queued_bytes} bytes not read")
             return

@@ -6,7 +6,7 @@ from .._sessions import SessionInfoRow, SessionRow
 from ._base import Access
 from ._schema import message_updated_at
 
-__all__ = ["ENSURE_SESSION", "SET_LAST_BODY", "SET_LAST_TERMINAL", "SqliteSessionReads", "SqliteSessionWrites"]
+__all__ = ["ENSURE_SESSION", "SqliteSessionReads", "SqliteSessionWrites"]
 
 
 class SqliteSessionReads(Access):
