@@ -10,7 +10,8 @@ keep only a small shell.
 
 It also compresses at zlib level 1 rather than the default 6: a chunk's frame then costs a third
 of the CPU for a frame some 10 % larger; with the 4 KB window uvicorn negotiates, higher levels find
-little more. A big message (a transcript) is compressed by zlib-ng on its own (``_ChatDeflate``).
+little more. A big message (a transcript) is compressed by zlib-ng on its own (``_ChatDeflate``),
+from where the last one like it left off (``BigDeflate``).
 """
 
 from __future__ import annotations
@@ -25,15 +26,16 @@ from websockets.extensions.base import Extension
 from websockets.extensions.permessage_deflate import PerMessageDeflate, ServerPerMessageDeflateFactory
 from websockets.frames import Frame, Opcode
 from websockets.typing import ExtensionParameter
-from zlib_ng import zlib_ng
+
+from ._bigdeflate import BigDeflate
 
 __all__ = ["ChatWebSocketProtocol"]
 
 #: A message this long (bytes) is compressed on its own by zlib-ng (see _ChatDeflate); below it, a
 #: fresh compressor costs more than it saves (measured: about even at 3 KB).
 BIG_MESSAGE = 8192
-#: zlib-ng's level 2: smaller than zlib's level 1 on a transcript, in half the time.
-_BIG_LEVEL = 2
+#: The process's kept starts of big messages: every socket's, as any may send what another did.
+_BIG = BigDeflate()
 _EMPTY_BLOCK = b"\x00\x00\xff\xff"
 
 
@@ -46,15 +48,14 @@ class _ChatDeflate(PerMessageDeflate):
     The connection's compressor did not see the message, so it starts afresh after it (it must
     not refer back past data the client's window now holds after it). zlib-ng's compressor
     state is some 170 KB where zlib's is 40: kept per socket it would cost more than it saves, so
-    it lives for one message."""
+    a few are kept for the process, each for a message's start (``BigDeflate``): a transcript
+    frame is the last one and the newest messages, and only those are compressed."""
 
     def encode(self, frame: Frame) -> Frame:
         if frame.opcode not in (Opcode.TEXT, Opcode.BINARY) or not frame.fin or len(frame.data) < BIG_MESSAGE:
             return super().encode(frame)
         wbits = -self.local_max_window_bits
-        compressor = zlib_ng.compressobj(_BIG_LEVEL, zlib_ng.DEFLATED, wbits,
-                                         self.compress_settings.get("memLevel", zlib.DEF_MEM_LEVEL))
-        data = compressor.compress(frame.data) + compressor.flush(zlib_ng.Z_SYNC_FLUSH)
+        data = _BIG.compress(bytes(frame.data), wbits, self.compress_settings.get("memLevel", zlib.DEF_MEM_LEVEL))
         if not self.local_no_context_takeover:
             self.encoder = zlib.compressobj(wbits=wbits, **self.compress_settings)
         if data.endswith(_EMPTY_BLOCK):  # what a sync flush ends with, left out of a final frame (RFC 7692)
