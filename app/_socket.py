@@ -139,6 +139,10 @@ def _rate_limited(text: str | None, settings: Settings) -> str:
     return error_frame(reason)
 
 
+# A frame at least this large (bytes) is parsed with the transcript the server sent at hand (a request
+# resending it is compared, not decoded); a smaller one costs less decoded than looked at.
+_RESENT_BYTES = 16 * 1024
+
 # The head of a frame read for its type and id when the frame is too large to decode: the
 # longest id, each character escaped as \uXXXX, with the type and the JSON around them.
 _PEEK_CHARS = 8 * MAX_CLIENT_ID_LENGTH
@@ -361,7 +365,8 @@ async def _serve_message(message: Message, conn: Connection, chat: ThinkChat, bu
         conn.send(_oversized(text, size, settings.max_frame_bytes))
         return True
     try:
-        frame = parse_client_frame(text)
+        # A big frame is mostly a chat request resending the transcript: the server's part is compared, not decoded.
+        frame = parse_client_frame(text, chat.sent_text() if size >= _RESENT_BYTES else None)
     except ProtocolError as exc:
         conn.send(_refusal(exc))
         return True

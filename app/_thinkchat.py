@@ -42,6 +42,7 @@ from think_server.protocol import (
     ProtocolError,
     RpcRequest,
     RpcResponse,
+    SentText,
     StateError,
     StateUpdate,
     StreamPending,
@@ -55,6 +56,7 @@ from think_server.protocol import (
     dump_chat_response,
     dump_frame,
     parse_chat_request_body,
+    resent_length,
 )
 from think_server.protocol import (
     MessageUpdated as MessageUpdatedFrame,
@@ -147,6 +149,11 @@ class ThinkChat:
             conn.send(dump_frame(ChatRecovering(recovering=True, id=self._recovering)))
         return True
 
+    def sent_text(self) -> SentText | None:
+        """What a chat request's frame from this session likely starts its body with (the transcript
+        the last frame carried): compared in place, not decoded, when the frame is parsed."""
+        return self.session.sent_text()
+
     def disconnect(self, conn: Connection) -> None:
         """A closed socket never cancels a turn."""
         if self.connections.get(conn.id) is conn:
@@ -211,8 +218,11 @@ class ThinkChat:
         try:
             # Messages the session holds are taken by id: the hook resends the whole transcript. Those
             # it sends back exactly as they were sent are not even decoded.
-            body = await off_loop(len(frame.init.body), parse_chat_request_body, frame.init.body,
-                                  known=self.session.knows, sent=history.sent(), framed=history.framed(),
+            framed = history.framed()
+            # What is left to decode once the transcript sent back as it was is skipped decides where.
+            body = await off_loop(len(frame.init.body) - resent_length(frame.init.body, framed),
+                                  parse_chat_request_body, frame.init.body,
+                                  known=self.session.knows, sent=history.sent(), framed=framed,
                                   max_new_messages=self.session.policy.max_messages_per_request)
         except ProtocolError as exc:
             conn.send(dump_chat_response(rid, f"Invalid chat request: {exc}", done=True, error=True,
@@ -604,8 +614,8 @@ class ThinkChat:
         the rest is read from storage, before any write asked for after this (one file, in order)."""
 
         async def make() -> str:
-            return ('{"type":"cf_agent_chat_messages","messages":' + await self.session.transcript_json()
-                    + (',"connect":true}' if connect else "}"))
+            return await self.session.transcript_json('{"type":"cf_agent_chat_messages","messages":',
+                                                      ',"connect":true}' if connect else "}")
 
         task = asyncio.ensure_future(make())
         task.add_done_callback(retrieved)

@@ -107,6 +107,7 @@ from ._frames import (
     parse_chat_request_body,
     parse_client_frame,
     parse_server_frame,
+    resent_length,
 )
 from ._ids import MAX_CLIENT_ID_LENGTH, SERVER_ID_PREFIXES, check_client_id, client_id_problem, server_id_prefix
 from ._jsontext import MAX_JSON_DEPTH, check_value, is_unicode_text, load_json, load_json_object
@@ -138,6 +139,7 @@ from ._messages import (
     parse_part,
 )
 from ._naming import agent_name_to_kebab
+from ._sent import SentText
 from ._storable import ROW_LIMIT_BYTES, fit_message, sanitize_message, shorten_value
 
 __all__ = [
@@ -203,6 +205,7 @@ __all__ = [
     "RequestInit",
     "RpcRequest",
     "RpcResponse",
+    "SentText",
     "ServerFrame",
     "SourceDocumentChunk",
     "SourceDocumentPart",
@@ -270,6 +273,7 @@ __all__ = [
     "parse_part",
     "parse_partial_json",
     "parse_server_frame",
+    "resent_length",
     "sanitize_message",
     "server_id_prefix",
     "shorten_value",

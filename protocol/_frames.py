@@ -9,8 +9,7 @@ optional fields omitted: the client tells "absent" from `null` in places.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final, Literal, TypeAlias, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -19,6 +18,7 @@ from ._errors import ProtocolError, describe_value, from_validation_error
 from ._ids import MAX_CLIENT_ID_LENGTH, ClientId, ClientName, client_id_problem
 from ._jsontext import check_value, has_surrogate_escape, is_unicode_text, load_json, load_json_object
 from ._messages import PART_TAGS, UIMessage, WireModel, json_string, model_json, parse_message
+from ._sent import HOOK_BODY_START, SentText, load_request_frame
 
 __all__ = [
     "CHAT_CLEAR",
@@ -75,6 +75,7 @@ __all__ = [
     "parse_chat_request_body",
     "parse_client_frame",
     "parse_server_frame",
+    "resent_length",
 ]
 
 USE_CHAT_REQUEST: Final = "cf_agent_use_chat_request"
@@ -341,9 +342,13 @@ _SERVER_FRAMES: Final[dict[str, type[WireModel]]] = {
 # ── parsing and dumping ─────────────────────────────────────────────────────
 
 
-def parse_client_frame(text: str | bytes) -> ClientFrame:
-    """Parse one client text frame. Unknown `type` → `UnknownFrame`; anything malformed → `ProtocolError`."""
-    return cast(ClientFrame, _parse_frame(text, _CLIENT_FRAMES))
+def parse_client_frame(text: str | bytes, sent: SentText | None = None) -> ClientFrame:
+    """Parse one client text frame. Unknown `type` → `UnknownFrame`; anything malformed → `ProtocolError`.
+
+    ``sent``: the transcript the server last sent, which a chat request's body likely starts with:
+    that part of the frame is compared, not decoded (see :mod:`._sent`); the frame is the same.
+    """
+    return cast(ClientFrame, _parse_frame(text, _CLIENT_FRAMES, sent))
 
 
 def parse_server_frame(text: str | bytes) -> ServerFrame:
@@ -351,8 +356,12 @@ def parse_server_frame(text: str | bytes) -> ServerFrame:
     return cast(ServerFrame, _parse_frame(text, _SERVER_FRAMES))
 
 
-def _parse_frame(text: str | bytes, known: dict[str, type[WireModel]]) -> WireModel:
-    obj = load_json(text, "frame")
+def _parse_frame(text: str | bytes, known: dict[str, type[WireModel]], sent: SentText | None = None) -> WireModel:
+    skipped = (0, 0)
+    if sent is not None and sent.escaped and isinstance(text, str) and len(text) > len(sent.escaped):
+        obj, skipped = load_request_frame(text, sent)
+    else:
+        obj = load_json(text, "frame")
     if not isinstance(obj, dict):
         raise ProtocolError(f"frame is not a JSON object: got {describe_value(obj)}")
     kind = obj.get("type")
@@ -364,7 +373,8 @@ def _parse_frame(text: str | bytes, known: dict[str, type[WireModel]]) -> WireMo
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     try:
-        check_value(obj, f"invalid {kind} frame", surrogates=has_surrogate_escape(text))
+        # What was skipped is the server's own text: no lone surrogate can be in it.
+        check_value(obj, f"invalid {kind} frame", surrogates=has_surrogate_escape(text, skip=skipped))
     except ProtocolError as exc:
         if frame_id is not None and not is_unicode_text(frame_id):
             frame_id = None
@@ -463,11 +473,7 @@ _TRIGGERS: Final[frozenset[str]] = frozenset({"submit-message", "regenerate-mess
 _BODY: Final = "invalid chat request body"
 
 
-# How the hook writes a body: the messages first (JSON.stringify of {messages, trigger, ...}).
-_HOOK_BODY_START: Final = '{"messages":['
-
-
-def _skip_sent_texts(body: str, sent: Iterable[tuple[str, int, int]],
+def _skip_sent_texts(body: str, sent: Sequence[tuple[str, int, int]],
                      framed: tuple[Sequence[str], str] = ((), "")) -> tuple[list[str], str]:
     """The ids of the body's first messages that are, character for character, the texts the
     server sent (the hook sends back what the transcript frame gave it), and the body without them.
@@ -478,14 +484,14 @@ def _skip_sent_texts(body: str, sent: Iterable[tuple[str, int, int]],
     the ids of the first messages of ``sent`` and their texts joined as the last transcript frame
     carried them, when the server holds it: a body that starts with it skips them in one comparison.
     """
-    pos = len(_HOOK_BODY_START)
+    pos = len(HOOK_BODY_START)
     ids: list[str] = []
     framed_ids, frame = framed
     end = pos + len(frame)
     if framed_ids and end < len(body) and body[end] in ",]" and body.startswith(frame, pos):
         ids.extend(framed_ids)
         pos = end + 1 if body[end] == "," else end
-        sent = itertools.islice(sent, len(framed_ids), None)
+        sent = sent[len(framed_ids):]
     for message_id, size, digest in sent:
         end = pos + size
         if end >= len(body) or body[end] not in ",]" or hash(body[pos:end]) != digest:
@@ -495,8 +501,15 @@ def _skip_sent_texts(body: str, sent: Iterable[tuple[str, int, int]],
     return ids, body[pos:]
 
 
+def resent_length(body: str, framed: tuple[Sequence[str], str]) -> int:
+    """How much of a body is the messages of the last transcript frame sent back as they were
+    (``framed`` as :func:`parse_chat_request_body` takes it): what parsing it skips in one comparison."""
+    text = framed[1]
+    return len(text) if text and body.startswith(text, len(HOOK_BODY_START)) else 0
+
+
 def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = None,
-                            sent: Iterable[tuple[str, int, int]] = (),
+                            sent: Sequence[tuple[str, int, int]] = (),
                             framed: tuple[Sequence[str], str] = ((), ""),
                             max_new_messages: int | None = None) -> ChatRequestBody:
     """Decode and validate a chat request body; `ProtocolError` names what is wrong.
@@ -518,10 +531,10 @@ def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = 
     thousand tiny messages costs what its first thousand do, not seconds of the loop.
     """
     skipped: list[str] = []
-    if body.startswith(_HOOK_BODY_START):
+    if body.startswith(HOOK_BODY_START):
         skipped, rest = _skip_sent_texts(body, sent, framed)
         if skipped:
-            body = _HOOK_BODY_START + rest
+            body = HOOK_BODY_START + rest
     parsed = _parse_body(body, known, first_index=len(skipped), max_new=max_new_messages)
     if skipped:
         parsed.message_ids[:0] = skipped

@@ -17,8 +17,8 @@ from typing import Any, Final
 
 from ._errors import ProtocolError
 
-__all__ = ["MAX_JSON_DEPTH", "check_value", "has_surrogate_escape", "is_unicode_text", "load_json",
-           "load_json_object"]
+__all__ = ["MAX_JSON_DEPTH", "Member", "check_value", "has_surrogate_escape", "is_unicode_text", "load_json",
+           "load_json_object", "load_json_walking", "walk_object"]
 
 #: Deepest nesting of arrays and objects accepted from a client. Far above what any
 #: real message, tool input or app data uses, far below the interpreter's limit.
@@ -29,9 +29,13 @@ MAX_JSON_DEPTH: Final = 100
 _SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-def has_surrogate_escape(text: str) -> bool:
-    """Whether ``text`` may decode to a lone surrogate (a cheap test before a full check)."""
-    return _SURROGATE_ESCAPE.search(text) is not None
+def has_surrogate_escape(text: str, *, skip: tuple[int, int] = (0, 0)) -> bool:
+    """Whether ``text`` may decode to a lone surrogate (a cheap test before a full check), outside
+    ``text[skip[0]:skip[1]]``, a run of whole escapes known to hold none."""
+    start, end = skip
+    if start >= end:
+        return _SURROGATE_ESCAPE.search(text) is not None
+    return _SURROGATE_ESCAPE.search(text, 0, start) is not None or _SURROGATE_ESCAPE.search(text, end) is not None
 
 
 def _no_constant(name: str) -> Any:
@@ -61,6 +65,11 @@ def _skip(text: str, pos: int) -> int:
     return _WHITESPACE.match(text, pos).end()  # type: ignore[union-attr]  # it matches "" at least
 
 
+#: Offered each member of an object as it is walked: ``(name, position of its value)``; returns
+#: the value and the position after it, or None to have it decoded as usual.
+Member = Callable[[str, int], "tuple[Any, int] | None"]
+
+
 def load_json_object(text: str, what: str, key: str, each: Callable[[Any], None]) -> Any:
     """Decode ``text`` as :func:`load_json` does, handing each item of the array under ``key``
     (a member of the top-level object) to ``each`` as soon as it is decoded.
@@ -70,13 +79,22 @@ def load_json_object(text: str, what: str, key: str, each: Callable[[Any], None]
     saw, however long the text is. Only an object is walked: any other text is decoded
     whole (an array is refused at once: it is not the object the caller wants).
     """
+    def member(name: str, pos: int) -> tuple[Any, int] | None:
+        return _walk_array(text, pos, each) if name == key and text.startswith("[", pos) else None
+
+    return load_json_walking(text, what, member, refuse_array=True)
+
+
+def load_json_walking(text: str, what: str, member: Member, *, refuse_array: bool = False) -> Any:
+    """Decode ``text`` as :func:`load_json` does; if it is an object, each of its members is first
+    offered to ``member`` (which may decode it its own way, e.g. with :func:`walk_object`)."""
     pos = _skip(text, 0)
     if not text.startswith("{", pos):
-        if text.startswith("[", pos):
+        if refuse_array and text.startswith("[", pos):
             raise ProtocolError(f"{what}: expected a JSON object, got array")
         return load_json(text, what)
     try:
-        return _walk_object(text, pos, key, each)
+        obj, end = walk_object(text, pos, member)
     except RecursionError:
         raise ProtocolError(f"{what} is nested too deeply (more than {MAX_JSON_DEPTH} levels)") from None
     except (json.JSONDecodeError, TypeError) as exc:
@@ -85,39 +103,40 @@ def load_json_object(text: str, what: str, key: str, each: Callable[[Any], None]
         if isinstance(exc, ProtocolError):
             raise
         raise ProtocolError(f"{what} is not JSON text: {exc}") from None
+    end = _skip(text, end)
+    if end != len(text):
+        raise ProtocolError(f"{what} is not JSON text: {json.JSONDecodeError('Extra data', text, end)}")
+    return obj
 
 
-def _walk_object(text: str, pos: int, key: str, each: Callable[[Any], None]) -> dict[str, Any]:
+def walk_object(text: str, pos: int, member: Member) -> tuple[dict[str, Any], int]:
+    """The object whose ``{`` is at ``pos``, decoded as the decoder would (the last of a repeated
+    name wins), and the position after its ``}``; ``member`` is offered each member first."""
     decode = _DECODER.raw_decode
     obj: dict[str, Any] = {}
     pos = _skip(text, pos + 1)
     if text.startswith("}", pos):
-        pos += 1
-    else:
-        while True:
-            if not text.startswith('"', pos):
-                raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
-            name, pos = decode(text, pos)
-            pos = _skip(text, pos)
-            if not text.startswith(":", pos):
-                raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
+        return obj, pos + 1
+    while True:
+        if not text.startswith('"', pos):
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
+        name, pos = decode(text, pos)
+        pos = _skip(text, pos)
+        if not text.startswith(":", pos):
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
+        pos = _skip(text, pos + 1)
+        own = member(name, pos)
+        if own is None:
+            obj[name], pos = decode(text, pos)
+        else:
+            obj[name], pos = own
+        pos = _skip(text, pos)
+        if text.startswith(",", pos):
             pos = _skip(text, pos + 1)
-            if name == key and text.startswith("[", pos):
-                obj[name], pos = _walk_array(text, pos, each)
-            else:
-                obj[name], pos = decode(text, pos)
-            pos = _skip(text, pos)
-            if text.startswith(",", pos):
-                pos = _skip(text, pos + 1)
-            elif text.startswith("}", pos):
-                pos += 1
-                break
-            else:
-                raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
-    end = _skip(text, pos)
-    if end != len(text):
-        raise json.JSONDecodeError("Extra data", text, end)
-    return obj
+        elif text.startswith("}", pos):
+            return obj, pos + 1
+        else:
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
 
 
 def _walk_array(text: str, pos: int, each: Callable[[Any], None]) -> tuple[list[Any], int]:

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Protocol, overload
 
-from think_server.protocol import UIMessage, dump_message_text, parse_message
+from think_server.protocol import SentText, UIMessage, dump_message_text, parse_message
 from think_server.storage import Database
 
 __all__ = ["Context", "Fetch", "History", "HistoryBudget", "Holder", "MessageSequence", "ParsedOnRead", "parse_text"]
@@ -178,6 +178,9 @@ class History:
         # transcript frame carried them: the next frame is that and the texts added since.
         self._frame = ""
         self._framed = 0
+        # `_frame` as a JSON string holds it (see sent_text), made at the first request that looks for
+        # it and kept in step from then on; None when not made.
+        self._frame_escaped: str | None = None
 
     @classmethod
     async def load(cls, db: Database, session_id: str, *, on_unreadable: Callable[[str], None],
@@ -235,8 +238,8 @@ class History:
 
     @property
     def complete(self) -> bool:
-        """Whether every text of the path is in memory."""
-        return None not in self._texts
+        """Whether every text of the path is in memory (those in memory are always the path's end)."""
+        return not self._texts or self._texts[0] is not None
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -273,8 +276,9 @@ class History:
             raise RuntimeError("the transcript has no storage to read its older messages from")
         return [t for t in await _filled(self._ids, self._texts, self._fetch) if t is not None]
 
-    async def json_array(self) -> str:
-        """The path as a JSON array: what transcript frames and ``get-messages`` carry.
+    async def json_array(self, head: str = "", tail: str = "") -> str:
+        """The path as a JSON array: what transcript frames and ``get-messages`` carry (between
+        ``head`` and ``tail``: a frame's text is made in one copy of the array's).
 
         The array's text is kept (counted in :meth:`weight`) and the next one is built from it: a
         conversation's next frame adds its newest messages to the last one, where reading every
@@ -284,10 +288,13 @@ class History:
         added = [t for t in self._texts[framed:] if t is not None]
         if framed and len(added) == len(self._ids) - framed:
             joined = ",".join([self._frame, *added])
+            if self._frame_escaped is not None:
+                self._frame_escaped = ",".join([self._frame_escaped, *map(SentText.escape, added)])
         else:
             joined = await self._joined_texts()
+            self._frame_escaped = None
         self._frame, self._framed = joined, len(self._ids)
-        return "[" + joined + "]"
+        return "".join((head, "[", joined, "]", tail))
 
     async def _joined_texts(self) -> str:
         """The texts of the whole path joined by commas, older ones read from storage."""
@@ -321,20 +328,36 @@ class History:
             texts = await _filled(self._ids[start:end], texts, self._fetch)
         return "[" + ",".join(t for t in texts if t is not None) + "]", start
 
-    def sent(self) -> Iterator[tuple[str, int, int]]:
+    def sent(self) -> Sequence[tuple[str, int, int]]:
         """(id, length, hash) of the JSON text of each message of the path, root first: how a
         request that starts with the texts the transcript frames carried is recognised."""
-        return zip(self._ids, self._sizes, self._hashes, strict=True)
+        return _Sent(self._ids, self._sizes, self._hashes, 0)
 
     def framed(self) -> tuple[list[str], str]:
         """The ids of the path's first messages and their texts as the last transcript frame joined
         them: what a request that sends that frame's messages back starts with."""
         return self._ids[:self._framed], self._frame
 
+    def sent_text(self) -> SentText | None:
+        """The last transcript frame's messages as a request's frame carries them back (its body's
+        start, escaped in a JSON string): they are compared there, not decoded. None before any frame."""
+        if not self._framed:
+            return None
+        if self._frame_escaped is None:
+            self._frame_escaped = SentText.escape(self._frame)
+        return SentText(self._frame, self._frame_escaped)
+
     def texts_holding(self, needles: Sequence[str]) -> list[tuple[int, str]]:
         """(index, JSON text) of the messages in memory whose text holds one of ``needles``: a
         look at the end of the path (what is in memory) that parses nothing."""
-        return [(i, t) for i, t in enumerate(self._texts) if t is not None and any(n in t for n in needles)]
+        found: list[tuple[int, str]] = []
+        for i in range(len(self._texts) - 1, -1, -1):  # those in memory are the path's end
+            text = self._texts[i]
+            if text is None:
+                break
+            if any(n in text for n in needles):
+                found.append((i, text))
+        return found[::-1]
 
     def last(self) -> UIMessage | None:
         """The leaf, parsed."""
@@ -356,6 +379,8 @@ class History:
         self.stored_ids.add(msg.id)
 
     def index_of(self, message_id: str) -> int | None:
+        if message_id not in self.stored_ids:  # a new message (every one on the path is stored)
+            return None
         for i in range(len(self._ids) - 1, -1, -1):
             if self._ids[i] == message_id:
                 return i
@@ -417,11 +442,45 @@ class History:
             end = keep = 0
         self._frame = self._frame[:end]
         self._framed = keep
+        self._frame_escaped = None  # where the cut falls in it is not known: made again when asked for
 
     def weight(self) -> int:
         """What it costs in memory, roughly, in bytes."""
         parsed = sum(self._sizes) * _OBJECT_FACTOR if self._parsed is not None else 0
-        return self._held + len(self._frame) + parsed + len(self._ids) * _MESSAGE_BYTES
+        escaped = len(self._frame_escaped) if self._frame_escaped is not None else 0
+        return self._held + len(self._frame) + escaped + parsed + len(self._ids) * _MESSAGE_BYTES
+
+
+class _Sent(Sequence[tuple[str, int, int]]):
+    """A view of the path's (id, length, hash) from ``start`` on; a slice from further on is
+    another view, made without going through the ones before it."""
+
+    __slots__ = ("_hashes", "_ids", "_sizes", "_start")
+
+    def __init__(self, ids: list[str], sizes: array[int], hashes: array[int], start: int) -> None:
+        self._ids, self._sizes, self._hashes, self._start = ids, sizes, hashes, start
+
+    def __len__(self) -> int:
+        return max(0, len(self._ids) - self._start)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, int, int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[str, int, int]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[str, int, int] | Sequence[tuple[str, int, int]]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if stop != len(self) or step != 1:
+                return list(self)[index]
+            return _Sent(self._ids, self._sizes, self._hashes, self._start + start)
+        i = range(self._start, len(self._ids))[index]
+        return self._ids[i], self._sizes[i], self._hashes[i]
+
+    def __iter__(self) -> Iterator[tuple[str, int, int]]:
+        start = self._start
+        return zip(self._ids[start:], self._sizes[start:], self._hashes[start:], strict=True)
 
 
 class Holder(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-from think_server.protocol import ToolPart, UIMessage
+from think_server.protocol import SentText, ToolPart, UIMessage
 from think_server.storage import Database, OperationRow, SearchHit
 
 from .._answers import WAITING_STATES
@@ -62,14 +62,21 @@ class SessionTranscript:
         self._budget.used(self, history.weight())  # parsed now: it weighs more until the next operation
         return messages
 
-    async def transcript_json(self) -> str:
-        """The active transcript as a JSON array, as transcript frames and ``get-messages`` carry it."""
+    async def transcript_json(self, head: str = "", tail: str = "") -> str:
+        """The active transcript as a JSON array, as transcript frames and ``get-messages`` carry it
+        (between ``head`` and ``tail``: a frame's text in one copy of a long transcript)."""
         history = self._history
         if history is None:  # dropped to keep within the budget: it stays dropped
-            return await (await self._read_history()).json_array()
-        text = await history.json_array()
+            return await (await self._read_history()).json_array(head, tail)
+        text = await history.json_array(head, tail)
         self._budget.used(self, history.weight())  # it keeps the frame's text
         return text
+
+    def sent_text(self) -> SentText | None:
+        """The messages the last transcript frame carried, as a request frame brings them back
+        (:meth:`History.sent_text`); None while the transcript is not in memory."""
+        history = self._history
+        return history.sent_text() if history is not None else None
 
     async def transcript_page_json(self, limit: int, before: str | None = None) -> tuple[str, int, str | None]:
         """A page of the active transcript, for ``get-messages?limit=&before=``: the ``limit``

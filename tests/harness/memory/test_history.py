@@ -23,7 +23,7 @@ from think_server.harness import (
     TextStart,
 )
 from think_server.harness.memory._history import ParsedOnRead
-from think_server.protocol import TextPart, UIMessage, dump_message_text, message_text, parse_message
+from think_server.protocol import SentText, TextPart, UIMessage, dump_message_text, message_text, parse_message
 
 from .._instances import instance_at
 
@@ -138,10 +138,13 @@ async def test_the_next_transcript_frame_is_the_last_one_and_the_newest_messages
         reads.clear()
         frame = await history.json_array()
         assert frame == "[" + ",".join(r.content for r in await inst.db.read.active_path(s.id)) + "]"
+        # What a request's frame is compared with: kept in step with the frame (made at its first use).
+        sent = history.sent_text()
+        assert sent is not None and sent.plain == frame[1:-1] and sent.escaped == SentText.escape(sent.plain)
         return list(reads)
 
     assert await frame_reads() == ["joined"], "the first frame is read back"
-    receipt = await s.submit([user(3, "turn 3")])  # type: ignore[list-item]
+    receipt = await s.submit([user(3, 'turn "3"\\ with\nescapes')])  # type: ignore[list-item]
     await s.wait(receipt.operation_id)
     assert await frame_reads() == [], "the next is built from it"
     # The newest answer changed in place (as an approval does): the frame keeps what comes before it.
