@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -233,7 +234,7 @@ class SqliteDatabase(Database):
         def make() -> None:
             nonlocal made, new_wal
             made = _prepare(path)
-            new_wal = made and not path.with_name(path.name + "-wal").exists()
+            new_wal = made and not os.path.exists(f"{path}-wal")
 
         # ... and, one just made from the template (ours, migrated, in WAL mode), its settings and
         # first commit in one script.
@@ -538,8 +539,7 @@ async def _our_version(conn: aiosqlite.Connection, path: Path) -> int:
 
 
 def _prepare(path: Path) -> bool:
-    """The file's directory, and a new file made from the template when there is none; whether it made one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """A new file made from the template (and its directory) when there is none; whether it made one."""
     return create_from_template(path, MIGRATIONS)
 
 
