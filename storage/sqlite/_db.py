@@ -241,7 +241,7 @@ class SqliteDatabase(Database):
         def settle(c: sqlite3.Connection) -> None:
             if made:
                 c.executescript(_new_file(instance, created, new_wal=new_wal)).close()
-                prepare_turn_start(c)
+                prepare_turn_start(c, end=True)  # made for a turn, nearly always (``_prepared``)
 
         # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change.
         try:

@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 from think_server.storage.sqlite import SqliteDatabase
-from think_server.storage.sqlite._prepared import TURN_START, prepare_turn_start
+from think_server.storage.sqlite._prepared import TURN_END, TURN_START, prepare_turn_start
 
 
 def _prepared(db: SqliteDatabase) -> set[str]:
@@ -25,6 +25,7 @@ async def test_a_new_file_opens_with_the_turn_start_prepared(tmp_path: Path) -> 
     db = await SqliteDatabase.open(tmp_path / "new.sqlite3", ("agent", "one"))
     try:
         assert set(TURN_START) <= _prepared(db)
+        assert set(TURN_END) <= _prepared(db), "made for a turn: its end too"
     finally:
         await db.close()
 
@@ -35,9 +36,11 @@ async def test_a_file_found_and_a_file_woken_open_with_it_too(tmp_path: Path) ->
     db = await SqliteDatabase.open(path)
     try:
         assert set(TURN_START) <= _prepared(db)
+        assert not set(TURN_END) & _prepared(db), "opened to be read, maybe: not the turn's end"
         assert await db.sleep()
         await db.wake()
         assert set(TURN_START) <= _prepared(db)
+        assert not set(TURN_END) & _prepared(db)
     finally:
         await db.close()
 
@@ -47,7 +50,7 @@ async def test_preparing_runs_none_of_them(tmp_path: Path) -> None:
     await (await SqliteDatabase.open(path)).close()
     conn = sqlite3.connect(path)
     try:
-        prepare_turn_start(conn)
+        prepare_turn_start(conn, end=True)
         assert conn.total_changes == 0
         assert not conn.in_transaction
         counts = [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
@@ -83,3 +86,28 @@ async def test_a_turn_starts_with_no_statement_of_its_own_to_prepare(tmp_path: P
         "INSERT INTO sessions", "INSERT INTO operations", "UPDATE sessions", "INSERT INTO messages",
         "UPDATE operations", "INSERT INTO streams", "INSERT INTO stream_chunks"}
     assert [s for s in written if not any(s.startswith(head) for head in heads)] == []
+
+
+async def test_a_turns_last_transaction_has_no_statement_of_its_own_to_prepare(tmp_path: Path) -> None:
+    """What a new instance's first turn runs in its last transaction (its last chunks, the stream's end,
+    the answer, the settlement) was prepared when its file was made: the transaction prepares nothing
+    on the event loop."""
+    db = await SqliteDatabase.open(tmp_path / "end.sqlite3")
+    try:
+        async with db.transaction() as tx:
+            await tx.ensure_session("s", 1)
+            assert await tx.insert_operation("op", "s", "input", "client", '{"messages":[{"id":"m1"}]}', "{}", 1)
+            assert await tx.insert_message("s", "m1", None, "user", '{"parts": []}', "op", 1)
+            assert await tx.start_operation("op", "m2", 1)
+            await tx.insert_stream("st", "s", "op", "op", "m2", False, 0, 2)
+            await tx.append_chunks("st", ['{"type":"start"}'], 2)
+        held = _prepared(db)
+        async with db.transaction() as tx:
+            await tx.append_chunks("st", ['{"type":"finish"}'], 3)
+            await tx.finish_stream("st", "completed", 3)
+            assert await tx.insert_message("s", "m2", "m1", "assistant", '{"parts": []}', "op", 3)
+            assert await tx.settle_operation("op", "completed", "done", None, None, 3, 0)
+        assert _prepared(db) - held == set()
+        assert (await db.read.operation("op")) is not None
+    finally:
+        await db.close()
