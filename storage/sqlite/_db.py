@@ -35,7 +35,7 @@ from ._compactions import SqliteCompactionReads, SqliteCompactionWrites
 from ._lanes import LaneConnection
 from ._messages import SqliteMessageReads, SqliteMessageWrites
 from ._operations import SqliteOperationReads, SqliteOperationWrites
-from ._prepared import prepare_turn_start
+from ._prepared import NEW_FILE_TURN, prepare_turn_start
 from ._problems import is_busy
 from ._schedules import SqliteScheduleReads, SqliteScheduleWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
@@ -176,6 +176,10 @@ class SqliteDatabase(Database):
         #: Made empty by this open, and nothing written since: every read would find nothing
         #: (a new instance skips them: they are most of its activation's trips to SQLite).
         self.fresh = False
+        #: Whether a session may have a leaf chosen by hand: False in a file this open made, until one is
+        #: chosen, so a message written there runs no statement to end a choice (two of a first turn's).
+        #: True again when the file wakes: written meanwhile by another process (a tool), it is not known.
+        self.leaf_chosen = True
         #: Never set: one server holds the data dir, every instance in it is its own.
         self.lease: Lease | None = None
         #: When the WAL is due a checkpoint (counted at each commit), and the one under way.
@@ -211,6 +215,7 @@ class SqliteDatabase(Database):
             await conn.close()
             raise StorageError(f"{self.path.name} is closed", Problem.DAMAGED)
         self.conn = conn
+        self.leaf_chosen = True
         return conn
 
     async def sleep(self) -> bool:
@@ -241,7 +246,7 @@ class SqliteDatabase(Database):
         def settle(c: sqlite3.Connection) -> None:
             if made:
                 c.executescript(_new_file(instance, created, new_wal=new_wal)).close()
-                prepare_turn_start(c, end=True)  # made for a turn, nearly always (``_prepared``)
+                prepare_turn_start(c, NEW_FILE_TURN)  # made for a turn, nearly always (``_prepared``)
 
         # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change.
         try:
@@ -258,6 +263,7 @@ class SqliteDatabase(Database):
                 raise
         db = cls(conn, path)
         db.fresh = made
+        db.leaf_chosen = not made
         return db
 
     @contextlib.asynccontextmanager
