@@ -19,10 +19,12 @@ Params = Sequence[Any] | Mapping[str, Any]
 class Link(Protocol):
     """The connection statements run on: ``conn`` while it is open (None while the file
     sleeps), ``wake()`` to open it again, ``users`` the statements under way;
-    ``make_searchable()`` makes the file's search index if it has none (in a transaction of its own)."""
+    ``make_searchable()`` makes the file's search index if it has none (in a transaction of its own);
+    ``leaf_chosen`` False: no session of the file has a leaf chosen by hand (``sessions.active_leaf``)."""
 
     conn: aiosqlite.Connection | None
     users: int
+    leaf_chosen: bool
 
     async def wake(self) -> aiosqlite.Connection: ...
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -34,7 +35,7 @@ from ._compactions import SqliteCompactionReads, SqliteCompactionWrites
 from ._lanes import LaneConnection
 from ._messages import SqliteMessageReads, SqliteMessageWrites
 from ._operations import SqliteOperationReads, SqliteOperationWrites
-from ._prepared import prepare_turn_start
+from ._prepared import NEW_FILE_TURN, prepare_turn_start
 from ._problems import is_busy
 from ._schedules import SqliteScheduleReads, SqliteScheduleWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
@@ -175,6 +176,10 @@ class SqliteDatabase(Database):
         #: Made empty by this open, and nothing written since: every read would find nothing
         #: (a new instance skips them: they are most of its activation's trips to SQLite).
         self.fresh = False
+        #: Whether a session may have a leaf chosen by hand: False in a file this open made, until one is
+        #: chosen, so a message written there runs no statement to end a choice (two of a first turn's).
+        #: True again when the file wakes: written meanwhile by another process (a tool), it is not known.
+        self.leaf_chosen = True
         #: Never set: one server holds the data dir, every instance in it is its own.
         self.lease: Lease | None = None
         #: When the WAL is due a checkpoint (counted at each commit), and the one under way.
@@ -210,6 +215,7 @@ class SqliteDatabase(Database):
             await conn.close()
             raise StorageError(f"{self.path.name} is closed", Problem.DAMAGED)
         self.conn = conn
+        self.leaf_chosen = True
         return conn
 
     async def sleep(self) -> bool:
@@ -233,14 +239,14 @@ class SqliteDatabase(Database):
         def make() -> None:
             nonlocal made, new_wal
             made = _prepare(path)
-            new_wal = made and not path.with_name(path.name + "-wal").exists()
+            new_wal = made and not os.path.exists(f"{path}-wal")
 
         # ... and, one just made from the template (ours, migrated, in WAL mode), its settings and
         # first commit in one script.
         def settle(c: sqlite3.Connection) -> None:
             if made:
                 c.executescript(_new_file(instance, created, new_wal=new_wal)).close()
-                prepare_turn_start(c)
+                prepare_turn_start(c, NEW_FILE_TURN)  # made for a turn, nearly always (``_prepared``)
 
         # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change.
         try:
@@ -257,6 +263,7 @@ class SqliteDatabase(Database):
                 raise
         db = cls(conn, path)
         db.fresh = made
+        db.leaf_chosen = not made
         return db
 
     @contextlib.asynccontextmanager
@@ -538,8 +545,7 @@ async def _our_version(conn: aiosqlite.Connection, path: Path) -> int:
 
 
 def _prepare(path: Path) -> bool:
-    """The file's directory, and a new file made from the template when there is none; whether it made one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """A new file made from the template (and its directory) when there is none; whether it made one."""
     return create_from_template(path, MIGRATIONS)
 
 

@@ -123,6 +123,7 @@ INSERT_MESSAGE = (
     "INSERT INTO messages (session_id, id, parent_id, role, content, operation_id, created_at, "
     "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (session_id, id) DO NOTHING")
 # A new message (a new branch's, say) ends the branch chosen: the active path follows the newest again.
+# (Not run in a file with no leaf chosen, a new instance's: ``Link.leaf_chosen``.)
 LEAF_FOLLOWS = "UPDATE sessions SET active_leaf = NULL WHERE id = ? AND active_leaf IS NOT NULL"
 
 
@@ -140,11 +141,13 @@ class SqliteMessageWrites(Access):
         changed = await self._execute(
             INSERT_MESSAGE, (session_id, message_id, parent_id, role, stored_text(content, message_id, role),
                              operation_id, now))
-        if changed:
+        if changed and self._link.leaf_chosen:
             await self._execute(LEAF_FOLLOWS, (session_id,))
         return changed > 0
 
     async def set_active_leaf(self, session_id: str, leaf_id: str | None, now: int) -> None:
+        if leaf_id is not None:
+            self._link.leaf_chosen = True  # before the write: a rollback leaves it true, which costs a statement
         await self._execute(
             "UPDATE sessions SET active_leaf = ?, updated_at = ? WHERE id = ?", (leaf_id, now, session_id)
         )

@@ -10,7 +10,8 @@ from ._base import Access
 from ._schema import ONE_ID as _ONE_ID
 from ._schema import operation_input, operation_target
 
-__all__ = ["INSERT_OPERATION", "START_OPERATION", "SqliteOperationReads", "SqliteOperationWrites"]
+__all__ = ["INSERT_OPERATION", "SETTLE_OPERATION", "START_OPERATION", "SqliteOperationReads",
+           "SqliteOperationWrites"]
 
 _COLUMNS = (
     f"seq, id, session_id, kind, source, status, outcome, reason, {operation_input()}, options_json, "
@@ -104,6 +105,12 @@ START_OPERATION = (
     "target_message_id = COALESCE(?, target_message_id) WHERE id = ? AND status IN ('pending', 'running')")
 
 
+SETTLE_OPERATION = (
+    "UPDATE operations SET status = ?1, outcome = ?2, reason = ?3, result_text = ?4, result_length = ?5, "
+    f"completed_at = ?6, input_json = {_SETTLED_INPUT}, options_json = NULL, last_progress_at = NULL, "
+    f"target_message_id = {_SETTLED_TARGET} WHERE id = ?7 AND status IN ('pending', 'running')")
+
+
 class SqliteOperationWrites(Access):
     async def consume_deferred_continuations(self, session_id: str, message_id: str) -> None:
         await self._execute(
@@ -156,9 +163,5 @@ class SqliteOperationWrites(Access):
         result_length: int | None = None,
     ) -> bool:
         changed = await self._execute(
-            "UPDATE operations SET status = ?1, outcome = ?2, reason = ?3, result_text = ?4, result_length = ?5, "
-            f"completed_at = ?6, input_json = {_SETTLED_INPUT}, options_json = NULL, last_progress_at = NULL, "
-            f"target_message_id = {_SETTLED_TARGET} WHERE id = ?7 AND status IN ('pending', 'running')",
-            (status, outcome, reason, result_text, result_length, now, operation_id),
-        )
+            SETTLE_OPERATION, (status, outcome, reason, result_text, result_length, now, operation_id))
         return changed > 0

@@ -11,8 +11,8 @@ from .._streams import StreamRow
 from ._base import Access
 from ._problems import is_busy
 
-__all__ = ["APPEND", "CHUNK_COUNT", "INSERT_STREAM", "LAST_CHUNK_AT", "NEXT_SEGMENT", "SqliteStreamReads",
-           "SqliteStreamWrites", "append_alone"]
+__all__ = ["APPEND", "CHUNK_COUNT", "FINISH_STREAM", "INSERT_STREAM", "LAST_CHUNK_AT", "NEXT_SEGMENT",
+           "SqliteStreamReads", "SqliteStreamWrites", "append_alone"]
 
 # A stream's chunk count is its last segment's end: streaming, a stream's row is written once (its
 # first commit) and each commit of chunks is one INSERT, which finds its place (number, first chunk)
@@ -90,6 +90,7 @@ class SqliteStreamReads(Access):
 INSERT_STREAM = (
     "INSERT INTO streams (id, session_id, operation_id, request_id, message_id, is_continuation, "
     "first_seq, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'streaming', ?)")
+FINISH_STREAM = "UPDATE streams SET status = ?, completed_at = ? WHERE id = ? AND status = 'streaming'"
 
 
 class SqliteStreamWrites(Access):
@@ -116,10 +117,7 @@ class SqliteStreamWrites(Access):
         await self._execute(APPEND, _append_params(stream_id, bodies, now))
 
     async def finish_stream(self, stream_id: str, status: str, now: int) -> None:
-        await self._execute(
-            "UPDATE streams SET status = ?, completed_at = ? WHERE id = ? AND status = 'streaming'",
-            (status, now, stream_id),
-        )
+        await self._execute(FINISH_STREAM, (status, now, stream_id))
 
     async def delete_finished_streams(self, completed_before: int) -> int:
         return await self._execute(

@@ -3,12 +3,12 @@ instance's first turn does not prepare them on the event loop; preparing runs no
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from pathlib import Path
 
 from think_server.storage.sqlite import SqliteDatabase
-from think_server.storage.sqlite._prepared import TURN_START, prepare_turn_start
+from think_server.storage.sqlite._messages import LEAF_FOLLOWS
+from think_server.storage.sqlite._prepared import NEW_FILE_TURN, TURN_END, TURN_START, prepare_turn_start
 
 
 def _prepared(db: SqliteDatabase) -> set[str]:
@@ -24,7 +24,9 @@ def _prepared(db: SqliteDatabase) -> set[str]:
 async def test_a_new_file_opens_with_the_turn_start_prepared(tmp_path: Path) -> None:
     db = await SqliteDatabase.open(tmp_path / "new.sqlite3", ("agent", "one"))
     try:
-        assert set(TURN_START) <= _prepared(db)
+        assert set(NEW_FILE_TURN) <= _prepared(db)
+        assert set(TURN_START) - set(NEW_FILE_TURN) == {LEAF_FOLLOWS}, "no leaf chosen in a new file"
+        assert set(TURN_END) <= set(NEW_FILE_TURN), "made for a turn: its end too"
     finally:
         await db.close()
 
@@ -35,9 +37,11 @@ async def test_a_file_found_and_a_file_woken_open_with_it_too(tmp_path: Path) ->
     db = await SqliteDatabase.open(path)
     try:
         assert set(TURN_START) <= _prepared(db)
+        assert not set(TURN_END) & _prepared(db), "opened to be read, maybe: not the turn's end"
         assert await db.sleep()
         await db.wake()
         assert set(TURN_START) <= _prepared(db)
+        assert not set(TURN_END) & _prepared(db)
     finally:
         await db.close()
 
@@ -47,7 +51,7 @@ async def test_preparing_runs_none_of_them(tmp_path: Path) -> None:
     await (await SqliteDatabase.open(path)).close()
     conn = sqlite3.connect(path)
     try:
-        prepare_turn_start(conn)
+        prepare_turn_start(conn, NEW_FILE_TURN + TURN_START)
         assert conn.total_changes == 0
         assert not conn.in_transaction
         counts = [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
@@ -59,9 +63,10 @@ async def test_preparing_runs_none_of_them(tmp_path: Path) -> None:
 
 async def test_a_turn_starts_with_no_statement_of_its_own_to_prepare(tmp_path: Path) -> None:
     """What a fresh instance's first turn runs up to its first chunk, statement by statement, is
-    all in :data:`TURN_START`: the list is the turn's, not a guess."""
+    all in :data:`NEW_FILE_TURN`: the list is the turn's, not a guess."""
     db = await SqliteDatabase.open(tmp_path / "turn.sqlite3")
     assert db.conn is not None and db.conn._connection is not None
+    held = _prepared(db)
     ran: list[str] = []
     db.conn._connection.set_trace_callback(ran.append)
     try:
@@ -73,13 +78,94 @@ async def test_a_turn_starts_with_no_statement_of_its_own_to_prepare(tmp_path: P
         async with db.transaction() as tx:
             await tx.insert_stream("st", "s", "op", "op", "m2", False, 0, 2)
             await tx.append_chunks("st", ['{"type":"start"}'], 2)
+        assert _prepared(db) - held == {"BEGIN IMMEDIATE", "COMMIT"}  # (which SQLite prepares in no time)
     finally:
         db.conn._connection.set_trace_callback(None)
         await db.close()
-    # The trace shows each statement with its parameters in place: compared up to the first of them.
-    heads = [re.split(r"[?:]", " ".join(sql.split()))[0] for sql in TURN_START]
     written = [" ".join(s.split()) for s in ran if s.split()[0] in ("INSERT", "UPDATE")]
     assert {s.split(" (")[0].split(" SET")[0] for s in written} == {
-        "INSERT INTO sessions", "INSERT INTO operations", "UPDATE sessions", "INSERT INTO messages",
-        "UPDATE operations", "INSERT INTO streams", "INSERT INTO stream_chunks"}
-    assert [s for s in written if not any(s.startswith(head) for head in heads)] == []
+        "INSERT INTO sessions", "INSERT INTO operations", "INSERT INTO messages", "UPDATE operations",
+        "INSERT INTO streams", "INSERT INTO stream_chunks"}, "no leaf chosen by hand in a new file: none ended"
+
+
+async def test_a_found_file_starts_its_turn_with_no_statement_of_its_own_to_prepare(tmp_path: Path) -> None:
+    """The same in a file found there (or woken): it may have a leaf chosen by hand, so a message written
+    ends the choice, and that statement is prepared too."""
+    path = tmp_path / "found.sqlite3"
+    await (await SqliteDatabase.open(path)).close()
+    db = await SqliteDatabase.open(path)
+    assert db.conn is not None and db.conn._connection is not None
+    held = _prepared(db)
+    ran: list[str] = []
+    db.conn._connection.set_trace_callback(ran.append)
+    try:
+        async with db.transaction() as tx:
+            await tx.ensure_session("s", 1)
+            assert await tx.insert_operation("op", "s", "input", "client", "{}", "{}", 1)
+            assert await tx.insert_message("s", "m1", None, "user", '{"parts": []}', "op", 1)
+            assert await tx.start_operation("op", "m2", 1)
+        async with db.transaction() as tx:
+            await tx.insert_stream("st", "s", "op", "op", "m2", False, 0, 2)
+            await tx.append_chunks("st", ['{"type":"start"}'], 2)
+        assert _prepared(db) - held == {"BEGIN IMMEDIATE", "COMMIT"}  # (which SQLite prepares in no time)
+    finally:
+        db.conn._connection.set_trace_callback(None)
+        await db.close()
+    assert any(" ".join(s.split()).startswith("UPDATE sessions SET active_leaf = NULL") for s in ran)
+
+
+async def test_a_leaf_chosen_in_a_new_file_is_ended_by_the_next_message(tmp_path: Path) -> None:
+    """A new file skips ending a choice only while none was made: once a leaf is chosen by hand, the next
+    message written ends it, and the active path follows the newest message again."""
+    db = await SqliteDatabase.open(tmp_path / "chosen.sqlite3")
+    try:
+        async with db.transaction() as tx:
+            await tx.ensure_session("s", 1)
+            assert await tx.insert_message("s", "a", None, "user", '{"parts": []}', None, 1)
+            assert await tx.insert_message("s", "b", "a", "assistant", '{"parts": []}', None, 1)
+            assert await tx.insert_message("s", "c", "a", "assistant", '{"parts": []}', None, 1)
+        async with db.transaction() as tx:
+            await tx.set_active_leaf("s", "b", 2)
+        assert [r.id for r in await db.read.active_path("s")] == ["a", "b"]
+        async with db.transaction() as tx:
+            assert await tx.insert_message("s", "d", "c", "user", '{"parts": []}', None, 3)
+        assert [r.id for r in await db.read.active_path("s")] == ["a", "c", "d"]
+    finally:
+        await db.close()
+
+
+async def test_a_turns_last_transaction_has_no_statement_of_its_own_to_prepare(tmp_path: Path) -> None:
+    """What a new instance's first turn runs in its last transaction (its last chunks, the stream's end,
+    the answer, the settlement) was prepared when its file was made: the transaction prepares nothing
+    on the event loop."""
+    db = await SqliteDatabase.open(tmp_path / "end.sqlite3")
+    try:
+        async with db.transaction() as tx:
+            await tx.ensure_session("s", 1)
+            assert await tx.insert_operation("op", "s", "input", "client", '{"messages":[{"id":"m1"}]}', "{}", 1)
+            assert await tx.insert_message("s", "m1", None, "user", '{"parts": []}', "op", 1)
+            assert await tx.start_operation("op", "m2", 1)
+            await tx.insert_stream("st", "s", "op", "op", "m2", False, 0, 2)
+            await tx.append_chunks("st", ['{"type":"start"}'], 2)
+        held = _prepared(db)
+        async with db.transaction() as tx:
+            await tx.append_chunks("st", ['{"type":"finish"}'], 3)
+            await tx.finish_stream("st", "completed", 3)
+            assert await tx.insert_message("s", "m2", "m1", "assistant", '{"parts": []}', "op", 3)
+            assert await tx.settle_operation("op", "completed", "done", None, None, 3, 0)
+        assert _prepared(db) - held == set()
+        assert (await db.read.operation("op")) is not None
+    finally:
+        await db.close()
+
+
+async def test_a_new_file_woken_may_have_a_leaf_chosen_again(tmp_path: Path) -> None:
+    """Asleep, the file may have been written by another process (a tool): woken, it ends choices again."""
+    db = await SqliteDatabase.open(tmp_path / "woken.sqlite3")
+    try:
+        assert not db.leaf_chosen
+        assert await db.sleep()
+        await db.wake()
+        assert db.leaf_chosen
+    finally:
+        await db.close()

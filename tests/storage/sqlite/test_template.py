@@ -47,6 +47,31 @@ def test_a_file_that_is_there_is_never_replaced(tmp_path: Path) -> None:
     assert path.read_bytes() == b"somebody else's"
 
 
+def test_a_new_files_folder_is_made_when_there_is_none(tmp_path: Path) -> None:
+    path = tmp_path / "agents" / "chat" / "d.sqlite3"
+    assert create_from_template(path, MIGRATIONS)
+    assert _pragmas(path) == (SCHEMA_VERSION, "wal", 2, PAGE_SIZE)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["d.sqlite3"]
+
+
+async def test_where_files_cannot_be_linked_the_file_is_made_migration_by_migration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_links(src: object, dst: object) -> None:
+        raise PermissionError(1, "Operation not permitted")  # as a file system without hard links says
+
+    monkeypatch.setattr("think_server.storage.sqlite._template.os.link", no_links)
+    path = tmp_path / "e.sqlite3"
+    assert not create_from_template(path, MIGRATIONS)
+    assert list(tmp_path.iterdir()) == [], "nothing made, no staging file left"
+    db = await SqliteDatabase.open(path)
+    try:
+        async with db.transaction() as tx:
+            await tx.ensure_session("", 1)
+    finally:
+        await db.close()
+    assert _pragmas(path)[:2] == (SCHEMA_VERSION, "wal")
+
+
 async def test_opening_a_new_file_makes_it_from_the_template_and_it_works(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "c.sqlite3"
     db = await SqliteDatabase.open(path)
