@@ -87,6 +87,6 @@ class BigDeflate:
     def _keep(self, key: tuple[int, int, bytes], start: _Start) -> None:
         self._starts[key] = start
         self._bytes += len(start.head) + len(start.out)
-        while len(self._starts) > self._entries or self._bytes > self._max_bytes:
+        while self._starts and (len(self._starts) > self._entries or self._bytes > self._max_bytes):
             _, old = self._starts.popitem(last=False)
             self._bytes -= len(old.head) + len(old.out)
