@@ -61,10 +61,9 @@ async def test_preparing_runs_none_of_them(tmp_path: Path) -> None:
         conn.close()
 
 
-async def test_a_turn_starts_with_no_statement_of_its_own_to_prepare(tmp_path: Path) -> None:
-    """What a fresh instance's first turn runs up to its first chunk, statement by statement, is
-    all in :data:`NEW_FILE_TURN`: the list is the turn's, not a guess."""
-    db = await SqliteDatabase.open(tmp_path / "turn.sqlite3")
+async def _first_turn(db: SqliteDatabase) -> list[str]:
+    """A turn's start and first chunks on ``db`` (then closed), checked to prepare no statement of its
+    own; the statements it ran."""
     assert db.conn is not None and db.conn._connection is not None
     held = _prepared(db)
     ran: list[str] = []
@@ -82,6 +81,14 @@ async def test_a_turn_starts_with_no_statement_of_its_own_to_prepare(tmp_path: P
     finally:
         db.conn._connection.set_trace_callback(None)
         await db.close()
+    return ran
+
+
+async def test_a_turn_starts_with_no_statement_of_its_own_to_prepare(tmp_path: Path) -> None:
+    """What a fresh instance's first turn runs up to its first chunk, statement by statement, is
+    all in :data:`NEW_FILE_TURN`: the list is the turn's, not a guess."""
+    db = await SqliteDatabase.open(tmp_path / "turn.sqlite3")
+    ran = await _first_turn(db)
     written = [" ".join(s.split()) for s in ran if s.split()[0] in ("INSERT", "UPDATE")]
     assert {s.split(" (")[0].split(" SET")[0] for s in written} == {
         "INSERT INTO sessions", "INSERT INTO operations", "INSERT INTO messages", "UPDATE operations",
@@ -94,23 +101,7 @@ async def test_a_found_file_starts_its_turn_with_no_statement_of_its_own_to_prep
     path = tmp_path / "found.sqlite3"
     await (await SqliteDatabase.open(path)).close()
     db = await SqliteDatabase.open(path)
-    assert db.conn is not None and db.conn._connection is not None
-    held = _prepared(db)
-    ran: list[str] = []
-    db.conn._connection.set_trace_callback(ran.append)
-    try:
-        async with db.transaction() as tx:
-            await tx.ensure_session("s", 1)
-            assert await tx.insert_operation("op", "s", "input", "client", "{}", "{}", 1)
-            assert await tx.insert_message("s", "m1", None, "user", '{"parts": []}', "op", 1)
-            assert await tx.start_operation("op", "m2", 1)
-        async with db.transaction() as tx:
-            await tx.insert_stream("st", "s", "op", "op", "m2", False, 0, 2)
-            await tx.append_chunks("st", ['{"type":"start"}'], 2)
-        assert _prepared(db) - held == {"BEGIN IMMEDIATE", "COMMIT"}  # (which SQLite prepares in no time)
-    finally:
-        db.conn._connection.set_trace_callback(None)
-        await db.close()
+    ran = await _first_turn(db)
     assert any(" ".join(s.split()).startswith("UPDATE sessions SET active_leaf = NULL") for s in ran)
 
 
