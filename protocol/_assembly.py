@@ -127,11 +127,14 @@ class MessageAssembler:
         if part is None:
             raise AssemblyError(f"text-delta for id {part_id!r} without an open text-start")
         # Straight to the instance dict: `text` is already marked set by
-        # text-start, and popping the string first leaves it with a single
-        # reference so CPython can grow it in place. `d["text"] += delta`
-        # would copy the whole text on every token (quadratic).
+        # text-start. Its slot is emptied first so that the string is left
+        # with a single reference and CPython can grow it in place (`d["text"]
+        # += delta` would copy the whole text on every token: quadratic); the
+        # key keeps its place, so the part dumps in field order (type, text,
+        # state), as the AI SDK writes it and the hook sends it back.
         fields = part.__dict__
-        text = fields.pop("text")
+        text = fields["text"]
+        fields["text"] = ""
         text += delta
         fields["text"] = text
 
