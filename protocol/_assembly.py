@@ -59,6 +59,19 @@ from ._messages import (
 __all__ = ["MessageAssembler", "assemble"]
 
 
+def _grow(part: TextPart | ReasoningPart, delta: str) -> None:
+    """Add ``delta`` to a streaming part's text, straight in the instance dict (``text`` is marked
+    set already). Its slot is emptied first so that the string is left with a single reference and
+    CPython grows it in place (``part.text += delta`` copies the whole text at every token:
+    quadratic). The key keeps its place, so the part dumps in field order (type, text, state), as
+    the AI SDK writes it and the hook sends its copy back: the server recognises that copy by its bytes."""
+    fields = part.__dict__
+    text = fields["text"]
+    fields["text"] = ""
+    text += delta
+    fields["text"] = text
+
+
 class MessageAssembler:
     """Apply chunks one by one to an assistant message.
 
@@ -126,17 +139,7 @@ class MessageAssembler:
         part = self._open_text.get(part_id)
         if part is None:
             raise AssemblyError(f"text-delta for id {part_id!r} without an open text-start")
-        # Straight to the instance dict: `text` is already marked set by
-        # text-start. Its slot is emptied first so that the string is left
-        # with a single reference and CPython can grow it in place (`d["text"]
-        # += delta` would copy the whole text on every token: quadratic); the
-        # key keeps its place, so the part dumps in field order (type, text,
-        # state), as the AI SDK writes it and the hook sends it back.
-        fields = part.__dict__
-        text = fields["text"]
-        fields["text"] = ""
-        text += delta
-        fields["text"] = text
+        _grow(part, delta)
 
     def settle(self) -> None:
         """Make the message persistable after an abort, error or crash.
@@ -215,10 +218,7 @@ class MessageAssembler:
         part = self._open_reasoning.get(chunk.id)
         if part is None:
             raise AssemblyError(f"reasoning-delta for id {chunk.id!r} without an open reasoning-start")
-        fields = part.__dict__  # same in-place growth as the text-delta path in `apply`
-        text = fields.pop("text")
-        text += chunk.delta
-        fields["text"] = text
+        _grow(part, chunk.delta)
 
     def _reasoning_end(self, chunk: ReasoningEndChunk) -> None:
         part = self._open_reasoning.pop(chunk.id, None)

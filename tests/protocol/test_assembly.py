@@ -536,13 +536,17 @@ def test_a_streamed_text_dumps_in_the_order_the_ai_sdk_writes_it() -> None:
     """type, text, state: the order of the reference server's transcripts and of the hook's own copy
     of a message it streamed, which it sends back with every request. The server recognises a resent
     transcript by its bytes, so a part dumped in another order is decoded again at every turn."""
-    assembler = build('{"type":"start","messageId":"m"}', '{"type":"text-start","id":"t"}')
+    assembler = build('{"type":"start","messageId":"m"}', '{"type":"reasoning-start","id":"r"}',
+                      '{"type":"reasoning-delta","id":"r","delta":"Let me "}',
+                      '{"type":"reasoning-delta","id":"r","delta":"think."}', '{"type":"reasoning-end","id":"r"}',
+                      '{"type":"text-start","id":"t"}')
     assembler.text_delta("t", "Hel")
     assembler.apply(parse_chunk('{"type":"text-delta","id":"t","delta":"lo"}'))
     assembler.text_delta("t", "!")
     assembler.apply(parse_chunk('{"type":"text-end","id":"t"}'))
     assert dump_message_text(assembler.message) == (
-        '{"id":"m","role":"assistant","parts":[{"type":"text","text":"Hello!","state":"done"}]}')
+        '{"id":"m","role":"assistant","parts":[{"type":"reasoning","text":"Let me think.","state":"done"},'
+        '{"type":"text","text":"Hello!","state":"done"}]}')
 
 
 # ── partial JSON ────────────────────────────────────────────────────────────
