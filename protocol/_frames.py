@@ -473,6 +473,17 @@ _TRIGGERS: Final[frozenset[str]] = frozenset({"submit-message", "regenerate-mess
 _BODY: Final = "invalid chat request body"
 
 
+def resent_length(body: str, framed: tuple[Sequence[str], str]) -> int:
+    """How much of a body is the messages of the last transcript frame sent back as they were, whole
+    (``framed`` as :func:`parse_chat_request_body` takes it): what parsing it skips in one comparison."""
+    ids, text = framed
+    end = len(HOOK_BODY_START) + len(text)
+    if (ids and end < len(body) and body[end] in ",]" and body.startswith(HOOK_BODY_START)
+            and body.startswith(text, len(HOOK_BODY_START))):
+        return len(text)
+    return 0
+
+
 def _skip_sent_texts(body: str, sent: Sequence[tuple[str, int, int]],
                      framed: tuple[Sequence[str], str] = ((), "")) -> tuple[list[str], str]:
     """The ids of the body's first messages that are, character for character, the texts the
@@ -486,12 +497,12 @@ def _skip_sent_texts(body: str, sent: Sequence[tuple[str, int, int]],
     """
     pos = len(HOOK_BODY_START)
     ids: list[str] = []
-    framed_ids, frame = framed
-    end = pos + len(frame)
-    if framed_ids and end < len(body) and body[end] in ",]" and body.startswith(frame, pos):
-        ids.extend(framed_ids)
+    skipped = resent_length(body, framed)
+    if skipped:
+        ids.extend(framed[0])
+        end = pos + skipped
         pos = end + 1 if body[end] == "," else end
-        sent = sent[len(framed_ids):]
+        sent = sent[len(framed[0]):]
     for message_id, size, digest in sent:
         end = pos + size
         if end >= len(body) or body[end] not in ",]" or hash(body[pos:end]) != digest:
@@ -499,13 +510,6 @@ def _skip_sent_texts(body: str, sent: Sequence[tuple[str, int, int]],
         ids.append(message_id)
         pos = end + 1 if body[end] == "," else end
     return ids, body[pos:]
-
-
-def resent_length(body: str, framed: tuple[Sequence[str], str]) -> int:
-    """How much of a body is the messages of the last transcript frame sent back as they were
-    (``framed`` as :func:`parse_chat_request_body` takes it): what parsing it skips in one comparison."""
-    text = framed[1]
-    return len(text) if text and body.startswith(text, len(HOOK_BODY_START)) else 0
 
 
 def parse_chat_request_body(body: str, *, known: Callable[[str], bool] | None = None,
