@@ -1,7 +1,9 @@
 """One WebSocket connection: its lifecycle and its bounded send queue.
 
 Frames are serialized once by the caller and put on each connection's queue
-without awaiting; a writer task drains the queue to the socket. The queue is
+without awaiting; a writer task drains the queue to the socket. A frame for an idle
+writer (nothing queued, nothing being written) is sent at once, where the server
+can (``SEND_TEXT_NOW``): it would be the next to go anyway. The queue is
 bounded in frames and in bytes: a client too slow to keep up fills it and is
 closed with a code that makes it reconnect and resume, so it never grows the
 server's memory.
@@ -36,6 +38,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from ._wsprotocol import SEND_TEXT_NOW
 
 __all__ = ["CLOSE_TOO_SLOW", "MAX_PENDING_REPLAYS", "Connection", "ConnectionState", "Later", "Replay"]
 
@@ -130,6 +134,9 @@ class Connection:
         self._queue: collections.deque[_Item] = collections.deque()
         self._later_sizes: dict[int, int] = {}  # bytes counted for frames made while queued
         self._wakeup = asyncio.Event()
+        self._writing = False  # the writer holds an item it took off the queue
+        offer = (ws.scope.get("extensions") or {}).get(SEND_TEXT_NOW) or {}
+        self._send_now: Callable[[str], bool] | None = offer.get("send")
         self._closer: asyncio.Task[None] | None = None
         self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer:{connection_id}")
 
@@ -145,6 +152,8 @@ class Connection:
     def send(self, text: str) -> None:
         """Queue a frame; never blocks. Past either bound the connection is closed as too slow."""
         if self.state is not ConnectionState.OPEN:
+            return
+        if not self._queue and not self._writing and self._send_now is not None and self._send_now(text):
             return
         frames, queued = self.queued_frames + 1, self.queued_bytes + self._counted(text)
         if frames > self._max_frames or queued > self._max_bytes:
@@ -257,7 +266,12 @@ class Connection:
                     continue
                 # Not bound to a name here: a socket waiting for its next frame must not hold
                 # its last one (a transcript, say).
-                if not await self._write(self._queue.popleft()):
+                self._writing = True
+                try:
+                    written = await self._write(self._queue.popleft())
+                finally:
+                    self._writing = False
+                if not written:
                     await self._close_socket()
                     return
         except (WebSocketDisconnect, RuntimeError, OSError):

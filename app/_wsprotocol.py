@@ -12,6 +12,9 @@ It also compresses at zlib level 1 rather than the default 6: a chunk's frame th
 of the CPU for a frame some 10 % larger; with the 4 KB window uvicorn negotiates, higher levels find
 little more. A big message (a transcript) is compressed by zlib-ng on its own (``_ChatDeflate``),
 from where the last one like it left off (``BigDeflate``).
+
+And it lets the app send a text frame here and now, without a task (``SEND_TEXT_NOW``): see
+``ChatWebSocketProtocol.send_text_now``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.exceptions import InvalidState
 from websockets.extensions.base import Extension
 from websockets.extensions.permessage_deflate import PerMessageDeflate, ServerPerMessageDeflateFactory
 from websockets.frames import Frame, Opcode
@@ -29,7 +33,11 @@ from websockets.typing import ExtensionParameter
 
 from ._bigdeflate import BigDeflate
 
-__all__ = ["ChatWebSocketProtocol"]
+__all__ = ["SEND_TEXT_NOW", "ChatWebSocketProtocol"]
+
+#: The scope's extension under which a socket served here offers ``send_text_now`` to the app, as its
+#: ``send`` (an app served by another server finds none, and sends through ASGI's ``send``).
+SEND_TEXT_NOW = "think.send_text_now"
 
 #: A message this long (bytes) is compressed on its own by zlib-ng (see _ChatDeflate); below it, a
 #: fresh compressor costs more than it saves (measured: about even at 3 KB).
@@ -80,6 +88,29 @@ class ChatWebSocketProtocol(WebSocketsSansIOProtocol):
         if self.conn.available_extensions:  # uvicorn's own offer (ws_per_message_deflate), at level 1
             self.conn.available_extensions = [_ChatDeflateFactory(
                 server_max_window_bits=12, client_max_window_bits=12, compress_settings={"memLevel": 5, "level": 1})]
+
+    def handle_connect(self, event: Any) -> None:
+        super().handle_connect(event)
+        extensions = self.scope.get("extensions")
+        if extensions is not None:
+            extensions[SEND_TEXT_NOW] = {"send": self.send_text_now}
+
+    def send_text_now(self, text: str) -> bool:
+        """Send a text frame at once, as ASGI's ``websocket.send`` would, if that would not wait:
+        the socket accepted, open, and its transport not paused (a client that does not read).
+        False, and nothing sent, otherwise: the caller sends it through ASGI (which waits, or
+        raises the disconnect). A paced chunk went through a writer task and five coroutines to
+        get here (Starlette's, uvicorn's), awaiting nothing on the way: about 10 us of a chunk's
+        CPU."""
+        if (not self.handshake_complete or self.disconnected or self.close_sent or self.initial_response is not None
+                or not self.writable.is_set()):
+            return False
+        try:
+            self.conn.send_text(text.encode())
+        except InvalidState:
+            return False
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        return True
 
     def handle_text(self, event: Frame) -> None:
         super().handle_text(event)

@@ -1,0 +1,131 @@
+"""A connection's send queue: a frame for an idle writer goes out at once, where the socket offers it,
+and never overtakes one queued or being written before it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from tests.app.test_thinkchat import url
+from tests.conftest import Client, chat_request, is_done
+from think_server.app._connection import Connection, Later
+from think_server.app._wsprotocol import SEND_TEXT_NOW, ChatWebSocketProtocol
+
+
+class _Socket:
+    """What a Connection uses of Starlette's WebSocket, with the server's offer to send at once;
+    ``paused`` stands for a transport that stopped writing (the offer declines), ``gate`` for an ASGI
+    send that waits."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+        self.paused = False
+        self.gate: asyncio.Event | None = None
+        self.scope = {"extensions": {SEND_TEXT_NOW: {"send": self._send_now}}}
+
+    def _send_now(self, text: str) -> bool:
+        if self.paused:
+            return False
+        self.sent.append(("now", text))
+        return True
+
+    async def send_text(self, text: str) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        self.sent.append(("asgi", text))
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.sent.append(("close", str(code)))
+
+
+def _connection(ws: _Socket) -> Connection:
+    return Connection(cast(Any, ws), "c1")
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_a_frame_for_an_idle_writer_is_sent_at_once() -> None:
+    ws = _Socket()
+    conn = _connection(ws)
+    conn.send("a")
+    conn.send("b")
+    assert ws.sent == [("now", "a"), ("now", "b")]  # before any await: no task on the way
+    assert conn.queued_frames == 0
+    conn.close()
+    await _settle()
+    assert ws.sent[-1] == ("close", "1000")
+
+
+async def test_a_paused_socket_queues_and_the_writer_sends_in_order() -> None:
+    ws = _Socket()
+    ws.paused = True
+    conn = _connection(ws)
+    conn.send("a")
+    conn.send("b")
+    assert ws.sent == [] and conn.queued_frames == 2
+    ws.paused = False
+    conn.send("c")  # two queued before it: it waits its turn
+    await _settle()
+    assert ws.sent == [("asgi", "a"), ("asgi", "b"), ("asgi", "c")]
+    conn.send("d")  # the queue drained, the writer idle again
+    assert ws.sent[-1] == ("now", "d")
+    conn.close()
+    await _settle()
+
+
+async def test_a_frame_never_overtakes_the_one_being_written() -> None:
+    ws = _Socket()
+    ws.paused = True
+    ws.gate = asyncio.Event()
+    conn = _connection(ws)
+    conn.send("a")
+    await _settle()  # the writer took "a" and waits in its send: the queue is empty
+    ws.paused = False
+    conn.send("b")
+    assert ws.sent == []
+    ws.gate.set()
+    await _settle()
+    assert ws.sent == [("asgi", "a"), ("asgi", "b")]
+    conn.close()
+    await _settle()
+
+
+async def test_a_frame_still_being_made_keeps_its_place() -> None:
+    ws = _Socket()
+    conn = _connection(ws)
+    made: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    conn.send_later(Later(made))
+    conn.send("after")
+    await _settle()
+    assert ws.sent == []
+    made.set_result("transcript")
+    await _settle()
+    assert ws.sent == [("asgi", "transcript"), ("asgi", "after")]
+    conn.close()
+    await _settle()
+
+
+async def test_the_server_sends_a_turns_frames_at_once_and_in_order(serve, monkeypatch) -> None:
+    """On the real server, the chunks of a turn go out through the socket's offer (no writer task),
+    and the client reads each once, in order (its end may queue behind a frame still being made)."""
+    sent_now: list[str] = []
+    send_text_now = ChatWebSocketProtocol.send_text_now
+
+    def counted(self: ChatWebSocketProtocol, text: str) -> bool:
+        ok = send_text_now(self, text)
+        if ok:
+            sent_now.append(text)
+        return ok
+
+    monkeypatch.setattr(ChatWebSocketProtocol, "send_text_now", counted)
+    srv = await serve()
+    c = await Client.open(url(srv, "send-now"))
+    rid, frame, _ = chat_request("hi")
+    await c.send(frame)
+    await c.wait_for(is_done(rid), timeout=30)
+    assert [t for t in c.raw if t in set(sent_now)] == sent_now  # each read once, in the order sent
+    assert sum(rid in t for t in sent_now) >= 3  # the turn's chunks, not only its end
+    await c.close()
