@@ -37,11 +37,11 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from starlette.types import Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ._wsprotocol import SEND_TEXT_NOW
-
-__all__ = ["CLOSE_TOO_SLOW", "MAX_PENDING_REPLAYS", "Connection", "ConnectionState", "Later", "Replay"]
+__all__ = ["CLOSE_TOO_SLOW", "MAX_PENDING_REPLAYS", "SEND_TEXT_NOW", "Connection", "ConnectionState", "Later",
+           "Replay", "withdraw_if_wrapped"]
 
 log = logging.getLogger("think_server.connection")
 
@@ -59,6 +59,21 @@ _REPLAY_YIELD_EVERY = 64
 # The close handshake of a socket may not take longer: a client that does not read
 # never lets the close frame through.
 _CLOSE_TIMEOUT_S = 5.0
+
+
+#: The scope's extension under which the socket's server (app/_wsprotocol.py) offers to send a text
+#: frame at once: ``{"send": send_text_now, "asgi_send": the ASGI send it stands in for}``. An app
+#: served by another server finds none, and sends through ASGI's ``send``.
+SEND_TEXT_NOW = "think.send_text_now"
+
+
+def withdraw_if_wrapped(scope: Scope, send: Send) -> None:
+    """Withdraw the offer to send at once from a socket whose ASGI ``send`` reached the app wrapped
+    (a middleware that filters, logs or counts frames): every frame must go through it."""
+    extensions = scope.get("extensions") or {}
+    offer = extensions.get(SEND_TEXT_NOW)
+    if offer is not None and offer.get("asgi_send") != send:
+        del extensions[SEND_TEXT_NOW]
 
 
 class ConnectionState(enum.Enum):

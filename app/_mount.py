@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 from think_server.harness import Harness
 
 from ._close import close_reason
+from ._connection import withdraw_if_wrapped
 from ._wirestream import error_frame
 
 __all__ = ["NOT_STARTED", "Serving", "ThinkApp", "route_path"]
@@ -116,6 +117,8 @@ class ThinkApp(Starlette):
         if self.serving is not Serving.SERVING and scope["type"] != "lifespan":
             await self._refuse(scope, receive, send)
             return
+        if scope["type"] == "websocket":
+            withdraw_if_wrapped(scope, send)
         await super().__call__(scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:

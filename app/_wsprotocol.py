@@ -32,12 +32,9 @@ from websockets.frames import Frame, Opcode
 from websockets.typing import ExtensionParameter
 
 from ._bigdeflate import BigDeflate
+from ._connection import SEND_TEXT_NOW
 
-__all__ = ["SEND_TEXT_NOW", "ChatWebSocketProtocol"]
-
-#: The scope's extension under which a socket served here offers ``send_text_now`` to the app, as its
-#: ``send`` (an app served by another server finds none, and sends through ASGI's ``send``).
-SEND_TEXT_NOW = "think.send_text_now"
+__all__ = ["ChatWebSocketProtocol"]
 
 #: A message this long (bytes) is compressed on its own by zlib-ng (see _ChatDeflate); below it, a
 #: fresh compressor costs more than it saves (measured: about even at 3 KB).
@@ -93,7 +90,7 @@ class ChatWebSocketProtocol(WebSocketsSansIOProtocol):
         super().handle_connect(event)
         extensions = self.scope.get("extensions")
         if extensions is not None:
-            extensions[SEND_TEXT_NOW] = {"send": self.send_text_now}
+            extensions[SEND_TEXT_NOW] = {"send": self.send_text_now, "asgi_send": self.send}
 
     def send_text_now(self, text: str) -> bool:
         """Send a text frame at once, as ASGI's ``websocket.send`` would, if that would not wait:
@@ -101,7 +98,8 @@ class ChatWebSocketProtocol(WebSocketsSansIOProtocol):
         False, and nothing sent, otherwise: the caller sends it through ASGI (which waits, or
         raises the disconnect). A paced chunk went through a writer task and five coroutines to
         get here (Starlette's, uvicorn's), awaiting nothing on the way: about 10 us of a chunk's
-        CPU."""
+        CPU. The offer names the ASGI ``send`` it stands in for: an app that was handed another
+        (a middleware's, which must see every frame) withdraws it (``withdraw_if_wrapped``)."""
         if (not self.handshake_complete or self.disconnected or self.close_sent or self.initial_response is not None
                 or not self.writable.is_set()):
             return False

@@ -8,8 +8,8 @@ from typing import Any, cast
 
 from tests.app.test_thinkchat import url
 from tests.conftest import Client, chat_request, is_done
-from think_server.app._connection import Connection, Later
-from think_server.app._wsprotocol import SEND_TEXT_NOW, ChatWebSocketProtocol
+from think_server.app._connection import SEND_TEXT_NOW, Connection, Later, withdraw_if_wrapped
+from think_server.app._wsprotocol import ChatWebSocketProtocol
 
 
 class _Socket:
@@ -21,7 +21,10 @@ class _Socket:
         self.sent: list[tuple[str, str]] = []
         self.paused = False
         self.gate: asyncio.Event | None = None
-        self.scope = {"extensions": {SEND_TEXT_NOW: {"send": self._send_now}}}
+        self.scope = {"extensions": {SEND_TEXT_NOW: {"send": self._send_now, "asgi_send": self.asgi_send}}}
+
+    async def asgi_send(self, message: dict[str, Any]) -> None:
+        raise AssertionError("not used: the Connection sends through send_text")
 
     def _send_now(self, text: str) -> bool:
         if self.paused:
@@ -104,6 +107,29 @@ async def test_a_frame_still_being_made_keeps_its_place() -> None:
     made.set_result("transcript")
     await _settle()
     assert ws.sent == [("asgi", "transcript"), ("asgi", "after")]
+    conn.close()
+    await _settle()
+
+
+async def test_an_app_handed_a_wrapped_send_withdraws_the_offer() -> None:
+    """A middleware that wraps ASGI's send (to filter, log or count frames) sees every frame: the offer
+    stands only for the socket's own send. (tests/testing/test_check.py's broken servers are such
+    middlewares, on the real server: a chunk they drop never reaches the client.)"""
+    ws = _Socket()
+    withdraw_if_wrapped(ws.scope, ws.asgi_send)
+    assert SEND_TEXT_NOW in ws.scope["extensions"]
+
+    async def wrapped(message: Any) -> None:
+        await ws.asgi_send(message)
+
+    withdraw_if_wrapped(ws.scope, wrapped)
+    assert SEND_TEXT_NOW not in ws.scope["extensions"]
+    conn = _connection(ws)
+    ws.gate = None
+    conn.send("a")
+    assert ws.sent == []  # queued for the writer, which sends through ASGI
+    await _settle()
+    assert ws.sent == [("asgi", "a")]
     conn.close()
     await _settle()
 
