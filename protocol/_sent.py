@@ -58,7 +58,8 @@ def load_request_frame(text: str, sent: SentText) -> tuple[Any, tuple[int, int]]
         end = start + len(sent.escaped)
         rest, after = scanstring(text, end)  # the escapes skipped were whole: the rest starts afresh
         span = (start, end)
-        return HOOK_BODY_START + sent.plain + rest, after
+        # One copy: a + b + c makes the quarter-megabyte a + b, then copies it again.
+        return "".join((HOOK_BODY_START, sent.plain, rest)), after
 
     def init(name: str, pos: int) -> tuple[Any, int] | None:
         return walk_object(text, pos, body) if name == "init" and text.startswith("{", pos) else None
