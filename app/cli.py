@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import gc
 import importlib
-import importlib.util
 import ipaddress
 import logging
 import os
@@ -210,16 +209,14 @@ def main(argv: Sequence[str] | None = None, *, commands: Sequence[Command] = ())
     # refused by the app first, with a clear frame (uvicorn does not count WebSocket upgrades).
     # Logging is ours (configure_logging): uvicorn given a level would set its loggers again.
     # ws: uvicorn's own sans-I/O WebSocket protocol, without the last frame it would keep per socket.
-    # loop: uvloop (a dependency, but on Windows), chosen by the figures: the same code on either loop
-    # (bench kit, 6 December 2026) spent 167 -> 133 us of CPU per paced chunk and 2.36 -> 1.77 ms to a
-    # turn's first chunk. http fixed to h11: uvicorn's "auto" would switch to httptools wherever it
-    # happens to be installed (the bench extra brings it), so the server tested, measured and shipped
-    # would differ. http: h11 with a deadline on each request head and a cap per client address (app/_httpprotocol.py);
+    # loop/http fixed: uvicorn's "auto" would switch to uvloop and httptools wherever they happen to
+    # be installed (the bench extra brings them), so the server tested, measured and shipped differ.
+    # http: h11 with a deadline on each request head and a cap per client address (app/_httpprotocol.py);
     # heads of at most 16 KiB, kept-alive connections idle 5 s at most (uvicorn's defaults, said here).
     # proxy_headers off: the app reads X-Forwarded-* itself (app/_guard.py), after judging the real peer.
     edge = HttpEdge(settings.header_timeout_s, settings.max_http_connections_per_address,
                     on_refusal=lambda reason: app.state.metrics.refusals.labels(reason).inc())
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=None, loop=event_loop(),
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=None, loop="asyncio",
                             http=edge.protocol(), h11_max_incomplete_event_size=MAX_HEAD_BYTES, timeout_keep_alive=5,
                             proxy_headers=False,
                             ws=ChatWebSocketProtocol, ws_max_size=settings.websocket_max_size, log_config=None,
@@ -248,12 +245,6 @@ def _ready_line(settings: Settings, agents: Mapping[str, Agent], target: str | N
     model = settings.model or ("the demo script (offline)" if not target else "each agent's own")
     return (f"think-server ready: http://{host}:{settings.port}/ (agents: {names}; model: {model}; "
             f"data: {store_location(settings.data_dir, settings.database_url)})")
-
-
-def event_loop() -> str:
-    """The event loop the server runs on, as uvicorn names it: uvloop where it is installed (the
-    project depends on it, but on Windows, which it does not support), else asyncio's own."""
-    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
 
 
 class _Server(uvicorn.Server):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from websockets.asyncio.client import connect
 
-from tests.conftest import chat_request, free_port, is_done
+from tests.conftest import free_port
 from tests.serverproc import ROOT, ServerProcess
 
 
@@ -81,25 +81,6 @@ async def test_one_ready_line_and_no_socket_traffic_under_uvicorn_error(tmp_path
     ready = [line for line in lines if "think-server ready:" in line]
     assert len(ready) == 1 and f"http://127.0.0.1:{server.port}/" in ready[0] and "agents: my-agent" in ready[0]
     assert not [line for line in lines if "uvicorn.error" in line], lines
-
-
-async def test_the_server_runs_on_uvloop(tmp_path: Path) -> None:
-    """The command line's loop is uvloop (app/cli.py, chosen by the figures): uvicorn imports it only
-    to run on it, so the process's mapped files name its extension module; and a turn streams on it."""
-    server = ServerProcess(app="tests.conformance_app:agents", data_dir=tmp_path / "data",
-                           log_path=tmp_path / "server.log")
-    await server.start()
-    try:
-        assert server.proc is not None
-        maps = Path(f"/proc/{server.proc.pid}/maps").read_text()
-        assert "/uvloop/loop." in maps, "uvloop is not loaded"
-        async with connect(f"{server.ws_base}/agents/my-agent/uv") as ws:
-            rid, frame, _ = chat_request("hi")
-            await ws.send(json.dumps(frame))
-            while not is_done(rid)(json.loads(await asyncio.wait_for(ws.recv(), 30))):
-                pass
-    finally:
-        server.stop()
 
 
 def test_a_model_script_that_does_not_exist_stops_the_server_naming_the_file(tmp_path: Path) -> None:
