@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -349,10 +348,12 @@ def cli_server(tmp_path: Path, *args: str, env: dict[str, str] | None = None) ->
         proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:
+        # Listening is its own ready line, not a connection to the port: a free port can be taken by
+        # another test's server meanwhile (two workers), which would answer for it.
         for _ in range(400):
             if proc.poll() is not None:
                 pytest.fail(f"the server exited with {proc.returncode}:\n{log.read_text()}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            if any("think-server ready:" in line and f":{port}/" in line for line in log.read_text().splitlines()):
                 break
             time.sleep(0.05)
         else:
