@@ -92,6 +92,14 @@ class ChatWebSocketProtocol(WebSocketsSansIOProtocol):
         if extensions is not None:
             extensions[SEND_TEXT_NOW] = {"send": self.send_text_now, "asgi_send": self.send}
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        # The offer refers back to this protocol from its own scope: a cycle, which left every closed
+        # socket (its parser, its zlib streams) for the cycle collector's oldest generation to find.
+        scope = getattr(self, "scope", None)  # made by handle_connect: none for a socket lost before
+        if scope is not None:
+            (scope.get("extensions") or {}).pop(SEND_TEXT_NOW, None)
+        super().connection_lost(exc)
+
     def send_text_now(self, text: str) -> bool:
         """Send a text frame at once, as ASGI's ``websocket.send`` would, if that would not wait:
         the socket accepted, open, and its transport not paused (a client that does not read).

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import weakref
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -39,6 +42,30 @@ async def test_an_idle_socket_keeps_no_payload_of_its_last_request(serve) -> Non
     kept = max(_payload_size(v) for v in _parser_values(sockets[0].conn.parser))
     assert kept < BIG, f"the idle socket's parser holds {kept} bytes of the last frame"
     await c.close()
+
+
+async def test_a_closed_socket_is_freed_without_the_cycle_collector(serve) -> None:
+    """The offer to send at once (``SEND_TEXT_NOW``) refers back to the protocol from its own scope;
+    it is withdrawn when the connection is lost, so a closed socket (its parser, its zlib streams)
+    is freed at once, not left for the collector's oldest generation."""
+    srv = await serve()
+    c = await Client.open(url(srv, "freed"))
+    rid, frame, _ = chat_request("hi")
+    await c.send(frame)
+    await c.wait_for(is_done(rid), timeout=30)
+    [protocol] = [p for p in srv.server.server_state.connections if isinstance(p, ChatWebSocketProtocol)]
+    ref = weakref.ref(protocol)
+    del protocol
+    gc.disable()
+    try:
+        await c.close()
+        for _ in range(200):
+            if ref() is None:
+                break
+            await asyncio.sleep(0.02)
+        assert ref() is None, "the closed socket's protocol is still alive"
+    finally:
+        gc.enable()
 
 
 async def test_frames_are_compressed_at_level_one(serve) -> None:
