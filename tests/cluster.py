@@ -261,10 +261,14 @@ async def start_cluster(where: Path, database_url: str, *, nodes: int = 3, app: 
                                   **(node_env or {}).get(name, {})})
         if log_level is not None:
             members[name].log_level = log_level
-    config, stats, port = where / "haproxy.cfg", where / "haproxy.sock", port or free_port()
-    config.write_text(config_for(SHIPPED_CONFIG.read_text(), port=port,
-                                 nodes={n.name: n.port for n in members.values()}, stats_socket=stats))
-    proxy = HAProxy(binary, config, port, stats, where / "haproxy.log")
+    config, stats, chosen = where / "haproxy.cfg", where / "haproxy.sock", port is None
+
+    def configure(proxy_port: int) -> int:
+        config.write_text(config_for(SHIPPED_CONFIG.read_text(), port=proxy_port,
+                                     nodes={n.name: n.port for n in members.values()}, stats_socket=stats))
+        return proxy_port
+
+    proxy = HAProxy(binary, config, configure(port or free_port()), stats, where / "haproxy.log")
     cluster = Cluster(members, proxy, database_url)
     if started is not None:
         started.append(cluster)
@@ -272,7 +276,15 @@ async def start_cluster(where: Path, database_url: str, *, nodes: int = 3, app: 
         # All at once, as a deployment starts them: the schema is migrated under a lock, once.
         await asyncio.gather(*(node.start() for node in members.values()))
         await asyncio.gather(*(node.ready() for node in members.values()))
-        await proxy.start()
+        for attempt in range(3):
+            if chosen:  # chosen now, not before the nodes' start: another test may have taken it since
+                proxy.port = configure(free_port())
+            try:
+                await proxy.start()
+                break
+            except AssertionError as exc:
+                if not chosen or "Address already in use" not in str(exc) or attempt == 2:
+                    raise
         await cluster.wait_up()
     except BaseException:
         if started is None:
