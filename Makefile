@@ -159,8 +159,8 @@ soak: $(STAMP)
 # next to its target; then the failover time after a SIGKILL (tests/bench/failover.py); last, issue 32's
 # table from that run, each row beside its target with a verdict (tests/bench/targets.py). Raw figures and the
 # whole output go to test-artifacts/bench/. `make bench QUICK=1`: small sizes, a few minutes.
-# The bench extra adds psutil, uvloop and httptools (the baselines run on them; our server stays on
-# asyncio and h11, as shipped: app/cli.py fixes them).
+# The bench extra adds psutil and uvloop (the baselines run on uvloop and httptools; our server stays on
+# asyncio's loop, as shipped: app/cli.py fixes it).
 REPS ?= 3
 QUICK ?=
 $(BENCH_STAMP): pyproject.toml constraints.txt

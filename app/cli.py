@@ -35,7 +35,7 @@ from think_server.storage import (
 )
 
 from ._asgi import create_app
-from ._httpprotocol import MAX_HEAD_BYTES, HttpEdge
+from ._httpprotocol import HttpEdge
 from ._logging import configure_logging
 from ._telemetry import setup_tracing
 from ._wsprotocol import ChatWebSocketProtocol
@@ -209,15 +209,15 @@ def main(argv: Sequence[str] | None = None, *, commands: Sequence[Command] = ())
     # refused by the app first, with a clear frame (uvicorn does not count WebSocket upgrades).
     # Logging is ours (configure_logging): uvicorn given a level would set its loggers again.
     # ws: uvicorn's own sans-I/O WebSocket protocol, without the last frame it would keep per socket.
-    # loop/http fixed: uvicorn's "auto" would switch to uvloop and httptools wherever they happen to
-    # be installed (the bench extra brings them), so the server tested, measured and shipped differ.
-    # http: h11 with a deadline on each request head and a cap per client address (app/_httpprotocol.py);
-    # heads of at most 16 KiB, kept-alive connections idle 5 s at most (uvicorn's defaults, said here).
+    # loop fixed: uvicorn's "auto" would switch to uvloop wherever it happens to be installed (the bench
+    # extra brings it), so the server tested, measured and shipped would differ.
+    # http: httptools with a deadline on each request head and a cap per client address (app/_httpprotocol.py);
+    # heads of at most 16 KiB, kept-alive connections idle 5 s at most (uvicorn's default, said here).
     # proxy_headers off: the app reads X-Forwarded-* itself (app/_guard.py), after judging the real peer.
     edge = HttpEdge(settings.header_timeout_s, settings.max_http_connections_per_address,
                     on_refusal=lambda reason: app.state.metrics.refusals.labels(reason).inc())
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=None, loop="asyncio",
-                            http=edge.protocol(), h11_max_incomplete_event_size=MAX_HEAD_BYTES, timeout_keep_alive=5,
+                            http=edge.protocol(), timeout_keep_alive=5,
                             proxy_headers=False,
                             ws=ChatWebSocketProtocol, ws_max_size=settings.websocket_max_size, log_config=None,
                             timeout_graceful_shutdown=10, limit_concurrency=app.state.fd_budget.max_connections)

@@ -236,3 +236,34 @@ async def test_a_websocket_upgrade_does_not_keep_its_http_slot(server) -> None:
     assert (await seventh.closed_by_server()).startswith(b"HTTP/1.1 503 "), "five HTTP connections are still open"
     for raw in holding:
         await served_at_last(raw)
+
+
+async def test_a_head_past_16_kib_gets_431_and_a_big_one_within_it_is_served(server) -> None:
+    srv = await server()
+    raw = await Raw.open(srv.port)
+    raw.write(HEAD + b"x-big: " + b"a" * 15_000 + b"\r\n\r\n")  # within the bound: served
+    answer = await raw.response()
+    assert answer.startswith(b"HTTP/1.1 200 "), answer
+    raw.write(HEAD + b"x-big: " + b"a" * (17 * 1024))  # the next head, past it and not even ended
+    got = await raw.closed_by_server()
+    assert got.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), got
+    assert b"over 16384 bytes" in got and b"connection: close" in got.lower(), got
+    assert srv.alive
+
+
+async def test_a_request_needs_one_host(server) -> None:
+    srv = await server()
+    for head in (b"GET /healthz HTTP/1.1\r\n\r\n",  # none, in HTTP/1.1
+                 HEAD + b"host: evil.example\r\n\r\n",  # two: which one the guard would judge is not to guess
+                 b"GET /agents/assistant/two-hosts HTTP/1.1\r\nhost: 127.0.0.1\r\nhost: evil.example\r\n"
+                 b"connection: upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\n"
+                 b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"):  # a socket's upgrade alike
+        raw = await Raw.open(srv.port)
+        raw.write(head)
+        got = await raw.closed_by_server()
+        assert got.startswith(b"HTTP/1.1 400 Bad Request\r\n"), (head, got)
+        assert got.endswith(b"a request has at most one Host header, and an HTTP/1.1 request exactly one"), got
+    raw = await Raw.open(srv.port)
+    raw.write(b"GET /healthz HTTP/1.0\r\n\r\n")  # HTTP/1.0 had no Host: served
+    assert (await raw.closed_by_server()).startswith(b"HTTP/1.1 200 ")
+    assert srv.alive

@@ -27,7 +27,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from tests.conftest import free_port
 from think_server.app import Settings, create_app
-from think_server.app._httpprotocol import MAX_HEAD_BYTES, HttpEdge
+from think_server.app._httpprotocol import HttpEdge
 from think_server.harness import Agent
 
 T = TypeVar("T")
@@ -51,12 +51,12 @@ class LiveServer:
         # As think_server.app.cli runs it, with the WebSocket layer's own cap on a message, but no keepalive pings:
         # a ping's payload comes from the global `random`, and Hypothesis, generating a case in the
         # test's thread meanwhile, would take that for its strategy using `random`. HTTP as the CLI
-        # serves it too: its h11 protocol (head deadline, cap per address), and uvicorn's own proxy
+        # serves it too: its httptools protocol (head deadline, cap per address), and uvicorn's own proxy
         # headers off, so that the app's guard judges X-Forwarded-Host by the real peer.
         edge = HttpEdge(self.settings.header_timeout_s, self.settings.max_http_connections_per_address)
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
                                 ws_max_size=self.settings.websocket_max_size, ws_ping_interval=None,
-                                http=edge.protocol(), h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+                                http=edge.protocol(),
                                 timeout_keep_alive=5, proxy_headers=False,
                                 limit_concurrency=self.app.state.fd_budget.max_connections)
         self._server = uvicorn.Server(config)

@@ -84,7 +84,7 @@ def refused_hosts(draw: st.DrawFn) -> str:
             "%6cocalhost", "l\u043ecalhost", "x" * 3000 + ".example", "local host", "localhost evil.example",
         ]))
     if kind == "garbage":
-        # "g": never an IP literal, never localhost; the rest anything h11 lets through.
+        # "g": never an IP literal, never localhost; the rest anything the HTTP parser lets through.
         return "g" + draw(_garbage.filter(lambda s: "localhost" not in s.lower()))
     tld = draw(st.sampled_from(["example", "com", "nip.io", "evil", "localhost.evil", "localdomain", "internal"]))
     name = _odd_case(draw, ".".join([*draw(st.lists(_label, min_size=1, max_size=2)), tld]))

@@ -9,7 +9,7 @@ size (up to twice ``THINK_MAX_FRAME_BYTES``, 64 KiB here, and right at it) and f
 the limit with nothing sent), on a connection kept alive or closed. The oracle, from README:
 
 - a host the server does not answer for (or a trusted proxy's ``X-Forwarded-Host``, by its last
-  value) gets 421 (a head h11 cannot take, 400); a foreign ``Origin`` 403, on every route, and so
+  value) gets 421 (a head the edge cannot take, 400); a foreign ``Origin`` 403, on every route, and so
   does a ``Sec-Fetch-Site`` of ``cross-site``/``same-site`` on a method that changes state;
 - on the JSON routes (all but ``PUT .../files/{path}``) a body whose ``Content-Type`` is not JSON,
   or that has none and is not empty, gets 415; a body past the limit 413, with ``Connection: close``,
@@ -278,7 +278,7 @@ class Edge:
         event(f"body {case.framing.kind}{', kept alive' if case.keep_alive else ''}")
         assert answer.status < 500, (answer.status, answer.body[:500])
         refusals = case.refusals()
-        if case.host is None:  # a head h11 refuses (no Host, or two)
+        if case.host is None:  # a head the edge refuses (no Host, or two: app/_httpprotocol.py)
             assert answer.status == 400, answer.status
         elif refusals:
             event(f"refused by {sorted(refusals)}")

@@ -12,7 +12,7 @@ Built-in targets
   ours           this project's server: python -m think_server serve --app tests.conformance_app:agents
                  (cwd: the project root; the venv's python; THINK_MAX_NEW_INSTANCES_PER_MINUTE=0,
                  as every instance comes from one loopback address). It runs on asyncio's loop
-                 and h11 whatever is installed (app/cli.py), as the Docker image does.
+                 and httptools whatever is installed (app/cli.py), as the Docker image does.
   ours-pg        the same on PostgreSQL (tests/bench/pgserve.py: a throwaway cluster with production's
                  settings, on disk under the target's state dir, started as a child of the target so
                  the database's CPU counts as the server's, as SQLite's does)
