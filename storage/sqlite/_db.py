@@ -41,7 +41,7 @@ from ._schedules import SqliteScheduleReads, SqliteScheduleWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._search import SqliteSearchReads
 from ._sessions import SqliteSessionReads, SqliteSessionWrites
-from ._streams import SqliteStreamReads, SqliteStreamWrites, append_alone
+from ._streams import Place, SqliteStreamReads, SqliteStreamWrites, append_alone
 from ._template import NEW_FILE_PRAGMA, create_from_template, migration_script
 from ._tool_calls import SqliteToolCallReads, SqliteToolCallWrites
 from ._workspace import SqliteWorkspaceReads, SqliteWorkspaceWrites
@@ -184,6 +184,10 @@ class SqliteDatabase(Database):
         self.lease: Lease | None = None
         #: When the WAL is due a checkpoint (counted at each commit), and the one under way.
         self.checkpoints = Checkpoints(path, self.checkpoint)
+        #: Where each stream's next lone batch goes (``append_now``), as the last one it wrote said. Forgotten
+        #: at each transaction (which may append, or delete), so a stale place is rare; one is harmless
+        #: (``_streams.append_alone`` looks the place up when the key or the stream says it is stale).
+        self._next_places: dict[str, Place] = {}
 
     @property
     def asleep(self) -> bool:
@@ -271,6 +275,8 @@ class SqliteDatabase(Database):
         """One state change: everything inside commits together or not at all."""
         async with self._lock:
             self.fresh = False
+            if self._next_places:
+                self._next_places.clear()
             conn = self.conn or await self.wake()
             if conn.in_transaction:
                 # A COMMIT that failed without SQLite rolling back (it does for a full disk
@@ -322,8 +328,14 @@ class SqliteDatabase(Database):
         if (not bodies or conn is None or self._faulty is not None or self._lock.locked()
                 or conn.in_transaction or not isinstance(conn, LaneConnection)):
             return False
-        ran, done = conn.run_now(functools.partial(append_alone, stream_id=stream_id, bodies=bodies, now=now))
-        if ran and done:
+        ran, appended = conn.run_now(functools.partial(append_alone, stream_id=stream_id, bodies=bodies, now=now,
+                                                       at=self._next_places.get(stream_id)))
+        if ran and appended is not None and appended[0]:
+            place = appended[1]
+            if place is None:
+                self._next_places.pop(stream_id, None)
+            else:
+                self._next_places[stream_id] = place
             self.fresh = False
             self.checkpoints.committed()  # a commit as a transaction's: the WAL is watched the same
             return True

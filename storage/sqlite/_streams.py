@@ -11,8 +11,8 @@ from .._streams import StreamRow
 from ._base import Access
 from ._problems import is_busy
 
-__all__ = ["APPEND", "CHUNK_COUNT", "FINISH_STREAM", "INSERT_STREAM", "LAST_CHUNK_AT", "NEXT_SEGMENT",
-           "SqliteStreamReads", "SqliteStreamWrites", "append_alone"]
+__all__ = ["APPEND", "CHUNK_COUNT", "FINISH_STREAM", "INSERT_AT", "INSERT_STREAM", "LAST_CHUNK_AT", "NEXT_SEGMENT",
+           "Place", "SqliteStreamReads", "SqliteStreamWrites", "append_alone"]
 
 # A stream's chunk count is its last segment's end: streaming, a stream's row is written once (its
 # first commit) and each commit of chunks is one INSERT, which finds its place (number, first chunk)
@@ -38,22 +38,49 @@ APPEND = ("INSERT INTO stream_chunks (stream_id, segment, first_chunk, body, cre
            "WHERE EXISTS (SELECT 1 FROM streams WHERE id = :id)")  # a stream gone (swept): nothing, as on PostgreSQL
 
 
+# A batch whose place (segment, first chunk) the caller knows, from the batch it wrote before: a plain
+# insert, without the look-up (17 against 27 us a lone chunk, and no parse of the last segment's JSON to
+# count its chunks). A place that is not the next one anymore fails on the key (a segment there already) or
+# on the stream's foreign key (the stream gone), and the look-up runs after all.
+INSERT_AT = "INSERT INTO stream_chunks (stream_id, segment, first_chunk, body, created_at) VALUES (?, ?, ?, ?, ?)"
+_APPEND_PLACED = APPEND + " RETURNING segment, first_chunk"
+
+#: Where a stream's next segment goes: its number and its first chunk.
+Place = tuple[int, int]
+
+
 def _append_params(stream_id: str, bodies: list[str], now: int) -> dict[str, Any]:
     return {"id": stream_id, "body": "[" + ",".join(bodies) + "]", "now": now}
 
 
-def append_alone(conn: sqlite3.Connection, stream_id: str, bodies: list[str], now: int) -> bool:
+def append_alone(conn: sqlite3.Connection, stream_id: str, bodies: list[str], now: int,
+                 at: Place | None = None) -> tuple[bool, Place | None]:
     """A batch of chunks as a transaction of its own, run here and now on ``conn`` (the connection's
     lane idle, no transaction open on it): ``append_chunks``' one statement, in autocommit (SQLite
-    makes a single statement its own transaction). False, and nothing written, if another process
-    holds the file's write lock (the busy timeout is 0: it never waits here)."""
+    makes a single statement its own transaction), or ``INSERT_AT`` at ``at``, the place the last batch
+    said comes next. Answers (done, the place after this batch, None if not known: the stream gone);
+    not done, and nothing written, if another process holds the file's write lock (the busy timeout
+    is 0: it never waits here)."""
     try:
-        conn.execute(APPEND, _append_params(stream_id, bodies, now)).close()
+        if at is not None:
+            try:
+                conn.execute(INSERT_AT, (stream_id, at[0], at[1], "[" + ",".join(bodies) + "]", now)).close()
+                return True, (at[0] + 1, at[1] + len(bodies))
+            except sqlite3.IntegrityError:
+                pass  # not the next place anymore (written elsewhere), or the stream gone: looked up
+        cursor = conn.execute(_APPEND_PLACED, _append_params(stream_id, bodies, now))
+        try:
+            rows = cursor.fetchall()  # to its end: the statement's transaction commits there
+        finally:
+            cursor.close()
     except sqlite3.OperationalError as exc:
         if is_busy(exc):
-            return False
+            return False, None
         raise
-    return True
+    if not rows:  # the stream is gone (swept): nothing written, as on PostgreSQL
+        return True, None
+    segment, first_chunk = rows[0]
+    return True, (segment + 1, first_chunk + len(bodies))
 
 
 def _row(r: Any) -> StreamRow:
