@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import aiosqlite
 
 from ._lanes import LaneConnection
+from ._places import Places
 
 __all__ = ["Access", "Link", "Params"]
 
@@ -20,11 +21,13 @@ class Link(Protocol):
     """The connection statements run on: ``conn`` while it is open (None while the file
     sleeps), ``wake()`` to open it again, ``users`` the statements under way;
     ``make_searchable()`` makes the file's search index if it has none (in a transaction of its own);
-    ``leaf_chosen`` False: no session of the file has a leaf chosen by hand (``sessions.active_leaf``)."""
+    ``leaf_chosen`` False: no session of the file has a leaf chosen by hand (``sessions.active_leaf``);
+    ``places`` where each stream's next segment goes (``_streams.Places``)."""
 
     conn: aiosqlite.Connection | None
     users: int
     leaf_chosen: bool
+    places: Places
 
     async def wake(self) -> aiosqlite.Connection: ...
 

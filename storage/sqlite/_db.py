@@ -35,13 +35,14 @@ from ._compactions import SqliteCompactionReads, SqliteCompactionWrites
 from ._lanes import LaneConnection
 from ._messages import SqliteMessageReads, SqliteMessageWrites
 from ._operations import SqliteOperationReads, SqliteOperationWrites
+from ._places import Places
 from ._prepared import NEW_FILE_TURN, prepare_turn_start
 from ._problems import is_busy
 from ._schedules import SqliteScheduleReads, SqliteScheduleWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._search import SqliteSearchReads
 from ._sessions import SqliteSessionReads, SqliteSessionWrites
-from ._streams import Place, SqliteStreamReads, SqliteStreamWrites, append_alone
+from ._streams import SqliteStreamReads, SqliteStreamWrites, append_alone
 from ._template import NEW_FILE_PRAGMA, create_from_template, migration_script
 from ._tool_calls import SqliteToolCallReads, SqliteToolCallWrites
 from ._workspace import SqliteWorkspaceReads, SqliteWorkspaceWrites
@@ -184,10 +185,8 @@ class SqliteDatabase(Database):
         self.lease: Lease | None = None
         #: When the WAL is due a checkpoint (counted at each commit), and the one under way.
         self.checkpoints = Checkpoints(path, self.checkpoint)
-        #: Where each stream's next lone batch goes (``append_now``), as the last one it wrote said. Forgotten
-        #: at each transaction (which may append, or delete), so a stale place is rare; one is harmless
-        #: (``_streams.append_alone`` looks the place up when the key or the stream says it is stale).
-        self._next_places: dict[str, Place] = {}
+        #: Where each stream's next segment goes, as what was written last says (``_places``).
+        self.places = Places()
 
     @property
     def asleep(self) -> bool:
@@ -275,8 +274,6 @@ class SqliteDatabase(Database):
         """One state change: everything inside commits together or not at all."""
         async with self._lock:
             self.fresh = False
-            if self._next_places:
-                self._next_places.clear()
             conn = self.conn or await self.wake()
             if conn.in_transaction:
                 # A COMMIT that failed without SQLite rolling back (it does for a full disk
@@ -298,6 +295,7 @@ class SqliteDatabase(Database):
                 faulty.writes = []
                 faulty.plan.point("begin", faulty.writes)
             _writing(conn, True)  # the write lock is ours: the statements run on the loop
+            committed = False
             try:
                 try:
                     yield self._tx
@@ -307,8 +305,10 @@ class SqliteDatabase(Database):
                 if faulty is not None:
                     faulty.plan.point("before_commit", faulty.writes)
                 await _commit(conn)
+                committed = True
             finally:
                 _writing(conn, False)
+                self.places.settle(committed)
             self.checkpoints.committed()
             if faulty is not None:
                 faulty.plan.point("after_commit", faulty.writes)
@@ -329,13 +329,13 @@ class SqliteDatabase(Database):
                 or conn.in_transaction or not isinstance(conn, LaneConnection)):
             return False
         ran, appended = conn.run_now(functools.partial(append_alone, stream_id=stream_id, bodies=bodies, now=now,
-                                                       at=self._next_places.get(stream_id)))
+                                                       at=self.places.committed.get(stream_id)))
         if ran and appended is not None and appended[0]:
             place = appended[1]
             if place is None:
-                self._next_places.pop(stream_id, None)
+                self.places.committed.pop(stream_id, None)
             else:
-                self._next_places[stream_id] = place
+                self.places.committed[stream_id] = place
             self.fresh = False
             self.checkpoints.committed()  # a commit as a transaction's: the WAL is watched the same
             return True

@@ -23,13 +23,14 @@ import sqlite3
 from ._messages import INSERT_MESSAGE, LEAF_FOLLOWS
 from ._operations import INSERT_OPERATION, SETTLE_OPERATION, START_OPERATION
 from ._sessions import ENSURE_SESSION
-from ._streams import APPEND, FINISH_STREAM, INSERT_STREAM
+from ._streams import FINISH_STREAM, INSERT_AT, INSERT_STREAM
 
 __all__ = ["NEW_FILE_TURN", "TURN_END", "TURN_START", "prepare_turn_start"]
 
 #: In the order an idle session's input runs them: the submission, the start, the stream's row and its
-#: start chunk (one transaction), then each batch of chunks after it.
-TURN_START = (ENSURE_SESSION, INSERT_OPERATION, INSERT_MESSAGE, LEAF_FOLLOWS, START_OPERATION, INSERT_STREAM, APPEND)
+#: start chunk (one transaction), then each batch of chunks after it, each at the place the one before
+#: said (``_places``: the look-up of a place, ``APPEND``, is for a stream whose place is not known).
+TURN_START = (ENSURE_SESSION, INSERT_OPERATION, INSERT_MESSAGE, LEAF_FOLLOWS, START_OPERATION, INSERT_STREAM, INSERT_AT)
 #: What its last transaction adds to them: the stream's end, then (after the answer's message) the settlement.
 TURN_END = (FINISH_STREAM, SETTLE_OPERATION)
 #: A new file's: its whole first turn, but the statement that ends a leaf chosen by hand, which a file

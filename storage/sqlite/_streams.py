@@ -9,10 +9,11 @@ from typing import Any
 
 from .._streams import StreamRow
 from ._base import Access
+from ._places import Place
 from ._problems import is_busy
 
-__all__ = ["APPEND", "CHUNK_COUNT", "FINISH_STREAM", "INSERT_AT", "INSERT_STREAM", "LAST_CHUNK_AT", "NEXT_SEGMENT",
-           "Place", "SqliteStreamReads", "SqliteStreamWrites", "append_alone"]
+__all__ = ["APPEND", "APPEND_PLACED", "CHUNK_COUNT", "FINISH_STREAM", "INSERT_AT", "INSERT_STREAM", "LAST_CHUNK_AT",
+           "NEXT_SEGMENT", "SqliteStreamReads", "SqliteStreamWrites", "append_alone"]
 
 # A stream's chunk count is its last segment's end: streaming, a stream's row is written once (its
 # first commit) and each commit of chunks is one INSERT, which finds its place (number, first chunk)
@@ -38,16 +39,13 @@ APPEND = ("INSERT INTO stream_chunks (stream_id, segment, first_chunk, body, cre
            "WHERE EXISTS (SELECT 1 FROM streams WHERE id = :id)")  # a stream gone (swept): nothing, as on PostgreSQL
 
 
-# A batch whose place (segment, first chunk) the caller knows, from the batch it wrote before: a plain
-# insert, without the look-up (17 against 27 us a lone chunk, and no parse of the last segment's JSON to
-# count its chunks). A place that is not the next one anymore fails on the key (a segment there already) or
-# on the stream's foreign key (the stream gone), and the look-up runs after all.
+# A batch whose place (segment, first chunk) is known, from the stream's row written (0, 0) or the batch
+# written before: a plain insert, without the look-up (17 against 27 us a lone chunk, and no parse of the
+# last segment's JSON to count its chunks). A place that is not the next one anymore fails on the key (a
+# segment there already: another writer of the file) or on the stream's foreign key (the stream gone), and
+# the look-up runs after all.
 INSERT_AT = "INSERT INTO stream_chunks (stream_id, segment, first_chunk, body, created_at) VALUES (?, ?, ?, ?, ?)"
-_APPEND_PLACED = APPEND + " RETURNING segment, first_chunk"
-
-#: Where a stream's next segment goes: its number and its first chunk.
-Place = tuple[int, int]
-
+APPEND_PLACED = APPEND + " RETURNING segment, first_chunk"
 
 def _append_params(stream_id: str, bodies: list[str], now: int) -> dict[str, Any]:
     return {"id": stream_id, "body": "[" + ",".join(bodies) + "]", "now": now}
@@ -68,7 +66,7 @@ def append_alone(conn: sqlite3.Connection, stream_id: str, bodies: list[str], no
                 return True, (at[0] + 1, at[1] + len(bodies))
             except sqlite3.IntegrityError:
                 pass  # not the next place anymore (written elsewhere), or the stream gone: looked up
-        cursor = conn.execute(_APPEND_PLACED, _append_params(stream_id, bodies, now))
+        cursor = conn.execute(APPEND_PLACED, _append_params(stream_id, bodies, now))
         try:
             rows = cursor.fetchall()  # to its end: the statement's transaction commits there
         finally:
@@ -136,12 +134,24 @@ class SqliteStreamWrites(Access):
             INSERT_STREAM,
             (stream_id, session_id, operation_id, request_id, message_id, int(is_continuation), first_seq, now),
         )
+        self._link.places.pending[stream_id] = (0, 0)
 
     async def append_chunks(self, stream_id: str, bodies: list[str], now: int) -> None:
         """Store a batch of chunk JSON texts as one segment row."""
         if not bodies:
             return
+        places = self._link.places
+        place = places.get(stream_id)
+        if place is not None:
+            try:
+                await self._execute(INSERT_AT, (stream_id, place[0], place[1], "[" + ",".join(bodies) + "]", now))
+            except sqlite3.IntegrityError:
+                pass  # a stale place: the statement alone is undone, the transaction goes on
+            else:
+                places.pending[stream_id] = (place[0] + 1, place[1] + len(bodies))
+                return
         await self._execute(APPEND, _append_params(stream_id, bodies, now))
+        places.pending[stream_id] = None  # looked up, not known: the next lone batch looks it up again
 
     async def finish_stream(self, stream_id: str, status: str, now: int) -> None:
         await self._execute(FINISH_STREAM, (status, now, stream_id))

@@ -77,6 +77,8 @@ async def _first_turn(db: SqliteDatabase) -> list[str]:
         async with db.transaction() as tx:
             await tx.insert_stream("st", "s", "op", "op", "m2", False, 0, 2)
             await tx.append_chunks("st", ['{"type":"start"}'], 2)
+        assert db.append_now("st", ['{"type":"start-step"}'], 3)  # a lone batch: its place looked up,
+        assert db.append_now("st", ['{"type":"text-start","id":"t"}'], 3)  # then the one it said
         assert _prepared(db) - held == {"BEGIN IMMEDIATE", "COMMIT"}  # (which SQLite prepares in no time)
     finally:
         db.conn._connection.set_trace_callback(None)

@@ -204,18 +204,19 @@ async def test_a_lone_batch_that_fails_keeps_nothing_and_the_next_one_writes(db:
     assert (await _get(db, "st")).chunk_count == 2
 
 
-async def test_a_lone_batch_goes_where_the_last_said_and_looks_again_where_that_is_stale(
+async def test_a_batch_goes_where_the_last_write_said_and_looks_again_where_that_is_stale(
         db: SqliteDatabase, db_path: Path) -> None:
-    """After its first lone batch, a stream's next is a plain insert at the place the last one said comes
-    next; a place taken meanwhile (another writer of the file), a transaction's batch, or the stream
-    gone, and the place is looked up again: segments stay contiguous, chunks counted, nothing lost."""
+    """A stream's batches are plain inserts at the place the stream's row (0, 0) or the batch before said
+    comes next, in a transaction or alone; a place taken meanwhile (another writer of the file) or the
+    stream gone, and the place is looked up; a rolled-back transaction's places are not kept: segments
+    stay contiguous, chunks counted, nothing lost."""
     await _insert(db, "st")
     conn = await db.wake()
     seen: list[str] = []
     await conn.set_trace_callback(lambda sql: seen.append(sql))
     assert db.append_now("st", [_chunk(0), _chunk(1)], 200)
     assert db.append_now("st", [_chunk(2)], 201)
-    assert "SELECT" in seen[0] and "SELECT" not in seen[1], seen  # looked up once, then placed
+    assert not any("SELECT" in sql for sql in seen), seen  # placed from the stream's row on
     other = sqlite3.connect(db_path, isolation_level=None)  # a writer outside the server takes the next place
     try:
         other.execute("INSERT INTO stream_chunks VALUES ('st', 2, 3, ?, 202)", ("[" + _chunk(3) + "]",))
@@ -224,16 +225,24 @@ async def test_a_lone_batch_goes_where_the_last_said_and_looks_again_where_that_
     seen.clear()
     assert db.append_now("st", [_chunk(4)], 203)
     assert db.append_now("st", [_chunk(5)], 204)
-    assert "SELECT" not in seen[0] and "SELECT" in seen[1] and "SELECT" not in seen[2], seen
+    assert ["SELECT" in sql for sql in seen] == [False, True, False], seen  # stale, looked up, placed
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as tx:
+            await tx.append_chunks("st", [_chunk(99)], 205)
+            raise RuntimeError("rolled back")
+    seen.clear()
     async with db.transaction() as tx:
         await tx.append_chunks("st", [_chunk(6)], 205)
     assert db.append_now("st", [_chunk(7)], 206)
+    assert not any("SELECT" in sql for sql in seen), seen
     await conn.set_trace_callback(None)
     assert _segments(db_path, "st") == [(0, 0, 2), (1, 2, 1), (2, 3, 1), (3, 4, 1), (4, 5, 1), (5, 6, 1), (6, 7, 1)]
     assert await db.read.chunk_bodies("st") == [_chunk(n) for n in range(8)]
     assert (await _get(db, "st")).chunk_count == 8
-    await db.conn.execute("DELETE FROM streams WHERE id = 'st'")  # gone (swept), its place still known
+    await conn.execute("DELETE FROM streams WHERE id = 'st'")  # gone (swept), its place still known
     assert db.append_now("st", [_chunk(8)], 207), "done: nothing to write to"
+    async with db.transaction() as tx:
+        await tx.append_chunks("st", [_chunk(9)], 208)
     assert _segments(db_path, "st") == []
 
 
