@@ -62,7 +62,8 @@ _CLOSE_TIMEOUT_S = 5.0
 
 
 #: The scope's extension under which the socket's server (app/_wsprotocol.py) offers to send a text
-#: frame at once: ``{"send": send_text_now, "asgi_send": the ASGI send it stands in for}``. An app
+#: frame at once: ``{"send": send_text_now, "send_many": send_texts_now (several in one write),
+#: "asgi_send": the ASGI send it stands in for}``. An app
 #: served by another server finds none, and sends through ASGI's ``send``.
 SEND_TEXT_NOW = "think.send_text_now"
 
@@ -152,6 +153,7 @@ class Connection:
         self._writing = False  # the writer holds an item it took off the queue
         offer = (ws.scope.get("extensions") or {}).get(SEND_TEXT_NOW) or {}
         self._send_now: Callable[[str], bool] | None = offer.get("send")
+        self._send_many: Callable[[Sequence[str]], int] | None = offer.get("send_many")
         self._closer: asyncio.Task[None] | None = None
         self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer:{connection_id}")
 
@@ -181,6 +183,16 @@ class Connection:
         if queued > self.peak_bytes:
             self.peak_bytes = queued
         self._wakeup.set()
+
+    def send_all(self, texts: Sequence[str]) -> None:
+        """Queue frames in order, as :meth:`send` each; to an idle writer they go at once, in one write."""
+        if self.state is not ConnectionState.OPEN:
+            return
+        sent = 0
+        if len(texts) > 1 and not self._queue and not self._writing and self._send_many is not None:
+            sent = self._send_many(texts)
+        for i in range(sent, len(texts)):
+            self.send(texts[i])
 
     def send_later(self, later: Later) -> None:
         """Queue a frame that is still being made; never blocks. It counts as a frame at once,

@@ -520,12 +520,10 @@ class ThinkChat:
                    if cid not in self._awaiting_ack and not c.follows(active.bodies)]
         if not targets:
             return
-        seq = event.first_seq
-        for body in event.bodies:
-            text = active.live_frame(seq, body)  # one serialization per frame, shared by every socket
-            for conn in targets:
-                conn.send(text)
-            seq += 1
+        seq = event.first_seq  # one serialization per frame, shared by every socket
+        texts = [active.live_frame(seq + n, body) for n, body in enumerate(event.bodies)]
+        for conn in targets:
+            conn.send_all(texts)
 
     def _on_settled(self, event: OperationSettled) -> None:
         active = self._active

@@ -21,7 +21,9 @@ class _Socket:
         self.sent: list[tuple[str, str]] = []
         self.paused = False
         self.gate: asyncio.Event | None = None
-        self.scope = {"extensions": {SEND_TEXT_NOW: {"send": self._send_now, "asgi_send": self.asgi_send}}}
+        self.many_limit: int | None = None  # how many frames the socket takes in one write (None: all)
+        self.scope = {"extensions": {SEND_TEXT_NOW: {"send": self._send_now, "send_many": self._send_many,
+                                                     "asgi_send": self.asgi_send}}}
 
     async def asgi_send(self, message: dict[str, Any]) -> None:
         raise AssertionError("not used: the Connection sends through send_text")
@@ -31,6 +33,13 @@ class _Socket:
             return False
         self.sent.append(("now", text))
         return True
+
+    def _send_many(self, texts: list[str]) -> int:
+        if self.paused:
+            return 0
+        taken = texts[:self.many_limit]
+        self.sent.append(("one write", ",".join(taken)))
+        return len(taken)
 
     async def send_text(self, text: str) -> None:
         if self.gate is not None:
@@ -60,6 +69,26 @@ async def test_a_frame_for_an_idle_writer_is_sent_at_once() -> None:
     conn.close()
     await _settle()
     assert ws.sent[-1] == ("close", "1000")
+
+
+async def test_frames_for_an_idle_writer_go_at_once_in_one_write() -> None:
+    ws = _Socket()
+    conn = _connection(ws)
+    conn.send_all(["a", "b", "c"])
+    conn.send_all(["d"])  # one alone: as send
+    assert ws.sent == [("one write", "a,b,c"), ("now", "d")]
+    ws.many_limit = 1  # the socket took one (it would not take the next): the rest as send each, in order
+    conn.send_all(["e", "f", "g"])
+    assert ws.sent[2:] == [("one write", "e"), ("now", "f"), ("now", "g")]
+    ws.paused = True
+    conn.send_all(["h", "i"])
+    assert conn.queued_frames == 2
+    ws.paused = False
+    conn.send_all(["j", "k"])  # behind the queued ones: queued too
+    await _settle()
+    assert ws.sent[5:] == [("asgi", "h"), ("asgi", "i"), ("asgi", "j"), ("asgi", "k")]
+    conn.close()
+    await _settle()
 
 
 async def test_a_paused_socket_queues_and_the_writer_sends_in_order() -> None:
@@ -154,4 +183,28 @@ async def test_the_server_sends_a_turns_frames_at_once_and_in_order(serve, monke
     await c.wait_for(is_done(rid), timeout=30)
     assert [t for t in c.raw if t in set(sent_now)] == sent_now  # each read once, in the order sent
     assert sum(rid in t for t in sent_now) >= 3  # the turn's chunks, not only its end
+    await c.close()
+
+
+async def test_the_server_sends_a_committed_batch_in_one_write_in_order(serve, monkeypatch) -> None:
+    """A batch of chunks committed together (a fast model's) goes to an idle socket in one write; the
+    client reads every frame once, in order, seq after seq."""
+    writes: list[int] = []
+    send_texts_now = ChatWebSocketProtocol.send_texts_now
+
+    def counted(self: ChatWebSocketProtocol, texts: Any) -> int:
+        sent = send_texts_now(self, texts)
+        writes.append(sent)
+        return sent
+
+    monkeypatch.setattr(ChatWebSocketProtocol, "send_texts_now", counted)
+    srv = await serve()
+    c = await Client.open(url(srv, "one-write"))
+    rid, frame, _ = chat_request("flood 300")
+    await c.send(frame)
+    await c.wait_for(is_done(rid), timeout=30)
+    assert max(writes) > 1, writes  # some batch of several frames went in one write
+    seqs = [f["seq"] for f in c.frames if f.get("type") == "cf_agent_use_chat_response" and f.get("id") == rid
+            and not f.get("done")]
+    assert seqs == list(range(len(seqs))) and len(seqs) >= 300, seqs[:20]
     await c.close()
