@@ -163,24 +163,32 @@ async def test_an_app_handed_a_wrapped_send_withdraws_the_offer() -> None:
     await _settle()
 
 
+async def _a_turn_watching(serve: Any, monkeypatch: Any, method: str, name: str,
+                           text: str) -> tuple[Client, str, list[tuple[Any, Any]]]:
+    """A turn on the real server with ``ChatWebSocketProtocol.<method>`` watched: what each call was
+    given and what it answered, in order."""
+    calls: list[tuple[Any, Any]] = []
+    original = getattr(ChatWebSocketProtocol, method)
+
+    def watched(self: ChatWebSocketProtocol, given: Any) -> Any:
+        answer = original(self, given)
+        calls.append((given, answer))
+        return answer
+
+    monkeypatch.setattr(ChatWebSocketProtocol, method, watched)
+    srv = await serve()
+    c = await Client.open(url(srv, name))
+    rid, frame, _ = chat_request(text)
+    await c.send(frame)
+    await c.wait_for(is_done(rid), timeout=30)
+    return c, rid, calls
+
+
 async def test_the_server_sends_a_turns_frames_at_once_and_in_order(serve, monkeypatch) -> None:
     """On the real server, the chunks of a turn go out through the socket's offer (no writer task),
     and the client reads each once, in order (its end may queue behind a frame still being made)."""
-    sent_now: list[str] = []
-    send_text_now = ChatWebSocketProtocol.send_text_now
-
-    def counted(self: ChatWebSocketProtocol, text: str) -> bool:
-        ok = send_text_now(self, text)
-        if ok:
-            sent_now.append(text)
-        return ok
-
-    monkeypatch.setattr(ChatWebSocketProtocol, "send_text_now", counted)
-    srv = await serve()
-    c = await Client.open(url(srv, "send-now"))
-    rid, frame, _ = chat_request("hi")
-    await c.send(frame)
-    await c.wait_for(is_done(rid), timeout=30)
+    c, rid, calls = await _a_turn_watching(serve, monkeypatch, "send_text_now", "send-now", "hi")
+    sent_now = [text for text, ok in calls if ok]
     assert [t for t in c.raw if t in set(sent_now)] == sent_now  # each read once, in the order sent
     assert sum(rid in t for t in sent_now) >= 3  # the turn's chunks, not only its end
     await c.close()
@@ -189,20 +197,8 @@ async def test_the_server_sends_a_turns_frames_at_once_and_in_order(serve, monke
 async def test_the_server_sends_a_committed_batch_in_one_write_in_order(serve, monkeypatch) -> None:
     """A batch of chunks committed together (a fast model's) goes to an idle socket in one write; the
     client reads every frame once, in order, seq after seq."""
-    writes: list[int] = []
-    send_texts_now = ChatWebSocketProtocol.send_texts_now
-
-    def counted(self: ChatWebSocketProtocol, texts: Any) -> int:
-        sent = send_texts_now(self, texts)
-        writes.append(sent)
-        return sent
-
-    monkeypatch.setattr(ChatWebSocketProtocol, "send_texts_now", counted)
-    srv = await serve()
-    c = await Client.open(url(srv, "one-write"))
-    rid, frame, _ = chat_request("flood 300")
-    await c.send(frame)
-    await c.wait_for(is_done(rid), timeout=30)
+    c, rid, calls = await _a_turn_watching(serve, monkeypatch, "send_texts_now", "one-write", "flood 300")
+    writes = [sent for _, sent in calls]
     assert max(writes) > 1, writes  # some batch of several frames went in one write
     seqs = [f["seq"] for f in c.frames if f.get("type") == "cf_agent_use_chat_response" and f.get("id") == rid
             and not f.get("done")]
