@@ -63,8 +63,8 @@ _CLOSE_TIMEOUT_S = 5.0
 
 #: The scope's extension under which the socket's server (app/_wsprotocol.py) offers to send a text
 #: frame at once: ``{"send": send_text_now, "send_many": send_texts_now (several in one write),
-#: "asgi_send": the ASGI send it stands in for}``. An app
-#: served by another server finds none, and sends through ASGI's ``send``.
+#: "asgi_send": the ASGI send it stands in for}``. An app served by another server finds none, and
+#: sends through ASGI's ``send``.
 SEND_TEXT_NOW = "think.send_text_now"
 
 

@@ -136,8 +136,8 @@ class ChatWebSocketProtocol(WebSocketsSansIOProtocol):
         return sent
 
     def _sends_now(self) -> bool:
-        return not (not self.handshake_complete or self.disconnected or self.close_sent
-                    or self.initial_response is not None or not self.writable.is_set())
+        return (self.handshake_complete and not self.disconnected and not self.close_sent
+                and self.initial_response is None and self.writable.is_set())
 
     def handle_text(self, event: Frame) -> None:
         super().handle_text(event)

@@ -22,7 +22,7 @@ class Link(Protocol):
     sleeps), ``wake()`` to open it again, ``users`` the statements under way;
     ``make_searchable()`` makes the file's search index if it has none (in a transaction of its own);
     ``leaf_chosen`` False: no session of the file has a leaf chosen by hand (``sessions.active_leaf``);
-    ``places`` where each stream's next segment goes (``_streams.Places``)."""
+    ``places`` where each stream's next segment goes (``_places.Places``)."""
 
     conn: aiosqlite.Connection | None
     users: int

@@ -155,6 +155,7 @@ class SqliteStreamWrites(Access):
 
     async def finish_stream(self, stream_id: str, status: str, now: int) -> None:
         await self._execute(FINISH_STREAM, (status, now, stream_id))
+        self._link.places.pending[stream_id] = None  # written to no more: its place is forgotten at the commit
 
     async def delete_finished_streams(self, completed_before: int) -> int:
         return await self._execute(
@@ -163,3 +164,4 @@ class SqliteStreamWrites(Access):
 
     async def delete_session_streams(self, session_id: str) -> None:
         await self._execute("DELETE FROM streams WHERE session_id = ?", (session_id,))
+        self._link.places.committed.clear()  # a hint only: the places of the session's streams, and all

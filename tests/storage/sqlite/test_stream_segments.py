@@ -246,6 +246,19 @@ async def test_a_batch_goes_where_the_last_write_said_and_looks_again_where_that
     assert _segments(db_path, "st") == []
 
 
+async def test_a_finished_stream_and_a_deleted_sessions_streams_hold_no_place(db: SqliteDatabase) -> None:
+    """A file's places are one per stream being written, not one per stream it ever wrote."""
+    await _insert(db, "done")
+    await _insert(db, "gone", session_id="s2")
+    assert db.append_now("done", [_chunk(0)], 200) and db.append_now("gone", [_chunk(0)], 200)
+    assert set(db.places.committed) == {"done", "gone"}
+    await _finish(db, "done")
+    assert set(db.places.committed) == {"gone"}
+    async with db.transaction() as tx:
+        await tx.delete_session_streams("s2")
+    assert db.places.committed == {}
+
+
 async def test_a_copy_of_a_streaming_stream_carries_its_counters_from_its_segments(db: SqliteDatabase) -> None:
     """The row is not written again as chunks come; a copy to PostgreSQL (``think-server migrate-data``)
     still carries where the stream is, for a turn there to append after its last segment."""
