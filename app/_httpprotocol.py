@@ -128,12 +128,16 @@ class EdgeProtocol(HttpToolsProtocol):
         self._give_back()
         super().connection_lost(exc)
 
+    @property
+    def _awaiting_head(self) -> bool:
+        """A request head is due (none of it came yet, or part of it): the deadline and the size bound run."""
+        return self._head is Head.AWAITED or self._head is Head.BEGUN
+
     def data_received(self, data: bytes) -> None:
-        if self._head is Head.AWAITED or self._head is Head.BEGUN:
+        if self._awaiting_head:
             self._head_bytes += len(data)
         super().data_received(data)
-        if ((self._head is Head.AWAITED or self._head is Head.BEGUN) and self._head_bytes > MAX_HEAD_BYTES
-                and not self.transport.is_closing()):
+        if self._awaiting_head and self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
             self._stop_head_timer()
             self._answer(431, f"the request head (request line and headers) is over {MAX_HEAD_BYTES} bytes, "
                               "the most this server reads")
@@ -194,7 +198,7 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def _head_late(self) -> None:
         self._head_timer = None
-        if self.transport.is_closing() or not (self._head is Head.AWAITED or self._head is Head.BEGUN):
+        if self.transport.is_closing() or not self._awaiting_head:
             return
         if self._head is Head.BEGUN:  # a head begun and not finished: say why it ends
             seconds = f"{self.edge.header_timeout_s:g}"

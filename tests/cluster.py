@@ -262,13 +262,8 @@ async def start_cluster(where: Path, database_url: str, *, nodes: int = 3, app: 
         if log_level is not None:
             members[name].log_level = log_level
     config, stats, chosen = where / "haproxy.cfg", where / "haproxy.sock", port is None
-
-    def configure(proxy_port: int) -> int:
-        config.write_text(config_for(SHIPPED_CONFIG.read_text(), port=proxy_port,
-                                     nodes={n.name: n.port for n in members.values()}, stats_socket=stats))
-        return proxy_port
-
-    proxy = HAProxy(binary, config, configure(port or free_port()), stats, where / "haproxy.log")
+    # Its port and config are set when it starts, after the nodes' (below).
+    proxy = HAProxy(binary, config, port or 0, stats, where / "haproxy.log")
     cluster = Cluster(members, proxy, database_url)
     if started is not None:
         started.append(cluster)
@@ -278,7 +273,9 @@ async def start_cluster(where: Path, database_url: str, *, nodes: int = 3, app: 
         await asyncio.gather(*(node.ready() for node in members.values()))
         for attempt in range(3):
             if chosen:  # chosen now, not before the nodes' start: another test may have taken it since
-                proxy.port = configure(free_port())
+                proxy.port = free_port()
+            config.write_text(config_for(SHIPPED_CONFIG.read_text(), port=proxy.port,
+                                         nodes={n.name: n.port for n in members.values()}, stats_socket=stats))
             try:
                 await proxy.start()
                 break

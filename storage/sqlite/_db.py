@@ -331,11 +331,7 @@ class SqliteDatabase(Database):
         ran, appended = conn.run_now(functools.partial(append_alone, stream_id=stream_id, bodies=bodies, now=now,
                                                        at=self.places.committed.get(stream_id)))
         if ran and appended is not None and appended[0]:
-            place = appended[1]
-            if place is None:
-                self.places.committed.pop(stream_id, None)
-            else:
-                self.places.committed[stream_id] = place
+            self.places.keep(stream_id, appended[1])
             self.fresh = False
             self.checkpoints.committed()  # a commit as a transaction's: the WAL is watched the same
             return True

@@ -3,7 +3,7 @@ its place (``_streams.INSERT_AT``)."""
 
 from __future__ import annotations
 
-__all__ = ["Place", "Places"]
+__all__ = ["Place", "Places", "after"]
 
 #: Where a stream's next segment goes: its number and its first chunk.
 Place = tuple[int, int]
@@ -25,12 +25,21 @@ class Places:
             return self.pending[stream_id]
         return self.committed.get(stream_id)
 
+    def keep(self, stream_id: str, place: Place | None) -> None:
+        """A committed write says where the stream's next segment goes (None: not known, forgotten)."""
+        if place is None:
+            self.committed.pop(stream_id, None)
+        else:
+            self.committed[stream_id] = place
+
     def settle(self, committed: bool) -> None:
         """The transaction ended: its places kept if it ``committed``."""
         if committed:
             for stream_id, place in self.pending.items():
-                if place is None:
-                    self.committed.pop(stream_id, None)
-                else:
-                    self.committed[stream_id] = place
+                self.keep(stream_id, place)
         self.pending.clear()
+
+
+def after(place: Place, chunks: int) -> Place:
+    """The place after a segment of ``chunks`` chunks written at ``place``."""
+    return place[0] + 1, place[1] + chunks

@@ -9,11 +9,11 @@ from typing import Any
 
 from .._streams import StreamRow
 from ._base import Access
-from ._places import Place
+from ._places import Place, after
 from ._problems import is_busy
 
-__all__ = ["APPEND", "APPEND_PLACED", "CHUNK_COUNT", "FINISH_STREAM", "INSERT_AT", "INSERT_STREAM", "LAST_CHUNK_AT",
-           "NEXT_SEGMENT", "SqliteStreamReads", "SqliteStreamWrites", "append_alone"]
+__all__ = ["APPEND", "CHUNK_COUNT", "FINISH_STREAM", "INSERT_AT", "INSERT_STREAM", "LAST_CHUNK_AT", "NEXT_SEGMENT",
+           "SqliteStreamReads", "SqliteStreamWrites", "append_alone"]
 
 # A stream's chunk count is its last segment's end: streaming, a stream's row is written once (its
 # first commit) and each commit of chunks is one INSERT, which finds its place (number, first chunk)
@@ -45,10 +45,16 @@ APPEND = ("INSERT INTO stream_chunks (stream_id, segment, first_chunk, body, cre
 # segment there already: another writer of the file) or on the stream's foreign key (the stream gone), and
 # the look-up runs after all.
 INSERT_AT = "INSERT INTO stream_chunks (stream_id, segment, first_chunk, body, created_at) VALUES (?, ?, ?, ?, ?)"
-APPEND_PLACED = APPEND + " RETURNING segment, first_chunk"
+_APPEND_PLACED = APPEND + " RETURNING segment, first_chunk"
 
-def _append_params(stream_id: str, bodies: list[str], now: int) -> dict[str, Any]:
-    return {"id": stream_id, "body": "[" + ",".join(bodies) + "]", "now": now}
+
+def _segment(bodies: list[str]) -> str:
+    """A segment row's body: its chunks' JSON texts as one JSON array."""
+    return "[" + ",".join(bodies) + "]"
+
+
+def _append_params(stream_id: str, segment: str, now: int) -> dict[str, Any]:
+    return {"id": stream_id, "body": segment, "now": now}
 
 
 def append_alone(conn: sqlite3.Connection, stream_id: str, bodies: list[str], now: int,
@@ -59,14 +65,15 @@ def append_alone(conn: sqlite3.Connection, stream_id: str, bodies: list[str], no
     said comes next. Answers (done, the place after this batch, None if not known: the stream gone);
     not done, and nothing written, if another process holds the file's write lock (the busy timeout
     is 0: it never waits here)."""
+    segment = _segment(bodies)
     try:
         if at is not None:
             try:
-                conn.execute(INSERT_AT, (stream_id, at[0], at[1], "[" + ",".join(bodies) + "]", now)).close()
-                return True, (at[0] + 1, at[1] + len(bodies))
+                conn.execute(INSERT_AT, (stream_id, at[0], at[1], segment, now)).close()
+                return True, after(at, len(bodies))
             except sqlite3.IntegrityError:
                 pass  # not the next place anymore (written elsewhere), or the stream gone: looked up
-        cursor = conn.execute(APPEND_PLACED, _append_params(stream_id, bodies, now))
+        cursor = conn.execute(_APPEND_PLACED, _append_params(stream_id, segment, now))
         try:
             rows = cursor.fetchall()  # to its end: the statement's transaction commits there
         finally:
@@ -77,8 +84,7 @@ def append_alone(conn: sqlite3.Connection, stream_id: str, bodies: list[str], no
         raise
     if not rows:  # the stream is gone (swept): nothing written, as on PostgreSQL
         return True, None
-    segment, first_chunk = rows[0]
-    return True, (segment + 1, first_chunk + len(bodies))
+    return True, after(rows[0], len(bodies))
 
 
 def _row(r: Any) -> StreamRow:
@@ -140,17 +146,17 @@ class SqliteStreamWrites(Access):
         """Store a batch of chunk JSON texts as one segment row."""
         if not bodies:
             return
-        places = self._link.places
+        places, segment = self._link.places, _segment(bodies)
         place = places.get(stream_id)
         if place is not None:
             try:
-                await self._execute(INSERT_AT, (stream_id, place[0], place[1], "[" + ",".join(bodies) + "]", now))
+                await self._execute(INSERT_AT, (stream_id, place[0], place[1], segment, now))
             except sqlite3.IntegrityError:
                 pass  # a stale place: the statement alone is undone, the transaction goes on
             else:
-                places.pending[stream_id] = (place[0] + 1, place[1] + len(bodies))
+                places.pending[stream_id] = after(place, len(bodies))
                 return
-        await self._execute(APPEND, _append_params(stream_id, bodies, now))
+        await self._execute(APPEND, _append_params(stream_id, segment, now))
         places.pending[stream_id] = None  # looked up, not known: the next lone batch looks it up again
 
     async def finish_stream(self, stream_id: str, status: str, now: int) -> None:
