@@ -56,6 +56,10 @@ MAX_PENDING_REPLAYS = 8
 # never suspends, and one long replay must not stall every other socket.
 _REPLAY_YIELD_EVERY = 64
 
+# The most frames the writer sends in one write (those queued one after another): a backlog of a
+# client that stopped reading goes out in bounded writes, each frame compressed as it is taken.
+_WRITE_FRAMES = 64
+
 # The close handshake of a socket may not take longer: a client that does not read
 # never lets the close frame through.
 _CLOSE_TIMEOUT_S = 5.0
@@ -305,11 +309,11 @@ class Connection:
             pass  # the reader sees the disconnect and cleans up
 
     async def _write(self, item: _Item) -> bool:
-        """Send one queued item; False for the close mark."""
+        """Send one queued item, with the plain frames queued right behind it; False for the close mark."""
         if isinstance(item, str):
             self.queued_frames -= 1
             self.queued_bytes -= self._counted(item)
-            await self.ws.send_text(item)
+            await self._send_texts(self._and_next_texts(item))
         elif isinstance(item, Replay):
             try:
                 await self._write_replay(item)
@@ -320,10 +324,37 @@ class Connection:
             self.queued_bytes -= self._later_sizes.pop(id(item), 0)
             text = await self._made(item)
             if text is not None:
-                await self.ws.send_text(text)
+                await self._send_texts(self._and_next_texts(text))
         else:
             return False
         return True
+
+    def _and_next_texts(self, first: str) -> list[str]:
+        """``first`` and the plain frames queued right behind it (at most ``_WRITE_FRAMES``), taken off
+        the queue: what waited behind a transcript being made (a socket's connect: identity, MCP
+        servers, the probe's answer) or behind a paused transport goes in one write, not one each."""
+        texts = [first]
+        queue = self._queue
+        while queue and len(texts) < _WRITE_FRAMES:
+            text = queue[0]
+            if not isinstance(text, str):
+                break  # a replay, a frame being made or the close keeps its own place
+            queue.popleft()
+            self.queued_frames -= 1
+            self.queued_bytes -= self._counted(text)
+            texts.append(text)
+        return texts
+
+    async def _send_texts(self, texts: list[str]) -> None:
+        """``texts`` in order: through the socket's offer while its transport takes them (one write),
+        the rest through ASGI, which waits for a paused transport (and raises for a closed socket)."""
+        sent = 0
+        if len(texts) > 1 and self._send_many is not None:
+            sent = self._send_many(texts)
+        elif self._send_now is not None and self._send_now(texts[0]):
+            sent = 1
+        for i in range(sent, len(texts)):
+            await self.ws.send_text(texts[i])
 
     async def _made(self, later: Later) -> str | None:
         try:

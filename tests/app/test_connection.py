@@ -4,6 +4,7 @@ and never overtakes one queued or being written before it."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, cast
 
 from tests.app.test_thinkchat import url
@@ -86,7 +87,10 @@ async def test_frames_for_an_idle_writer_go_at_once_in_one_write() -> None:
     ws.paused = False
     conn.send_all(["j", "k"])  # behind the queued ones: queued too
     await _settle()
-    assert ws.sent[5:] == [("asgi", "h"), ("asgi", "i"), ("asgi", "j"), ("asgi", "k")]
+    # The writer takes the four queued frames together: one write as far as the socket takes them
+    # (one, here), then through ASGI, in order.
+    assert ws.sent[5:] == [("one write", "h"), ("asgi", "i"), ("asgi", "j"), ("asgi", "k")]
+    assert conn.queued_frames == 0 and conn.queued_bytes == 0
     conn.close()
     await _settle()
 
@@ -101,7 +105,7 @@ async def test_a_paused_socket_queues_and_the_writer_sends_in_order() -> None:
     ws.paused = False
     conn.send("c")  # two queued before it: it waits its turn
     await _settle()
-    assert ws.sent == [("asgi", "a"), ("asgi", "b"), ("asgi", "c")]
+    assert ws.sent == [("one write", "a,b,c")]  # the writer sends what it finds queued in one write
     conn.send("d")  # the queue drained, the writer idle again
     assert ws.sent[-1] == ("now", "d")
     conn.close()
@@ -120,7 +124,7 @@ async def test_a_frame_never_overtakes_the_one_being_written() -> None:
     assert ws.sent == []
     ws.gate.set()
     await _settle()
-    assert ws.sent == [("asgi", "a"), ("asgi", "b")]
+    assert ws.sent == [("asgi", "a"), ("now", "b")]
     conn.close()
     await _settle()
 
@@ -135,7 +139,7 @@ async def test_a_frame_still_being_made_keeps_its_place() -> None:
     assert ws.sent == []
     made.set_result("transcript")
     await _settle()
-    assert ws.sent == [("asgi", "transcript"), ("asgi", "after")]
+    assert ws.sent == [("one write", "transcript,after")]  # with what queued behind it, in one write
     conn.close()
     await _settle()
 
@@ -203,4 +207,25 @@ async def test_the_server_sends_a_committed_batch_in_one_write_in_order(serve, m
     seqs = [f["seq"] for f in c.frames if f.get("type") == "cf_agent_use_chat_response" and f.get("id") == rid
             and not f.get("done")]
     assert seqs == list(range(len(seqs))) and len(seqs) >= 300, seqs[:20]
+    await c.close()
+
+
+async def test_the_frames_queued_behind_a_connects_transcript_go_with_it_in_one_write(serve, monkeypatch) -> None:
+    """At a socket's connect the transcript is read while the identity and the MCP servers' frames queue
+    behind it: the writer sends them with it, in one write and in that order."""
+    calls: list[list[str]] = []
+    original = ChatWebSocketProtocol.send_texts_now
+
+    def watched(self: ChatWebSocketProtocol, texts: Any) -> int:
+        calls.append(list(texts))
+        return original(self, texts)
+
+    monkeypatch.setattr(ChatWebSocketProtocol, "send_texts_now", watched)
+    srv = await serve()
+    c = await Client.open(url(srv, "connect-write"))
+    await c.wait_for(lambda f: f.get("type") == "cf_agent_mcp_servers", timeout=10)
+    kinds = [[json.loads(t)["type"] for t in texts] for texts in calls]
+    assert ["cf_agent_chat_messages", "cf_agent_identity", "cf_agent_mcp_servers"] in kinds, kinds
+    assert [f["type"] for f in c.frames[:3]] == ["cf_agent_chat_messages", "cf_agent_identity",
+                                                 "cf_agent_mcp_servers"]
     await c.close()
