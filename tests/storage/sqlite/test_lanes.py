@@ -8,14 +8,17 @@ import threading
 from pathlib import Path
 
 import aiosqlite
+import pytest
 
-from think_server.storage.sqlite import SqliteDatabase
+from think_server.storage.sqlite import SqliteDatabase, _db
 from think_server.storage.sqlite._lanes import WORKERS, LaneConnection, lane_connect, worker_threads
 
 
 async def test_many_open_files_use_a_bounded_number_of_threads(tmp_path: Path) -> None:
     before = threading.active_count()
-    dbs = [await SqliteDatabase.open(tmp_path / f"db{i}.sqlite3") for i in range(60)]
+    for i in range(60):  # made on the loop's thread (nothing to read)
+        await (await SqliteDatabase.open(tmp_path / f"db{i}.sqlite3")).close()
+    dbs = [await SqliteDatabase.open(tmp_path / f"db{i}.sqlite3") for i in range(60)]  # found: on the pool
     try:
         async def one(i: int, db: SqliteDatabase) -> None:
             async with db.transaction() as tx:
@@ -170,4 +173,30 @@ def test_a_lane_connection_sets_every_attribute_of_aiosqlites_but_its_thread(tmp
 
     theirs = set(vars(aiosqlite.Connection(connector, 64)))
     ours = set(vars(LaneConnection(connector)))
-    assert ours == theirs - {"_thread"}
+    assert ours == theirs - {"_thread"} | {"_here"}
+
+
+async def test_a_new_file_is_made_on_the_loops_thread_and_a_found_one_opened_on_the_pool(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making a file reads nothing from the disk: on a worker thread it only handed the GIL back and
+    forth with the loop. A file found there may have pages to read: the pool's threads open it."""
+    threads: list[str] = []
+    real = _db._prepare
+
+    def prepare(path: Path) -> bool:
+        threads.append(threading.current_thread().name)
+        return real(path)
+
+    monkeypatch.setattr(_db, "_prepare", prepare)
+    path = tmp_path / "agents" / "a" / "x.sqlite3"
+    db = await SqliteDatabase.open(path, ("a", "x"))
+    async with db.transaction() as tx:
+        await tx.ensure_session("s", 1)
+    await db.close()
+    db = await SqliteDatabase.open(path, ("a", "x"))
+    try:
+        assert await db.read.session("s") is not None
+    finally:
+        await db.close()
+    assert threads[0] == threading.current_thread().name
+    assert threads[1].startswith("think-sqlite")
