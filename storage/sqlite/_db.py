@@ -237,42 +237,34 @@ class SqliteDatabase(Database):
         made = new_wal = False
         created = int(time.time() * 1000)
 
-        # Both on the file's thread, in the trip that opens it (one, where making, connecting and
-        # setting up a new file took three): the file made if it is not there ...
+        # On the pool's thread, in the trip that opens it (one, where making, connecting and setting up a
+        # new file took three): the file made if it is not there, and its schema read, which makes its
+        # -wal and -shm files. The file system's part, which may wait (for its journal: making a file
+        # took 15 ms now and then, in a run of 1,000), never on the event loop.
         def make() -> None:
             nonlocal made, new_wal
             made = _prepare(path)
             new_wal = made and not os.path.exists(f"{path}-wal")
 
-        # ... and, one just made from the template (ours, migrated, in WAL mode), its settings and
-        # first commit in one script.
-        def settle(c: sqlite3.Connection) -> None:
+        def read_schema(c: sqlite3.Connection) -> None:
             if made:
-                c.executescript(_new_file(instance, created, new_wal=new_wal)).close()
-                prepare_turn_start(c, NEW_FILE_TURN)  # made for a turn, nearly always (``_prepared``)
+                c.execute(_LOAD_SCHEMA).close()
 
-        # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change. A file not there yet
-        # is made here, on the event loop's thread, not on the pool's: it reads nothing from the disk
-        # (the template's bytes are in memory, the pages it writes are the page cache's) and takes
-        # about a millisecond, most of it the kernel's (creating the file, its -wal and -shm). On a
-        # worker thread the same work handed the GIL back and forth with the loop some thirty times
-        # (each statement, each file call lets go of it), and the loop paid for that in CPU too:
-        # 500 new instances, 8 at a time (an open, a turn of "hi", a close each), CPU per instance
-        # 9.9 -> 7.7 ms, 115 -> 135 a second. A file found there (its pages may have to be read from
-        # the disk) still opens on the pool.
-        new = not os.path.exists(path)  # noqa: ASYNC240 (one stat, of a path the dentry cache holds)
+        # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change.
         try:
-            conn = await connect(path, before=make, then=settle, here=new)
+            conn = await connect(path, before=make, then=read_schema)
         except sqlite3.Error as exc:
             raise _open_error(path, exc) from exc
-        if not made:
-            try:
+        try:
+            if made:
+                await _settle_made(conn, _new_file(instance, created, new_wal=new_wal))
+            else:
                 await _settle_found(conn, path, instance)
-            except BaseException as exc:
-                await conn.close()
-                if isinstance(exc, sqlite3.Error):
-                    raise _open_error(path, exc) from exc
-                raise
+        except BaseException as exc:
+            await conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise _open_error(path, exc) from exc
+            raise
         db = cls(conn, path)
         db.fresh = made
         db.leaf_chosen = not made
@@ -430,6 +422,23 @@ async def _settle_found(conn: aiosqlite.Connection, path: Path, instance: tuple[
         if version == 0:  # new, made migration by migration
             await conn.executescript(_names(instance))
         await conn.execute_fetchall("PRAGMA busy_timeout=0")
+
+
+async def _settle_made(conn: aiosqlite.Connection, script: str) -> None:
+    """A file just made from the template (ours, migrated, in WAL mode): its settings and first commit
+    (one script), and its first turn's statements prepared, here on the event loop's thread. The
+    statements are SQLite's work alone, and on a worker thread each of them let go of the GIL and
+    took it back from the busy loop (about 250 futex calls a new instance, CPU for both threads):
+    500 new instances, 8 at a time (an open, a turn of "hi", a close each), CPU per instance 9.9 ->
+    7.7 ms, 115 -> 135 a second."""
+    def settle(c: sqlite3.Connection) -> None:
+        c.executescript(script).close()
+        prepare_turn_start(c, NEW_FILE_TURN)  # made for a turn, nearly always (``_prepared``)
+
+    if not isinstance(conn, LaneConnection):
+        await conn.executescript(script)
+    elif not conn.run_now(settle)[0]:  # a lane just opened is free: nearly never
+        await conn.run(settle)
 
 
 def _settle_woken(conn: sqlite3.Connection, settings: str) -> None:

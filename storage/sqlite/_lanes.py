@@ -141,8 +141,7 @@ def _run_here(future: asyncio.Future[Any] | None, function: Callable[[], Any]) -
 class LaneConnection(aiosqlite.Connection):
     """An aiosqlite connection whose calls run on the shared pool rather than a thread of its own."""
 
-    def __init__(self, connector: Callable[[], sqlite3.Connection], iter_chunk_size: int = 64, *,
-                 here: bool = False) -> None:
+    def __init__(self, connector: Callable[[], sqlite3.Connection], iter_chunk_size: int = 64) -> None:
         # aiosqlite's attributes (0.22), but for the thread and its queue: its __init__ makes a Thread
         # object (never started here) and a queue per connection: 2.3 KiB of every open file, and 3 us.
         self._running = True
@@ -150,21 +149,9 @@ class LaneConnection(aiosqlite.Connection):
         self._connector = connector
         self._tx = _Lane()  # type: ignore[assignment]
         self._iter_chunk_size = iter_chunk_size
-        self._here = here
 
     def __await__(self) -> Generator[Any, None, aiosqlite.Connection]:
-        # As aiosqlite's, with no thread to start.
-        return (self._connect_here() if self._here else self._connect()).__await__()
-
-    async def _connect_here(self) -> LaneConnection:
-        """Connect on the caller's thread, at once (``lane_connect(here=True)``)."""
-        if self._connection is None:
-            try:
-                self._connection = self._connector()
-            except BaseException:
-                self._running = False
-                raise
-        return self
+        return self._connect().__await__()  # as aiosqlite's, with no thread to start
 
     def writing(self, on: bool) -> None:
         """Mark the write transaction open (``BEGIN IMMEDIATE`` done) or over: see the module docstring."""
@@ -205,14 +192,11 @@ class LaneConnection(aiosqlite.Connection):
 
 
 def lane_connect(path: Path, *, before: Callable[[], None] | None = None,
-                 then: Callable[[sqlite3.Connection], None] | None = None, here: bool = False,
-                 **kwargs: Any) -> LaneConnection:
+                 then: Callable[[sqlite3.Connection], None] | None = None, **kwargs: Any) -> LaneConnection:
     """``aiosqlite.connect(path, **kwargs)``, on the shared pool. ``before`` runs on the pool's thread
     before it connects, ``then`` with the new connection (if it raises, the connection is closed):
     what an open does first and next costs no trip of its own (a hop to a worker thread and back is
-    150 us on an idle machine, and more than the work on a busy one). ``here``: all of it on the
-    caller's thread instead, when awaited (for work that reads nothing from the disk: see
-    ``SqliteDatabase.open``)."""
+    150 us on an idle machine, and more than the work on a busy one)."""
     location = str(path)
 
     def connector() -> sqlite3.Connection:
@@ -227,4 +211,4 @@ def lane_connect(path: Path, *, before: Callable[[], None] | None = None,
                 raise
         return connection
 
-    return LaneConnection(connector, here=here)
+    return LaneConnection(connector)

@@ -77,15 +77,13 @@ def set_fault(fault: WriteFault | None) -> None:
 
 
 def connect(path: Path, *, before: Callable[[], None] | None = None,
-            then: Callable[[sqlite3.Connection], None] | None = None, here: bool = False) -> aiosqlite.Connection:
+            then: Callable[[sqlite3.Connection], None] | None = None) -> aiosqlite.Connection:
     """An aiosqlite connection to ``path`` in autocommit mode (we issue BEGIN/COMMIT ourselves), run by
     the process's shared SQLite threads (:mod:`think_server.storage.sqlite._lanes`); ``before`` and
-    ``then`` run on its thread before and after it connects, in the same trip (``here``: on the
-    caller's)."""
+    ``then`` run on its thread before and after it connects, in the same trip."""
     if _armed:
-        return lane_connect(path, before=before, then=then, here=here, isolation_level=None,
-                            factory=_FaultyConnection)
-    return lane_connect(path, before=before, then=then, here=here, isolation_level=None)
+        return lane_connect(path, before=before, then=then, isolation_level=None, factory=_FaultyConnection)
+    return lane_connect(path, before=before, then=then, isolation_level=None)
 
 
 def _disk_full() -> sqlite3.OperationalError:

@@ -16,9 +16,7 @@ from think_server.storage.sqlite._lanes import WORKERS, LaneConnection, lane_con
 
 async def test_many_open_files_use_a_bounded_number_of_threads(tmp_path: Path) -> None:
     before = threading.active_count()
-    for i in range(60):  # made on the loop's thread (nothing to read)
-        await (await SqliteDatabase.open(tmp_path / f"db{i}.sqlite3")).close()
-    dbs = [await SqliteDatabase.open(tmp_path / f"db{i}.sqlite3") for i in range(60)]  # found: on the pool
+    dbs = [await SqliteDatabase.open(tmp_path / f"db{i}.sqlite3") for i in range(60)]
     try:
         async def one(i: int, db: SqliteDatabase) -> None:
             async with db.transaction() as tx:
@@ -173,30 +171,35 @@ def test_a_lane_connection_sets_every_attribute_of_aiosqlites_but_its_thread(tmp
 
     theirs = set(vars(aiosqlite.Connection(connector, 64)))
     ours = set(vars(LaneConnection(connector)))
-    assert ours == theirs - {"_thread"} | {"_here"}
+    assert ours == theirs - {"_thread"}
 
 
-async def test_a_new_file_is_made_on_the_loops_thread_and_a_found_one_opened_on_the_pool(
+async def test_a_new_file_is_made_on_the_pool_and_set_up_on_the_loops_thread(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Making a file reads nothing from the disk: on a worker thread it only handed the GIL back and
-    forth with the loop. A file found there may have pages to read: the pool's threads open it."""
-    threads: list[str] = []
-    real = _db._prepare
+    """Making a file is the file system's work, which may wait: on the pool. Its settings, first commit
+    and prepared statements are SQLite's alone: on a worker thread each let go of the GIL and took it
+    back from the loop, so they run on the loop's thread."""
+    threads: list[tuple[str, str]] = []
+    real_prepare, real_statements = _db._prepare, _db.prepare_turn_start
 
     def prepare(path: Path) -> bool:
-        threads.append(threading.current_thread().name)
-        return real(path)
+        threads.append(("make", threading.current_thread().name))
+        return real_prepare(path)
+
+    def statements(conn: sqlite3.Connection, *sql: tuple[str, ...]) -> None:
+        threads.append(("prepare", threading.current_thread().name))
+        real_statements(conn, *sql)
 
     monkeypatch.setattr(_db, "_prepare", prepare)
+    monkeypatch.setattr(_db, "prepare_turn_start", statements)
     path = tmp_path / "agents" / "a" / "x.sqlite3"
     db = await SqliteDatabase.open(path, ("a", "x"))
-    async with db.transaction() as tx:
-        await tx.ensure_session("s", 1)
-    await db.close()
-    db = await SqliteDatabase.open(path, ("a", "x"))
     try:
+        async with db.transaction() as tx:
+            await tx.ensure_session("s", 1)
         assert await db.read.session("s") is not None
     finally:
         await db.close()
-    assert threads[0] == threading.current_thread().name
-    assert threads[1].startswith("think-sqlite")
+    (make, pool), (statement, loop) = threads
+    assert (make, statement) == ("make", "prepare")
+    assert pool.startswith("think-sqlite") and loop == threading.current_thread().name
