@@ -36,7 +36,7 @@ from ._lanes import LaneConnection
 from ._messages import SqliteMessageReads, SqliteMessageWrites
 from ._operations import SqliteOperationReads, SqliteOperationWrites
 from ._places import Places
-from ._prepared import NEW_FILE_TURN, prepare_turn_start
+from ._prepared import NEW_FILE_TURN, TURN_START, prepare_turn_start
 from ._problems import is_busy
 from ._schedules import SqliteScheduleReads, SqliteScheduleWrites
 from ._schema import MIGRATIONS, SCHEMA_VERSION
@@ -80,11 +80,17 @@ _CONNECTION = (
 # A file found there (or woken): WAL mode is the file's own (kept in its header), set again in case a
 # tool changed it; a file made from the template is in WAL mode already (``_template``).
 _SETTINGS = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; " + _CONNECTION
-# Makes SQLite read the schema here, on the file's thread, not in the first write transaction,
-# which runs on the event loop (half a millisecond a new file).
+# Makes SQLite read the schema (and make the -wal and -shm files) on the file's thread, not in the
+# first write transaction, which runs on the event loop (half a millisecond a new file).
 _LOAD_SCHEMA = " SELECT 1 FROM meta WHERE 0;"
-# A new file's script (``_new_file``): its settings, and its first commit, which reads the schema and
-# starts its WAL here, on the file's thread, not in the first turn on the event loop. The row says
+# A migrated file opened again: on the file's thread what may read the disk or write the file (its
+# schema; WAL mode, which converts a file a tool left in another journal mode), then on the event
+# loop's thread what is SQLite's own work (``_set_up_here``).
+_WOKEN_THERE = "PRAGMA journal_mode=WAL;" + _LOAD_SCHEMA
+_WOKEN_HERE = "PRAGMA synchronous=NORMAL; " + _CONNECTION.format(busy=0)
+# A new file's script (``_new_file``), run on the event loop's thread once the file's thread has read
+# its schema: its settings, and its first commit, which starts its WAL at the open, not in the first
+# turn. The row says
 # when the file was made (and, given, its agent and name: ``_NAME_ROWS``). Starting a WAL writes its
 # header, which synchronous=NORMAL syncs (an fdatasync, half a millisecond or more): that sync
 # keeps a WAL that is restarted over older frames from mixing them with new ones after a power cut.
@@ -208,15 +214,20 @@ class SqliteDatabase(Database):
                 self._waking = None
 
     async def _reopen(self) -> aiosqlite.Connection:
-        settings = _SETTINGS.format(busy=0)
         try:
-            # The settings on the file's thread as it opens: one trip, not two.
-            conn = await connect(self.path, then=lambda c: _settle_woken(c, settings))
+            conn = await connect(self.path, then=_read_schema_woken)  # in the trip that opens it
         except sqlite3.Error as exc:
             raise _open_error(self.path, exc) from exc
         if self._closed:  # closed while it opened: this connection must not outlive it
             await conn.close()
             raise StorageError(f"{self.path.name} is closed", Problem.DAMAGED)
+        try:
+            await _set_up_here(conn, _WOKEN_HERE, TURN_START)
+        except BaseException as exc:
+            await conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise _open_error(self.path, exc) from exc
+            raise
         self.conn = conn
         self.leaf_chosen = True
         return conn
@@ -257,7 +268,8 @@ class SqliteDatabase(Database):
             raise _open_error(path, exc) from exc
         try:
             if made:
-                await _settle_made(conn, _new_file(instance, created, new_wal=new_wal))
+                # Made for a turn, nearly always: its whole first turn's statements (``_prepared``).
+                await _set_up_here(conn, _new_file(instance, created, new_wal=new_wal), NEW_FILE_TURN)
             else:
                 await _settle_found(conn, path, instance)
         except BaseException as exc:
@@ -412,8 +424,9 @@ async def _settle_found(conn: aiosqlite.Connection, path: Path, instance: tuple[
     # One script (_SETTINGS), one trip to the file's thread; each statement runs to its end (one
     # left with a row to read would stay "in progress" and stop a migration's COMMIT).
     migrated = version == SCHEMA_VERSION
-    if migrated and isinstance(conn, LaneConnection):  # with the turn's statements, in the same trip
-        await conn.run(functools.partial(_settle_woken, settings=_SETTINGS.format(busy=0) + _LOAD_SCHEMA))
+    if migrated and isinstance(conn, LaneConnection):  # its schema read by _our_version, on the file's thread
+        await conn.execute_fetchall("PRAGMA journal_mode=WAL")
+        await _set_up_here(conn, _WOKEN_HERE, TURN_START)
         return
     await conn.executescript(_SETTINGS.format(busy=0 if migrated else BUSY_WAIT_MS)
                              + (_LOAD_SCHEMA if migrated else ""))
@@ -424,27 +437,25 @@ async def _settle_found(conn: aiosqlite.Connection, path: Path, instance: tuple[
         await conn.execute_fetchall("PRAGMA busy_timeout=0")
 
 
-async def _settle_made(conn: aiosqlite.Connection, script: str) -> None:
-    """A file just made from the template (ours, migrated, in WAL mode): its settings and first commit
-    (one script), and its first turn's statements prepared, here on the event loop's thread. The
-    statements are SQLite's work alone, and on a worker thread each of them let go of the GIL and
-    took it back from the busy loop (about 250 futex calls a new instance, CPU for both threads):
-    500 new instances, 8 at a time (an open, a turn of "hi", a close each), CPU per instance 9.9 ->
-    7.7 ms, 115 -> 135 a second."""
-    def settle(c: sqlite3.Connection) -> None:
+async def _set_up_here(conn: aiosqlite.Connection, script: str, statements: tuple[str, ...]) -> None:
+    """A connection's settings (``script``: pragmas, a new file's first commit) and the ``statements``
+    its turns start with prepared, here on the event loop's thread: SQLite's work alone, once the
+    file's thread has read the schema. On a worker thread each of these statements let go of the GIL
+    and took it back from the busy loop (some 240 futex calls a new instance, CPU on both threads):
+    500 new instances, 8 at a time (an open, a turn of "hi", a close each), server CPU per instance
+    9.9 -> 9.1 ms."""
+    def set_up(c: sqlite3.Connection) -> None:
         c.executescript(script).close()
-        prepare_turn_start(c, NEW_FILE_TURN)  # made for a turn, nearly always (``_prepared``)
+        prepare_turn_start(c, statements)
 
     if not isinstance(conn, LaneConnection):
         await conn.executescript(script)
-    elif not conn.run_now(settle)[0]:  # a lane just opened is free: nearly never
-        await conn.run(settle)
+    elif not conn.run_now(set_up)[0]:  # a lane just opened is free: nearly never
+        await conn.run(set_up)
 
 
-def _settle_woken(conn: sqlite3.Connection, settings: str) -> None:
-    """A migrated file's connection, opened: its settings, then the statements a turn starts with."""
-    conn.executescript(settings).close()
-    prepare_turn_start(conn)
+def _read_schema_woken(conn: sqlite3.Connection) -> None:
+    conn.executescript(_WOKEN_THERE).close()
 
 
 def _writing(conn: aiosqlite.Connection, on: bool) -> None:

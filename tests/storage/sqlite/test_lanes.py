@@ -203,3 +203,31 @@ async def test_a_new_file_is_made_on_the_pool_and_set_up_on_the_loops_thread(
     (make, pool), (statement, loop) = threads
     assert (make, statement) == ("make", "prepare")
     assert pool.startswith("think-sqlite") and loop == threading.current_thread().name
+
+
+async def test_a_file_woken_reads_its_schema_on_the_pool_and_is_set_up_on_the_loops_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a new file: what may read the disk (the schema, WAL mode) on the pool, its settings and the
+    statements its turns start with on the loop's thread; the settings hold after the wake."""
+    db = await SqliteDatabase.open(tmp_path / "w.sqlite3", ("a", "w"))
+    try:
+        assert await db.sleep() and db.asleep
+        threads: list[str] = []
+        real_statements = _db.prepare_turn_start
+
+        def statements(conn: sqlite3.Connection, *sql: tuple[str, ...]) -> None:
+            threads.append(threading.current_thread().name)
+            real_statements(conn, *sql)
+
+        monkeypatch.setattr(_db, "prepare_turn_start", statements)
+        conn = await db.wake()
+        assert threads == [threading.current_thread().name]
+        settings = {p: (await conn.execute_fetchall(f"PRAGMA {p}"))[0][0]  # type: ignore[index]
+                    for p in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout", "cache_size")}
+        assert settings == {"journal_mode": "wal", "synchronous": 1, "foreign_keys": 1, "busy_timeout": 0,
+                            "cache_size": -64}
+        async with db.transaction() as tx:
+            await tx.ensure_session("s", 1)
+        assert await db.read.session("s") is not None
+    finally:
+        await db.close()
