@@ -192,9 +192,7 @@ class Connection:
         """Queue frames in order, as :meth:`send` each; to an idle writer they go at once, in one write."""
         if self.state is not ConnectionState.OPEN:
             return
-        sent = 0
-        if len(texts) > 1 and not self._queue and not self._writing and self._send_many is not None:
-            sent = self._send_many(texts)
+        sent = self._offered(texts) if texts and not self._queue and not self._writing else 0
         for i in range(sent, len(texts)):
             self.send(texts[i])
 
@@ -348,13 +346,17 @@ class Connection:
     async def _send_texts(self, texts: list[str]) -> None:
         """``texts`` in order: through the socket's offer while its transport takes them (one write),
         the rest through ASGI, which waits for a paused transport (and raises for a closed socket)."""
-        sent = 0
-        if len(texts) > 1 and self._send_many is not None:
-            sent = self._send_many(texts)
-        elif self._send_now is not None and self._send_now(texts[0]):
-            sent = 1
-        for i in range(sent, len(texts)):
+        for i in range(self._offered(texts), len(texts)):
             await self.ws.send_text(texts[i])
+
+    def _offered(self, texts: Sequence[str]) -> int:
+        """How many of ``texts`` (one at least) the socket's offer sent at once, in order (several in one
+        write); 0 where there is no offer or the transport takes nothing now."""
+        if len(texts) > 1 and self._send_many is not None:
+            return self._send_many(texts)
+        if self._send_now is not None and self._send_now(texts[0]):
+            return 1
+        return 0
 
     async def _made(self, later: Later) -> str | None:
         try:

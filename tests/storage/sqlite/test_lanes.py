@@ -13,6 +13,8 @@ import pytest
 from think_server.storage.sqlite import SqliteDatabase, _db
 from think_server.storage.sqlite._lanes import WORKERS, LaneConnection, lane_connect, worker_threads
 
+from ._files import settings, writes_and_reads
+
 
 async def test_many_open_files_use_a_bounded_number_of_threads(tmp_path: Path) -> None:
     before = threading.active_count()
@@ -195,9 +197,7 @@ async def test_a_new_file_is_made_on_the_pool_and_set_up_on_the_loops_thread(
     path = tmp_path / "agents" / "a" / "x.sqlite3"
     db = await SqliteDatabase.open(path, ("a", "x"))
     try:
-        async with db.transaction() as tx:
-            await tx.ensure_session("s", 1)
-        assert await db.read.session("s") is not None
+        await writes_and_reads(db)
     finally:
         await db.close()
     (make, pool), (statement, loop) = threads
@@ -220,14 +220,10 @@ async def test_a_file_woken_reads_its_schema_on_the_pool_and_is_set_up_on_the_lo
             real_statements(conn, *sql)
 
         monkeypatch.setattr(_db, "prepare_turn_start", statements)
-        conn = await db.wake()
+        await db.wake()
         assert threads == [threading.current_thread().name]
-        settings = {p: (await conn.execute_fetchall(f"PRAGMA {p}"))[0][0]  # type: ignore[index]
-                    for p in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout", "cache_size")}
-        assert settings == {"journal_mode": "wal", "synchronous": 1, "foreign_keys": 1, "busy_timeout": 0,
-                            "cache_size": -64}
-        async with db.transaction() as tx:
-            await tx.ensure_session("s", 1)
-        assert await db.read.session("s") is not None
+        assert await settings(db) == {"journal_mode": "wal", "synchronous": 1, "foreign_keys": 1, "busy_timeout": 0,
+                                      "cache_size": -64}
+        await writes_and_reads(db)
     finally:
         await db.close()

@@ -14,6 +14,8 @@ from think_server.storage.sqlite import SCHEMA_VERSION, SqliteDatabase
 from think_server.storage.sqlite._schema import MIGRATIONS
 from think_server.storage.sqlite._template import PAGE_SIZE, create_from_template
 
+from ._files import settings, writes_and_reads
+
 
 def _pragmas(path: Path) -> tuple[object, ...]:
     conn = sqlite3.connect(path)
@@ -76,9 +78,7 @@ async def test_opening_a_new_file_makes_it_from_the_template_and_it_works(tmp_pa
     path = tmp_path / "deep" / "c.sqlite3"
     db = await SqliteDatabase.open(path)
     try:
-        async with db.transaction() as tx:
-            await tx.ensure_session("", 1)
-        assert await db.read.session("") is not None
+        await writes_and_reads(db, "")
     finally:
         await db.close()
     assert _pragmas(path) == (SCHEMA_VERSION, "wal", 2, PAGE_SIZE)
@@ -101,12 +101,6 @@ def _traced(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         yield ran
 
 
-async def _settings(db: SqliteDatabase) -> dict[str, object]:
-    assert db.conn is not None
-    return {p: (await db.conn.execute_fetchall(f"PRAGMA {p}"))[0][0]  # type: ignore[index]
-            for p in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout", "cache_size")}
-
-
 async def test_a_new_files_open_is_one_script_with_one_commit_that_syncs_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file made from the template is in WAL mode already (no journal_mode), its meta rows are one
@@ -122,7 +116,7 @@ async def test_a_new_files_open_is_one_script_with_one_commit_that_syncs_nothing
         # The schema read on the pool's thread (it makes the -wal and -shm files), then the script.
         assert ran[0].strip() == "SELECT 1 FROM meta WHERE 0;" and ran[1].strip() == "PRAGMA synchronous=OFF;"
         assert ran[-1].strip() == "PRAGMA synchronous=NORMAL;"
-        assert await _settings(db) == {"journal_mode": "wal", "synchronous": 1, "foreign_keys": 1,
+        assert await settings(db) == {"journal_mode": "wal", "synchronous": 1, "foreign_keys": 1,
                                        "busy_timeout": 0, "cache_size": -64}
         assert db.conn is not None
         meta = {str(k): str(v) for k, v in await db.conn.execute_fetchall("SELECT key, value FROM meta")}
@@ -141,6 +135,6 @@ async def test_a_new_file_where_a_wal_was_left_starts_it_with_its_sync(
         db = await SqliteDatabase.open(path, ("agent", "e"))
     try:
         assert "PRAGMA synchronous=OFF;" not in [s.strip() for s in ran], ran
-        assert (await _settings(db))["synchronous"] == 1
+        assert (await settings(db))["synchronous"] == 1
     finally:
         await db.close()
