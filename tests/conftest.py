@@ -34,6 +34,35 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(kit, "think_server")
 
 
+# The longest test files (seconds of a run on this machine, per file: `pytest --junitxml`), run
+# first. pytest-xdist hands a worker one file at a time, in collection order with
+# --no-loadscope-reorder (its default order, most tests first, put the few long tests of the chaos
+# file last, and the other workers waited for it). Files not listed keep their order, after these.
+LONGEST_FILES = (
+    "tests/e2e/test_browser.py",  # 140 s
+    "tests/e2e/test_chaos.py",  # 129
+    "tests/e2e/test_browser_actions.py",  # 68
+    "tests/e2e/test_crash_recovery.py",  # 65
+    "tests/e2e/test_usechat_http.py",  # 64
+    "tests/e2e/test_browser_outcomes.py",  # 61
+    "tests/test_readme.py",  # 58
+    "tests/e2e/test_real_client.py",  # 50
+    "tests/soak/test_soak.py",  # 45
+    "tests/app/test_cluster_nodes.py",  # 45
+    "tests/e2e/test_browser_small.py",  # 44
+    "tests/app/test_trust_boundary.py",  # 42
+    "tests/app/test_uichat.py",  # 39
+    "tests/test_cluster.py",  # 36
+    "tests/e2e/test_cluster_client.py",  # 35
+    "tests/e2e/test_browser_views.py",  # 30
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))  # stable: the rest as collected
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

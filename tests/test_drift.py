@@ -87,3 +87,12 @@ def test_every_hook_contexts_field_is_in_the_readme() -> None:
         missing += [f"{context.__name__}.{f.name}" for f in dataclasses.fields(context)
                     if f.name not in base and f"`{f.name}`" not in rows]
     assert missing == [], f"hook context fields the README's hooks table does not name: {missing}"
+
+
+def test_the_longest_files_run_first_are_test_files_that_exist() -> None:
+    # A renamed file would leave its name in the list doing nothing, and the file last in the queue.
+    from tests.conftest import LONGEST_FILES
+
+    root = Path(__file__).parent.parent
+    assert [f for f in LONGEST_FILES if not (root / f).is_file()] == []
+    assert len(set(LONGEST_FILES)) == len(LONGEST_FILES)
