@@ -415,6 +415,12 @@ class OperationRuns:
         outcome = Outcome("error", "unanswered", storage_failure(exc) or INTERNAL_ERROR)
         try:
             async with self.db.transaction() as tx:
+                # The start's transaction may have written the turn's first stream: it ends with the
+                # operation, or a tab that resumes would wait on it forever.
+                now = self.clock.now_ms()
+                for stream in await tx.streams_of_request(op_id):
+                    if stream.status == "streaming":
+                        await tx.finish_stream(stream.id, "error", now)
                 await self.write_settlement(tx, op_id, outcome)
         except LeaseLost:
             return  # another node serves the instance now and carries the operation on: its end is not ours

@@ -205,6 +205,25 @@ async def test_an_accepted_submission_survives_a_restart(open_instance: Any) -> 
     assert path[0] == "u1" and path.index("u2") > 0 and (await s2.transcript())[-1].role == "assistant"
 
 
+async def test_an_operation_that_breaks_outside_its_turn_ends_its_stream(open_instance: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # The start's transaction wrote the turn's first stream; then making the turn failed (a bug, say).
+    # The operation is settled as failed, and its stream with it: none is left streaming for a tab to
+    # wait on, or for a resume to replay as still open.
+    inst = await open_instance(script(HELLO, ECHO))
+    s = await inst.session()
+
+    def broken(plan: Any) -> Any:
+        raise RuntimeError("no turn today")
+
+    monkeypatch.setattr(s, "_turn_for", broken)
+    receipt = await s.submit([user("u1", "hi")])
+    result = await settle(s, receipt.operation_id)
+    assert (result.status, result.outcome) == ("error", "unanswered"), result
+    streams = await inst.db.read.streams_of_request(receipt.operation_id)
+    assert [st.status for st in streams] == ["error"]
+
+
 async def test_the_same_operation_id_is_accepted_once(open_instance: Any) -> None:
     model = Recording(script(HELLO, ECHO))
     inst = await open_instance(model)
