@@ -59,20 +59,27 @@ print(slowest, polls, flush=True)
 
 
 class Poller:
-    """``/healthz`` polled until stopped (and at least five times), from a process of its own: the slowest answer."""
+    """``/healthz`` polled until stopped (and at least five times), from a process of its own: the slowest
+    answer. Left by a test that failed first, the process is killed."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc, self.polls = proc, 0
+    def __init__(self, base: str) -> None:
+        self.base, self.polls = base, 0
+        self.proc: asyncio.subprocess.Process | None = None
 
-    @classmethod
-    async def start(cls, base: str) -> Poller:
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", _POLL, base, stdin=asyncio.subprocess.PIPE,
-                                                    stdout=asyncio.subprocess.PIPE)
-        assert proc.stdout is not None
-        assert (await asyncio.wait_for(proc.stdout.readline(), 30)) == b"ready\n"
-        return cls(proc)
+    async def __aenter__(self) -> Poller:
+        self.proc = await asyncio.create_subprocess_exec(sys.executable, "-c", _POLL, self.base,
+                                                         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        assert self.proc.stdout is not None
+        assert (await asyncio.wait_for(self.proc.stdout.readline(), 30)) == b"ready\n"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.communicate()
 
     async def stop(self) -> float:
+        assert self.proc is not None
         out, _ = await asyncio.wait_for(self.proc.communicate(b"stop\n"), 30)
         assert self.proc.returncode == 0, out
         slowest, polls = out.split()
@@ -93,12 +100,12 @@ async def test_three_sockets_sending_huge_frames_leave_the_server_answering(tmp_
                    for i in range(3)]
         for c in clients:
             await c.wait_for(is_type("cf_agent_chat_messages"))
-        poller = await Poller.start(f"http://127.0.0.1:{port}")
-        await asyncio.sleep(0.1)
-        await asyncio.gather(*(c.ws.send(frames[f"big-{i}"]) for i, c in enumerate(clients)))
-        dones = await asyncio.gather(*(c.wait_for(is_done(f"big-{i}"), timeout=60)
-                                       for i, c in enumerate(clients)))
-        slowest = await poller.stop()
+        async with Poller(f"http://127.0.0.1:{port}") as poller:
+            await asyncio.sleep(0.1)
+            await asyncio.gather(*(c.ws.send(frames[f"big-{i}"]) for i, c in enumerate(clients)))
+            dones = await asyncio.gather(*(c.wait_for(is_done(f"big-{i}"), timeout=60)
+                                           for i, c in enumerate(clients)))
+            slowest = await poller.stop()
         for done in dones:
             assert done["error"] is True and done["outcome"] == "error", done
             assert refusal in done["body"], done
@@ -121,12 +128,12 @@ async def test_three_http_bodies_of_huge_inputs_leave_the_server_answering(tmp_p
               ("submit", json.dumps({"input": one_message_of_tiny_parts()[0]}))]
     with cli_server(tmp_path) as (port, _):
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
-            poller = await Poller.start(f"http://127.0.0.1:{port}")
-            await asyncio.sleep(0.1)
-            answers = await asyncio.gather(*(
-                http.post(f"/agents/{AGENT}/big-{i}/{route}", content=body,
-                          headers={"content-type": "application/json"}) for i, (route, body) in enumerate(bodies)))
-            slowest = await poller.stop()
+            async with Poller(f"http://127.0.0.1:{port}") as poller:
+                await asyncio.sleep(0.1)
+                answers = await asyncio.gather(*(
+                    http.post(f"/agents/{AGENT}/big-{i}/{route}", content=body,
+                              headers={"content-type": "application/json"}) for i, (route, body) in enumerate(bodies)))
+                slowest = await poller.stop()
             for answer in answers:
                 assert answer.status_code == 422 and "over the limit" in answer.json()["error"], answer.text
             assert slowest < 2.0, f"/healthz took {slowest:.2f} s while the bodies were handled"  # (before: 2.1 s each)
