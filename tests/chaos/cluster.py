@@ -198,7 +198,7 @@ class ClusterChaos(Checks):
                 live = busy or live
             node = self.cluster[rng.choice(live)]
             if kind == "kill":
-                node.kill()
+                self.kill_from_outside(node)
                 # Shorter than the lease, its next life takes its leases back; longer, other nodes take them.
                 down_s = rng.uniform(0.2, 2.5 * self.lease_s)
                 self.count("SIGKILL a node from outside, restarted after a delay",
@@ -227,10 +227,19 @@ class ClusterChaos(Checks):
         self.history.append(how)
         self.say(f"  fault {self.report.total_kills:4d}  {how}")
 
+    def kill_lines(self, node: Node) -> list[str]:
+        log = self.kill_log(node)
+        return log.read_text().splitlines() if log.exists() else []
+
+    def kill_from_outside(self, node: Node) -> None:
+        """SIGKILL ``node``. Its switch may have fired as the kill landed (its line written, its own
+        SIGKILL not yet sent): that line is counted now, not taken for the node's next death."""
+        node.kill()
+        self.kills_logged[node.name] = len(self.kill_lines(node))
+
     def died_by_switch(self, node: Node, when: str) -> None:
         """Count a node's own death: its switch's kill inside a transaction, or a violation if not."""
-        log = self.kill_log(node)
-        lines = log.read_text().splitlines() if log.exists() else []
+        lines = self.kill_lines(node)
         how = f"{when}: {node.name} ({self.armed.get(node.name)})"
         if node.exit_code() != -signal.SIGKILL or len(lines) != self.kills_logged[node.name] + 1:
             died = Violation("server-runs", "*", f"node {node.name} exited by itself ({node.exit_code()}) in "
@@ -303,7 +312,7 @@ class ClusterChaos(Checks):
             if final:
                 for node in self.cluster.nodes.values():
                     if self.armed.get(node.name, "unarmed") != "unarmed":
-                        node.kill()  # no more faults: a still-armed node gets a quiet life
+                        self.kill_from_outside(node)  # no more faults: a still-armed node gets a quiet life
                         await self.restart(node, rng, armed=False)
             await self.cluster.wait_up()
             await self.driver.reconnect_all(self.report.lives)

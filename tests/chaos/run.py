@@ -334,28 +334,37 @@ class Chaos(Checks):
         if mode == "graceful" and self.server.alive:
             # A deploy, not a crash: SIGTERM, the running turn suspended, picked up by the next start.
             await asyncio.to_thread(self.server.stop)
+            # The switch may fire in the stop's own writes (a suspended turn's): its line is this life's.
+            self.kills_logged = len(self.kill_lines())
             self.report.stops += 1
             self.history.append(f"{how} -> stopped with SIGTERM under load")
         else:
             self.kill(how, "under load")
         await self.stop_load(load)
 
+    def kill_lines(self) -> list[str]:
+        """Where the switch's kills landed so far, a line each."""
+        return self.server.kill_log.read_text().splitlines() if self.server.kill_log.exists() else []
+
     def kill(self, how: str, phase: str) -> None:
-        """SIGKILL the server unless the switch killed it already; count the kill by who and when."""
-        by_switch = not self.server.kill()
+        """SIGKILL the server unless the switch killed it already; count the kill by who and when. A kill
+        from outside that lands as the switch fires (its line written, its own SIGKILL not yet sent) is
+        the switch's: its line is counted now, not taken for the next life's."""
+        was_alive = self.server.kill()
+        lines = self.kill_lines()
+        by_switch = len(lines) > self.kills_logged or not was_alive
         if by_switch:
-            lines = self.server.kill_log.read_text().splitlines() if self.server.kill_log.exists() else []
             if self.server.exit_code() != -signal.SIGKILL or len(lines) != self.kills_logged + 1:
                 # Not the switch: the server died on its own.
                 died = Violation("server-runs", "*", f"the server exited by itself ({self.server.exit_code()}) "
                                                       f"in {how}; see {self.server.server_log}")
                 self.report.violations.append(died)
                 self.fail_report([died])
-            self.kills_logged = len(lines)
             where = lines[-1] if lines else "?"
             self.report.landed[where] += 1
         else:
             where = "SIGKILL from outside"
+        self.kills_logged = len(lines)
         kind = f"{'in a transaction' if by_switch else 'from outside'}, {phase}"
         self.report.kills[kind] += 1
         self.history.append(f"{how} -> killed {kind}: {where}")
