@@ -16,7 +16,7 @@ import functools
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import aiosqlite
@@ -221,13 +221,7 @@ class SqliteDatabase(Database):
         if self._closed:  # closed while it opened: this connection must not outlive it
             await conn.close()
             raise StorageError(f"{self.path.name} is closed", Problem.DAMAGED)
-        try:
-            await _set_up_here(conn, _WOKEN_HERE, TURN_START)
-        except BaseException as exc:
-            await conn.close()
-            if isinstance(exc, sqlite3.Error):
-                raise _open_error(self.path, exc) from exc
-            raise
+        await _or_closed(conn, self.path, lambda: _set_up_here(conn, _WOKEN_HERE, TURN_START))
         self.conn = conn
         self.leaf_chosen = True
         return conn
@@ -266,17 +260,13 @@ class SqliteDatabase(Database):
             conn = await connect(path, before=make, then=read_schema)
         except sqlite3.Error as exc:
             raise _open_error(path, exc) from exc
-        try:
-            if made:
-                # Made for a turn, nearly always: its whole first turn's statements (``_prepared``).
-                await _set_up_here(conn, _new_file(instance, created, new_wal=new_wal), NEW_FILE_TURN)
-            else:
-                await _settle_found(conn, path, instance)
-        except BaseException as exc:
-            await conn.close()
-            if isinstance(exc, sqlite3.Error):
-                raise _open_error(path, exc) from exc
-            raise
+
+        def set_up() -> Awaitable[None]:
+            if made:  # made for a turn, nearly always: its whole first turn's statements (``_prepared``)
+                return _set_up_here(conn, _new_file(instance, created, new_wal=new_wal), NEW_FILE_TURN)
+            return _settle_found(conn, path, instance)
+
+        await _or_closed(conn, path, set_up)
         db = cls(conn, path)
         db.fresh = made
         db.leaf_chosen = not made
@@ -435,6 +425,18 @@ async def _settle_found(conn: aiosqlite.Connection, path: Path, instance: tuple[
         if version == 0:  # new, made migration by migration
             await conn.executescript(_names(instance))
         await conn.execute_fetchall("PRAGMA busy_timeout=0")
+
+
+async def _or_closed(conn: aiosqlite.Connection, path: Path, set_up: Callable[[], Awaitable[None]]) -> None:
+    """``set_up`` run on a connection just opened; if it fails, the connection is closed (it must not
+    outlive the failure) and an SQLite error is told as the file's."""
+    try:
+        await set_up()
+    except BaseException as exc:
+        await conn.close()
+        if isinstance(exc, sqlite3.Error):
+            raise _open_error(path, exc) from exc
+        raise
 
 
 async def _set_up_here(conn: aiosqlite.Connection, script: str, statements: tuple[str, ...]) -> None:
