@@ -36,7 +36,7 @@ from pathlib import Path
 from tests.chaos.fences import CLUSTER_INVARIANTS, Fences, install_audit, make_roles, url_as
 from tests.chaos.invariants import INVARIANTS, Violation
 from tests.chaos.run import POINT_SETS, TARGETS, Checks, Report
-from tests.chaos.server import APP, chaos_env
+from tests.chaos.server import APP, chaos_env, logged_kills
 from tests.cluster import Cluster, HAProxyMissing, Node, start_cluster
 from tests.stores import DbChoice
 
@@ -227,19 +227,15 @@ class ClusterChaos(Checks):
         self.history.append(how)
         self.say(f"  fault {self.report.total_kills:4d}  {how}")
 
-    def kill_lines(self, node: Node) -> list[str]:
-        log = self.kill_log(node)
-        return log.read_text().splitlines() if log.exists() else []
-
     def kill_from_outside(self, node: Node) -> None:
         """SIGKILL ``node``. Its switch may have fired as the kill landed (its line written, its own
         SIGKILL not yet sent): that line is counted now, not taken for the node's next death."""
         node.kill()
-        self.kills_logged[node.name] = len(self.kill_lines(node))
+        self.kills_logged[node.name] = len(logged_kills(self.kill_log(node)))
 
     def died_by_switch(self, node: Node, when: str) -> None:
         """Count a node's own death: its switch's kill inside a transaction, or a violation if not."""
-        lines = self.kill_lines(node)
+        lines = logged_kills(self.kill_log(node))
         how = f"{when}: {node.name} ({self.armed.get(node.name)})"
         if node.exit_code() != -signal.SIGKILL or len(lines) != self.kills_logged[node.name] + 1:
             died = Violation("server-runs", "*", f"node {node.name} exited by itself ({node.exit_code()}) in "

@@ -40,7 +40,7 @@ from tests.chaos.app import AGENT
 from tests.chaos.client import Conversation, Tab, is_done
 from tests.chaos.driver import Driver, Target
 from tests.chaos.invariants import INVARIANTS, Checker, Violation, read_tool_runs
-from tests.chaos.server import ChaosServer
+from tests.chaos.server import ChaosServer, logged_kills
 from tests.chaos.store import Store, open_operations, read_store
 from tests.stores import DBS, DbChoice
 
@@ -344,7 +344,7 @@ class Chaos(Checks):
 
     def kill_lines(self) -> list[str]:
         """Where the switch's kills landed so far, a line each."""
-        return self.server.kill_log.read_text().splitlines() if self.server.kill_log.exists() else []
+        return logged_kills(self.server.kill_log)
 
     def kill(self, how: str, phase: str) -> None:
         """SIGKILL the server unless the switch killed it already; count the kill by who and when. A kill

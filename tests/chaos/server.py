@@ -17,6 +17,11 @@ def chaos_env(tool_log: Path, stream_grace_s: float) -> dict[str, str]:
             "THINK_RATE_LIMIT_PER_S": "1000", "THINK_RATE_BURST": "1000", "THINK_FAULTS": ""}
 
 
+def logged_kills(log: Path) -> list[str]:
+    """Where a server's ``THINK_FAULTS`` switch killed it so far, a line each (its kill log)."""
+    return log.read_text().splitlines() if log.exists() else []
+
+
 class ChaosServer(ServerProcess):
     """One data dir (or database), one port; each :meth:`start` is a new life of the server on it."""
 

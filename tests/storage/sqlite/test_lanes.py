@@ -13,7 +13,7 @@ import pytest
 from think_server.storage.sqlite import SqliteDatabase, _db
 from think_server.storage.sqlite._lanes import WORKERS, LaneConnection, lane_connect, worker_threads
 
-from ._files import settings, writes_and_reads
+from ._files import SET, settings, writes_and_reads
 
 
 async def test_many_open_files_use_a_bounded_number_of_threads(tmp_path: Path) -> None:
@@ -222,8 +222,7 @@ async def test_a_file_woken_reads_its_schema_on_the_pool_and_is_set_up_on_the_lo
         monkeypatch.setattr(_db, "prepare_turn_start", statements)
         await db.wake()
         assert threads == [threading.current_thread().name]
-        assert await settings(db) == {"journal_mode": "wal", "synchronous": 1, "foreign_keys": 1, "busy_timeout": 0,
-                                      "cache_size": -64}
+        assert await settings(db) == SET
         await writes_and_reads(db)
     finally:
         await db.close()

@@ -14,7 +14,7 @@ from think_server.storage.sqlite import SCHEMA_VERSION, SqliteDatabase
 from think_server.storage.sqlite._schema import MIGRATIONS
 from think_server.storage.sqlite._template import PAGE_SIZE, create_from_template
 
-from ._files import settings, writes_and_reads
+from ._files import SET, settings, writes_and_reads
 
 
 def _pragmas(path: Path) -> tuple[object, ...]:
@@ -116,8 +116,7 @@ async def test_a_new_files_open_is_one_script_with_one_commit_that_syncs_nothing
         # The schema read on the pool's thread (it makes the -wal and -shm files), then the script.
         assert ran[0].strip() == "SELECT 1 FROM meta WHERE 0;" and ran[1].strip() == "PRAGMA synchronous=OFF;"
         assert ran[-1].strip() == "PRAGMA synchronous=NORMAL;"
-        assert await settings(db) == {"journal_mode": "wal", "synchronous": 1, "foreign_keys": 1,
-                                       "busy_timeout": 0, "cache_size": -64}
+        assert await settings(db) == SET
         assert db.conn is not None
         meta = {str(k): str(v) for k, v in await db.conn.execute_fetchall("SELECT key, value FROM meta")}
         assert meta["agent"] == "agent" and meta["name"] == "it's one" and int(meta["created_at"]) > 0
