@@ -30,8 +30,9 @@ from typing import Any
 import httpx
 import pytest
 from playwright.sync_api import BrowserContext, Page, Playwright, ViewportSize, WebSocket, expect, sync_playwright
+from playwright.sync_api import Error as PlaywrightError
 
-from .conftest import REPO, NodeToolchain, ThinkServer, find_node, free_port, run_think_server
+from .conftest import CALL_REPORT, REPO, NodeToolchain, ThinkServer, find_node, free_port, run_think_server
 
 WEB_DIR = REPO / "app" / "web"
 #: The page's build on ai@6 (+ @ai-sdk/react@3): its own package.json and lock file.
@@ -296,13 +297,20 @@ def playwright() -> Iterator[Playwright]:
 
 
 @pytest.fixture
-def context(playwright: Playwright, tmp_path: Path) -> Iterator[BrowserContext]:
-    """Debian's Chromium with a fresh profile; never a browser Playwright would download."""
+def context(playwright: Playwright, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[BrowserContext]:
+    """Debian's Chromium with a fresh profile; never a browser Playwright would download. When the
+    test fails, what each of its tabs saw is printed (every frame: a flake leaves no other trace)."""
     profile = tmp_path / "chromium-profile"
     ctx = launch(playwright, profile)
+    OPENED.clear()
     try:
         yield ctx
     finally:
+        call = request.node.stash.get(CALL_REPORT, None)
+        if call is not None and call.failed:
+            for number, tab in enumerate(OPENED, 1):
+                print(f"--- tab {number} of {len(OPENED)} ---\n{tab.report(full=True)}")
+        OPENED.clear()
         ctx.close()
         shutil.rmtree(profile, ignore_errors=True)
 
@@ -328,6 +336,10 @@ def launch(playwright: Playwright, profile: Path, viewport: ViewportSize | None 
     return ctx
 
 
+#: The tabs the running test opened (the ``context`` fixture prints them when it fails).
+OPENED: list[Tab] = []
+
+
 @dataclass
 class Tab:
     """One page on a conversation, with what it saw: page errors, console lines, WebSocket frames."""
@@ -338,16 +350,22 @@ class Tab:
     sent: list[dict[str, Any]] = field(default_factory=list)
     received: list[dict[str, Any]] = field(default_factory=list)
     sockets: list[str] = field(default_factory=list)
+    wire: list[str] = field(default_factory=list)  # every frame as it went, for a failed test's report
 
     def __post_init__(self) -> None:
+        OPENED.append(self)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
         self.page.on("websocket", self._watch)
 
     def _watch(self, ws: WebSocket) -> None:
         self.sockets.append(ws.url)
-        ws.on("framesent", lambda payload: self.sent.append(_frame(payload)))
-        ws.on("framereceived", lambda payload: self.received.append(_frame(payload)))
+        ws.on("framesent", lambda payload: self._log(self.sent, "sent", payload))
+        ws.on("framereceived", lambda payload: self._log(self.received, "received", payload))
+
+    def _log(self, frames: list[dict[str, Any]], direction: str, payload: str | bytes) -> None:
+        frames.append(_frame(payload))
+        self.wire.append(f"{time.monotonic():.3f} {direction} {payload!s}")
 
     # what the page shows
     def chat(self) -> Any:
@@ -411,8 +429,17 @@ class Tab:
         source = self.sent if direction == "sent" else self.received
         return [f for f in source if f.get("type") == type_]
 
-    def report(self) -> str:
-        """What the page saw, for assertion messages."""
+    def report(self, full: bool = False) -> str:
+        """What the page saw, for assertion messages; ``full``: every frame each way, whole."""
+        if full:
+            try:
+                shown = self.page.eval_on_selector_all("li.message",
+                                                       "els => els.map(e => `${e.dataset.role} ${e.dataset.id}`)")
+            except PlaywrightError as e:
+                shown = f"(the page is gone: {e.message})"
+            wire = "\n".join(self.wire)
+            return (f"url: {self.page.url}\nshown: {shown!r}\npage errors: {self.errors!r}\n"
+                    f"console: {self.console!r}\nsockets: {self.sockets!r}\nframes, both ways, in order:\n{wire}")
         return (
             f"messages: {self.messages()!r}\nstatus: {self.page.get_by_role('status').text_content()!r}\n"
             f"page errors: {self.errors!r}\nconsole (last 20): {self.console[-20:]!r}\n"

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -266,6 +266,19 @@ class E2EClient:
         run = DriverRun(proc.returncode, events, proc.stderr, proc.stdout, log_path)
         self.runs.append(run)
         return run
+
+
+#: Where a test's call phase leaves its report, for a fixture's teardown to know whether it failed.
+CALL_REPORT = pytest.StashKey[pytest.TestReport]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                               call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_REPORT] = report
+    return report
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
