@@ -109,6 +109,10 @@ class MessageAssembler:
         """The message being built: the live object, updated in place by `apply`."""
         return self._message
 
+    def tool_call(self, tool_call_id: str) -> ToolPart | None:
+        """The message's part of the tool call ``tool_call_id``, as the chunks so far made it."""
+        return self._tools.get(tool_call_id)
+
     @property
     def open_text_ids(self) -> list[str]:
         """Ids of text blocks started and not yet ended, in start order."""

@@ -75,6 +75,7 @@ class OperationRuns:
     model: Model
     _turn: Turn | None
     _running_id: str | None
+    _run_ended: asyncio.Future[None] | None
     _streaming_id: str | None
     _recovered: dict[str, Recovered]
     _abort_requested: set[str]
@@ -223,6 +224,41 @@ class OperationRuns:
                 ended, content = storable(ended, self.policy.max_row_bytes)
                 out.append((index, ended, content))
         return out
+
+    async def _check_answer(self, answer: Answer) -> None:
+        """Raise :class:`AnswerRefused` unless ``answer`` may apply now. One to a call the running turn
+        has asked (its request went out as a chunk; the message holding it is written as the turn stops
+        there) is checked once that turn is over: a client may answer as soon as the request reaches
+        it, and under load its answer came in first and was refused as a call the conversation did
+        not have (Think applies such an answer to the message being streamed as well, #1649)."""
+        tools = await self.server_tools()
+        waited = False
+        while True:
+            history = await self.history()
+            try:
+                check_answer(await history.load_messages(), answer, tools)
+                return
+            except AnswerRefused:
+                over = None if waited else self._asked_by_running_turn(answer, tools)
+                if over is None:
+                    raise
+            finally:
+                history.release()  # only a check: the operation that applies it parses again
+            waited = True
+            await asyncio.shield(over)
+
+    def _asked_by_running_turn(self, answer: Answer, tools: dict[str, Tool]) -> asyncio.Future[None] | None:
+        """When the running turn's run is over, if that turn has asked what ``answer`` answers (an
+        approval, or a client tool's result): a call it will stop at. None otherwise, at once: a turn
+        runs on for as long as its model and tools take, and no other answer waits for it."""
+        turn, over = self._turn, self._run_ended
+        part = None if turn is None else turn.asked(answer.tool_call_id)
+        if part is None or over is None:
+            return None
+        if answer.kind == "approval":
+            return over if part.state == "approval-requested" else None
+        tool = tools.get(part.tool_name)
+        return over if part.state == "input-available" and (tool is None or tool.is_client) else None
 
     def _unmarked(self, ended: list[tuple[int, UIMessage, str]]) -> list[tuple[int, UIMessage, str]]:
         """``ended`` with the last message's outcome mark taken off (it may be one of them): the turn

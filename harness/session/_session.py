@@ -19,7 +19,7 @@ from typing import Any, Literal
 from think_server.protocol import UIMessage
 from think_server.storage import CompactionRow, Database, LeaseLost, OperationRow, Tx, driver_errors
 
-from .._answers import Answer, AnswerRefused, check_answer
+from .._answers import Answer, AnswerRefused
 from .._clock import Clock
 from .._events import HarnessEvent, Listener, MessagePersisted, OperationQueued, SessionReset
 from .._input import InputPolicy, check_client_messages
@@ -88,6 +88,7 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
         self._worker: asyncio.Task[None] | None = None
         self._turn: Turn | None = None
         self._running_id: str | None = None
+        self._run_ended: asyncio.Future[None] | None = None  # the running operation's run is over (any way)
         self._waiters: dict[str, list[asyncio.Future[OperationResult]]] = {}
         self._pending = Pending()  # what queued operations (and those being written) carry
         self._streaming_id: str | None = None  # the assistant message the running turn writes
@@ -370,9 +371,7 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
         op_id = operation_id if operation_id is not None else self.clock.new_id()
         if await self.db.read.operation(op_id) is not None:
             return Receipt(op_id, self.id, accepted=False)
-        history = await self.history()
-        check_answer(await history.load_messages(), answer, await self.server_tools())
-        history.release()  # only a check: the operation that applies it parses again
+        await self._check_answer(answer)
         if self._pending.answers_call(answer.tool_call_id):
             raise AnswerRefused("already_answered", f"tool call {answer.tool_call_id!r} already has an answer queued")
         kind = "approval" if answer.kind == "approval" else "tool_result"
@@ -469,6 +468,7 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
             current_instance.set(self.instance_key[1] or current_instance.get())
             current_session.set(self.id)
             current_operation.set(op_id)
+            self._run_ended = asyncio.get_running_loop().create_future()
             try:
                 with span("think.turn", parent=continue_from(self._traces.pop(op_id, None))):
                     await self._run(op_id)
@@ -493,6 +493,8 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
                 self._running_id = None
                 self._streaming_id = None
                 self._turn = None
+                self._run_ended.set_result(None)
+                self._run_ended = None
                 if self._history is not None:
                     self._history.release()
                 if self._budget.over and self.drop_history():

@@ -149,6 +149,11 @@ class Turn(TurnChunks, TurnTools):
                                f"{sorted(s.value for s in _TRANSITIONS[self._state])}, got {new.value}")
         self._state = new
 
+    def asked(self, tool_call_id: str) -> ToolPart | None:
+        """The call ``tool_call_id`` as this turn's message has it so far: streamed to the clients,
+        written only when the step or the turn ends."""
+        return self._assembler.tool_call(tool_call_id)
+
     def abort(self) -> None:
         """Stop promptly: the model stream or the running tools are cancelled."""
         self._aborting = True

@@ -25,7 +25,7 @@ def transfer_funds(amount: float, to: str) -> str:
 get_location = client_tool("getLocation", "Where the user is.", {"type": "object", "properties": {}})
 
 
-def make(tmp_path: Path, **kw: Any) -> Harness:
-    """A harness of the agent ``assistant`` on ``tmp_path``."""
-    agents = {"Assistant": Agent(system="Be brief.", tools=[transfer_funds, get_location])}
+def make(tmp_path: Path, *, hooks: dict[str, Any] | None = None, **kw: Any) -> Harness:
+    """A harness of the agent ``assistant`` on ``tmp_path``; ``hooks``: the agent's (``on_step_finish=``...)."""
+    agents = {"Assistant": Agent(system="Be brief.", tools=[transfer_funds, get_location], **(hooks or {}))}
     return Harness(agents, data_dir=tmp_path, model=ScriptedModel(SCRIPT), **kw)

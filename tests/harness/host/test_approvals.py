@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,6 +12,7 @@ from tests.harness.host.reference_agent import make
 from think_server.harness import (
     AnswerRefused,
     OperationSettled,
+    StepContext,
     WaitingCall,
 )
 from think_server.harness.providers._transcript import ModelToolResult, to_model_turns
@@ -86,3 +89,59 @@ async def test_approve_refuses_a_call_that_waits_for_nothing(tmp_path: Path) -> 
             await s.deny(call_id)
         assert twice.value.reason == "not_awaiting_approval"
         assert [m.role for m in await s.messages()] == ["user", "assistant"], "a refusal writes nothing"
+
+
+@pytest.mark.parametrize("answer", ["approve", "deny", "client-result"])
+async def test_an_answer_sent_before_the_asking_turn_has_ended_waits_for_it(tmp_path: Path, answer: str) -> None:
+    """A client may answer as soon as the request reaches it (a chunk, streamed before the turn's message
+    is written: the hook's addToolApprovalResponse, a page's client tool run by onToolCall): the answer
+    waits for the turn that asked to end, rather than being refused as a call the conversation does
+    not have."""
+    asked: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    go_on = asyncio.Event()
+
+    async def step_finished(ctx: StepContext) -> None:
+        # Between the request going out and the message holding it being written.
+        call = next(p for p in ctx.message.parts if isinstance(p, ToolPart))
+        if not asked.done():
+            asked.set_result(call.toolCallId)
+            await go_on.wait()
+
+    prompt, reason, end = {
+        "approve": ("approve the transfer", "awaiting_approval", "Done: sent 100 to bob."),
+        "deny": ("approve the transfer", "awaiting_approval", "Okay, the transfer was not made."),
+        "client-result": ("ask where I am", "awaiting_client_tool", "You are in Lisbon."),
+    }[answer]
+    async with make(tmp_path, hooks={"on_step_finish": step_finished}) as h:
+        s = h.session("assistant", "early")
+        turn = asyncio.create_task(s.prompt(prompt))
+        call_id = await asyncio.wait_for(asked, 10)
+        answering: asyncio.Task[Any] = asyncio.create_task(
+            s.approve(call_id) if answer == "approve" else s.deny(call_id) if answer == "deny"
+            else s.submit({"type": "tool-result", "tool_call_id": call_id, "output": "Lisbon"}, source="client"))
+        await asyncio.sleep(0.05)
+        assert not answering.done(), answering  # not refused: waiting for the turn that asked
+        go_on.set()
+        assert (await turn).reason == reason
+        done = await s.wait((await answering).operation_id)
+        assert done.outcome == "done"
+        assert message_text((await s.messages())[-1]).endswith(end)
+
+
+async def test_an_answer_to_a_call_no_turn_asked_is_refused_at_once_while_a_turn_runs(tmp_path: Path) -> None:
+    """Only a call the running turn has asked is waited for: any other id is refused while it runs."""
+    asked, go_on = asyncio.Event(), asyncio.Event()
+
+    async def step_finished(ctx: StepContext) -> None:
+        asked.set()
+        await go_on.wait()
+
+    async with make(tmp_path, hooks={"on_step_finish": step_finished}) as h:
+        s = h.session("assistant", "other")
+        turn = asyncio.create_task(s.prompt("approve the transfer"))
+        await asyncio.wait_for(asked.wait(), 10)
+        with pytest.raises(AnswerRefused) as refused:
+            await asyncio.wait_for(s.approve("call_somethingElse_9"), 5)
+        assert refused.value.reason == "unknown_tool_call"
+        go_on.set()
+        await turn
