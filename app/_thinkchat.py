@@ -99,6 +99,8 @@ class ThinkChat:
         # Told `pending` (by the probe id they asked with, if any): told `resuming` when the stream
         # starts, or `none` when the work ends without one.
         self._parked: dict[str, str | None] = {}
+        # Writing an answer (how many): parked for its continuation, which the end of other work does not end.
+        self._answering: dict[str, int] = {}
         # Parked by their own answer, the continuation started, no probe yet: told after PROBE_WAIT_S.
         self._unprobed: dict[str, asyncio.TimerHandle] = {}
         self._active: Stream | None = None
@@ -312,6 +314,9 @@ class ThinkChat:
             # The continuation is offered to the tab that caused it (resuming, then its ACK), never
             # pushed to it live before that: the hook would render it twice.
             self._parked.setdefault(conn.id, None)
+        # An answer sent before the turn that asked has ended waits for that turn (Session.answer):
+        # the turn's end must not tell this tab that the work it waits for is over.
+        self._answering[conn.id] = self._answering.get(conn.id, 0) + 1
         try:
             await self.session.answer(answer, operation_id=op_id, source="client", auto_continue=auto_continue,
                                       client_tools=client_tools)
@@ -321,6 +326,10 @@ class ThinkChat:
             if auto_continue:
                 self._parked.pop(conn.id, None)
             conn.send(error_frame(f"{answer.kind} refused ({exc.reason}): {exc}"))
+        finally:
+            left = self._answering.pop(conn.id) - 1
+            if left:
+                self._answering[conn.id] = left
 
     def _on_resume_request(self, conn: Connection, probe_id: str | None) -> None:
         if self._forget_unprobed(conn.id):
@@ -587,14 +596,16 @@ class ThinkChat:
             conn.send(held[0].terminal(held[1]))
 
     def _release_parked(self) -> None:
-        """The work a parked tab was told to wait for ended without a stream: it is idle now."""
+        """The work a parked tab was told to wait for ended without a stream: it is idle now (but for
+        a tab whose answer is still being written: it waits for that answer's continuation)."""
+        waiting = {cid: probe_id for cid, probe_id in self._parked.items() if cid in self._answering}
         for cid, probe_id in self._parked.items():
             conn = self.connections.get(cid)
-            if conn is not None:
+            if conn is not None and cid not in waiting:
                 # With the probe id and "idle", the hook also ends the tool continuation it started.
                 frame = StreamResumeNone(reason="idle", probeId=probe_id) if probe_id else StreamResumeNone()
                 conn.send(dump_frame(frame))
-        self._parked.clear()
+        self._parked = waiting
 
     def _on_reset(self) -> None:
         self._active = None

@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conformance_app import get_location, get_weather
+from tests.conformance_app import SCRIPT, get_location, get_weather, transfer_funds
 from tests.conftest import Client, RunningServer, chat_request, chunks_of, is_done
 from think_server.app import _thinkchat
-from think_server.harness import Agent, Model, ModelRequest, ScriptedModel, TextDelta, tool
+from think_server.harness import Agent, Model, ModelRequest, ScriptedModel, StepContext, TextDelta, tool
 
 AGENT = "my-agent"
 RESPONSE = "cf_agent_use_chat_response"
@@ -402,6 +402,40 @@ async def test_an_approved_call_runs_and_its_output_reaches_the_client(serve) ->
     (part,) = tool_parts(msgs[1])
     assert part["state"] == "output-available" and part["output"] == output
     assert part["approval"]["approved"] is True
+    assert text_of(msgs[1]) == 'Done: {"ok":true,"amount":100,"to":"bob"}.'
+    await c.close()
+
+
+async def test_an_approval_sent_as_soon_as_its_request_streams_is_taken(serve) -> None:
+    """The hook lets a person (or the page's own code) answer as soon as the request's chunk shows,
+    before the turn that asked has ended and written its message: the answer is taken once that turn
+    is over, not refused as a call the conversation does not have (seen through HAProxy under load)."""
+    go_on = asyncio.Event()
+
+    async def step_finished(ctx: StepContext) -> None:  # holds the turn between its request and its end
+        await go_on.wait()
+
+    srv = await serve({AGENT: Agent(model=f"scripted:{SCRIPT}", tools=[transfer_funds], on_step_finish=step_finished)})
+    c = await Client.open(url(srv, "early"))
+    rid, frame, _ = chat_request("approve")
+    await c.send(frame)
+    asked = await c.wait_for(lambda f: f.get("id") == rid and '"tool-approval-request"' in (f.get("body") or ""))
+    mark = len(c.frames)
+    call_id = json.loads(asked["body"])["toolCallId"]
+    await c.send({"type": "cf_agent_tool_approval", "toolCallId": call_id, "approved": True, "autoContinue": True})
+    with contextlib.suppress(TimeoutError):  # a refusal comes at once; a taken answer says nothing yet
+        refused = await c.wait_for(is_type("cf_agent_error"), timeout=0.5, start=mark)
+        raise AssertionError(f"the approval was refused: {refused}")
+    go_on.set()
+    assert (await c.wait_for(is_done(rid), start=mark))["outcome"] == "completed"
+    await c.send({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
+    offer = await c.wait_for(is_type("cf_agent_stream_resuming"), start=mark)
+    await c.send({"type": "cf_agent_stream_resume_ack", "id": offer["id"]})
+    done = await c.wait_for(continuation_done, start=mark)
+    assert done["outcome"] == "completed" and not c.of_type("cf_agent_error")
+    msgs = await get_messages(srv, "early")
+    (part,) = tool_parts(msgs[1])
+    assert (part["state"], part["output"]) == ("output-available", {"ok": True, "amount": 100, "to": "bob"})
     assert text_of(msgs[1]) == 'Done: {"ok":true,"amount":100,"to":"bob"}.'
     await c.close()
 
