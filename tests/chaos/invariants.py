@@ -362,10 +362,9 @@ class Checker:
         for msg in self.store.messages.values():
             if msg.role == "assistant":
                 self.assembled_equals_stored(msg.id)
-        path = [m.content for m in self.store.active_path()]
-        if _norm(path) != _norm(self.served):
-            self.fail("frames-match-store", f"get-messages serves {[m['id'] for m in self.served]}; the file's "
-                                            f"active path is {[m['id'] for m in path]} (or their contents differ)")
+        differs = served_differs(self.served, [m.content for m in self.store.active_path()])
+        if differs is not None:
+            self.fail("frames-match-store", differs)
         else:
             self.ok("frames-match-store")
 
@@ -478,6 +477,18 @@ class Checker:
                     pos = found + len(d)
                 else:
                     self.ok("words-kept")
+
+
+def served_differs(served: list[dict[str, Any]], path: list[Any]) -> str | None:
+    """How ``get-messages``'s answer differs from the stored active path (``path``: the rows' contents);
+    None if it does not. With the same ids, the first message that differs, both ways."""
+    got, stored = _norm(served), _norm(path)
+    if got == stored:
+        return None
+    ids = [m["id"] for m in served], [m["id"] for m in path]
+    first = next(((a, b) for a, b in zip(got, stored, strict=True) if a != b), None) if ids[0] == ids[1] else None
+    differs = "" if first is None else f"; first differing: served {first[0]!r}, stored {first[1]!r}"
+    return f"get-messages serves {ids[0]}; the file's active path is {ids[1]}{differs}"
 
 
 def _norm(value: Any) -> Any:
