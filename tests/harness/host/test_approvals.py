@@ -94,7 +94,7 @@ async def test_approve_refuses_a_call_that_waits_for_nothing(tmp_path: Path) -> 
 @pytest.mark.parametrize("answer", ["approve", "deny", "client-result"])
 async def test_an_answer_sent_before_the_asking_turn_has_ended_waits_for_it(tmp_path: Path, answer: str) -> None:
     """A client may answer as soon as the request reaches it (a chunk, streamed before the turn's message
-    is written: the hook's addToolApprovalResponse, a page's client tool run by onToolCall): the answer
+    is written: the hook's addToolApprovalResponse from the card, a client's own code): the answer
     waits for the turn that asked to end, rather than being refused as a call the conversation does
     not have."""
     asked: asyncio.Future[str] = asyncio.get_running_loop().create_future()
