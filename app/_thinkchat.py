@@ -99,8 +99,6 @@ class ThinkChat:
         # Told `pending` (by the probe id they asked with, if any): told `resuming` when the stream
         # starts, or `none` when the work ends without one.
         self._parked: dict[str, str | None] = {}
-        # Writing an answer (how many): parked for its continuation, which the end of other work does not end.
-        self._answering: dict[str, int] = {}
         # Parked by their own answer, the continuation started, no probe yet: told after PROBE_WAIT_S.
         self._unprobed: dict[str, asyncio.TimerHandle] = {}
         self._active: Stream | None = None
@@ -310,26 +308,21 @@ class ThinkChat:
         op_id = str(uuid.uuid4())
         self._requesters[op_id] = conn.id
         self._answers[op_id] = answer.kind
-        if auto_continue:
-            # The continuation is offered to the tab that caused it (resuming, then its ACK), never
-            # pushed to it live before that: the hook would render it twice.
-            self._parked.setdefault(conn.id, None)
-        # An answer sent before the turn that asked has ended waits for that turn (Session.answer):
-        # the turn's end must not tell this tab that the work it waits for is over.
-        self._answering[conn.id] = self._answering.get(conn.id, 0) + 1
         try:
             await self.session.answer(answer, operation_id=op_id, source="client", auto_continue=auto_continue,
                                       client_tools=client_tools)
         except AnswerRefused as exc:
             self._requesters.pop(op_id, None)
             self._answers.pop(op_id, None)
-            if auto_continue:
-                self._parked.pop(conn.id, None)
             conn.send(error_frame(f"{answer.kind} refused ({exc.reason}): {exc}"))
-        finally:
-            left = self._answering.pop(conn.id) - 1
-            if left:
-                self._answering[conn.id] = left
+            return
+        if auto_continue:
+            # The continuation is offered to the tab that caused it (resuming, then its ACK), never
+            # pushed to it live before that: the hook would render it twice. Parked once the answer is
+            # queued (nothing ran since: its continuation has not started), not while it is written: an
+            # answer sent before the turn that asked has ended waits for that turn (Session.answer), and
+            # that turn's end would tell a tab parked meanwhile that the work it waits for is over.
+            self._parked.setdefault(conn.id, None)
 
     def _on_resume_request(self, conn: Connection, probe_id: str | None) -> None:
         if self._forget_unprobed(conn.id):
@@ -596,16 +589,14 @@ class ThinkChat:
             conn.send(held[0].terminal(held[1]))
 
     def _release_parked(self) -> None:
-        """The work a parked tab was told to wait for ended without a stream: it is idle now (but for
-        a tab whose answer is still being written: it waits for that answer's continuation)."""
-        waiting = {cid: probe_id for cid, probe_id in self._parked.items() if cid in self._answering}
+        """The work a parked tab was told to wait for ended without a stream: it is idle now."""
         for cid, probe_id in self._parked.items():
             conn = self.connections.get(cid)
-            if conn is not None and cid not in waiting:
+            if conn is not None:
                 # With the probe id and "idle", the hook also ends the tool continuation it started.
                 frame = StreamResumeNone(reason="idle", probeId=probe_id) if probe_id else StreamResumeNone()
                 conn.send(dump_frame(frame))
-        self._parked = waiting
+        self._parked.clear()
 
     def _on_reset(self) -> None:
         self._active = None

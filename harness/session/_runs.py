@@ -232,20 +232,24 @@ class OperationRuns:
         it, and under load its answer came in first and was refused as a call the conversation did
         not have (Think applies such an answer to the message being streamed as well, #1649)."""
         tools = await self.server_tools()
-        waited = False
-        while True:
-            history = await self.history()
-            try:
-                check_answer(await history.load_messages(), answer, tools)
-                return
-            except AnswerRefused:
-                over = None if waited else self._asked_by_running_turn(answer, tools)
-                if over is None:
-                    raise
-            finally:
-                history.release()  # only a check: the operation that applies it parses again
-            waited = True
+        refused = await self._refusal(answer, tools)
+        over = None if refused is None else self._asked_by_running_turn(answer, tools)
+        if over is not None:
             await asyncio.shield(over)
+            refused = await self._refusal(answer, tools)
+        if refused is not None:
+            raise refused
+
+    async def _refusal(self, answer: Answer, tools: dict[str, Tool]) -> AnswerRefused | None:
+        """Why ``answer`` cannot apply to the transcript as it stands; None if it can."""
+        history = await self.history()
+        try:
+            check_answer(await history.load_messages(), answer, tools)
+        except AnswerRefused as refused:
+            return refused
+        finally:
+            history.release()  # only a check: the operation that applies it parses again
+        return None
 
     def _asked_by_running_turn(self, answer: Answer, tools: dict[str, Tool]) -> asyncio.Future[None] | None:
         """When the running turn's run is over, if that turn has asked what ``answer`` answers (an

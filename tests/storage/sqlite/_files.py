@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from think_server.storage.sqlite import SqliteDatabase
 
-SETTINGS = ("journal_mode", "synchronous", "foreign_keys", "busy_timeout", "cache_size")
-#: What every open file's connection is set to (``settings``).
+#: What every open file's connection is set to (``settings`` reads these).
 SET = {"journal_mode": "wal", "synchronous": 1, "foreign_keys": 1, "busy_timeout": 0, "cache_size": -64}
+SETTINGS = tuple(SET)
 
 
 async def writes_and_reads(db: SqliteDatabase, session_id: str = "s") -> None:
