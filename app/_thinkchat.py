@@ -394,13 +394,16 @@ class ThinkChat:
         db = self.session.db
         bodies: list[str] = []
         continuation = False
-        expired = self._now_ms() - self.session.stream_grace_ms
-        for row in await db.read.streams_of_request(request_id):
-            if row.session_id != self.session.id or (row.completed_at is not None and row.completed_at < expired):
+        op = await db.read.operation(request_id)
+        # The grace is the operation's, from its settlement: its streams go together (one of a model
+        # call that ended long ago, the operation running on since, is replayed with the rest).
+        expired = op is None or (op.completed_at is not None
+                                 and op.completed_at < self._now_ms() - self.session.stream_grace_ms)
+        for row in [] if expired else await db.read.streams_of_request(request_id):
+            if row.session_id != self.session.id:
                 break
             continuation = continuation or (row.is_continuation and row.first_seq == 0)
             bodies.extend(await db.read.chunk_bodies(row.id))
-        op = await db.read.operation(request_id)
         terminal = self.session.last_terminal
         stream = Stream(request_id, continuation, bodies)
         conn.send_replay(stream.replay())

@@ -53,7 +53,8 @@ class StreamWrites(Protocol):
         ...
 
     async def delete_finished_streams(self, completed_before: int) -> int:
-        """Sweep finished streams past their replay grace, their chunks with them; how many."""
+        """Sweep the streams of operations settled before ``completed_before`` (or gone), their chunks
+        with them; how many. An operation's streams go together: none while it runs."""
         ...
 
     async def delete_session_streams(self, session_id: str) -> None: ...

@@ -45,6 +45,11 @@ SELECT instance, id, 0, 0, $12, $11 FROM started
 
 #: The lone writes the store commits with other instances' (``_group``): a turn's chunk groups.
 GROUPED = frozenset({APPEND, START})
+# An operation's streams go together, once it has settled longer than the grace ago (the SQLite
+# backend's SWEEP says why).
+SWEEP = ("DELETE FROM streams AS s WHERE s.instance = $1 AND s.status <> 'streaming' AND s.completed_at < $2 "
+         "AND NOT EXISTS (SELECT 1 FROM operations AS o WHERE o.instance = $1 AND o.id = s.operation_id "
+         "AND (o.status IN ('pending', 'running') OR o.completed_at >= $2))")
 
 
 def _row(r: Any) -> StreamRow:
@@ -94,8 +99,7 @@ class PostgresStreamWrites(Access):
             "WHERE instance = $1 AND id = $4 AND status = 'streaming'", status, now, stream_id)
 
     async def delete_finished_streams(self, completed_before: int) -> int:
-        return await self._execute(
-            "DELETE FROM streams WHERE instance = $1 AND status <> 'streaming' AND completed_at < $2", completed_before)
+        return await self._execute(SWEEP, completed_before)
 
     async def delete_session_streams(self, session_id: str) -> None:
         self._defer("DELETE FROM streams WHERE instance = $1 AND session_id = $2", session_id)

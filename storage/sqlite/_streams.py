@@ -122,6 +122,12 @@ INSERT_STREAM = (
     "INSERT INTO streams (id, session_id, operation_id, request_id, message_id, is_continuation, "
     "first_seq, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'streaming', ?)")
 FINISH_STREAM = "UPDATE streams SET status = ?, completed_at = ? WHERE id = ? AND status = 'streaming'"
+# An operation's streams go together, once it has settled longer than the grace ago: a replay or a
+# recovery numbers its chunks from its first model call's, so an older call's stream swept while
+# a later one stays (a turn in a long tool, or recovered after kills) would renumber the rest.
+SWEEP = ("DELETE FROM streams WHERE status != 'streaming' AND completed_at < ?1 AND NOT EXISTS ("
+         "SELECT 1 FROM operations AS o WHERE o.id = streams.operation_id "
+         "AND (o.status IN ('pending', 'running') OR o.completed_at >= ?1))")
 
 
 class SqliteStreamWrites(Access):
@@ -164,9 +170,7 @@ class SqliteStreamWrites(Access):
         self._link.places.pending[stream_id] = None  # written to no more: its place is forgotten at the commit
 
     async def delete_finished_streams(self, completed_before: int) -> int:
-        return await self._execute(
-            "DELETE FROM streams WHERE status != 'streaming' AND completed_at < ?", (completed_before,)
-        )
+        return await self._execute(SWEEP, (completed_before,))
 
     async def delete_session_streams(self, session_id: str) -> None:
         await self._execute("DELETE FROM streams WHERE session_id = ?", (session_id,))

@@ -382,8 +382,9 @@ class Checker:
                 state = apply_answer(state, answer)
             wire = self.store.wire(op.id)
             if wire is not None and wire[0] != 0:
-                # Its older model calls were swept (each stream goes once its own grace is over, and an
-                # operation recovered after a kill ends its streams lives apart): nothing to assemble from.
+                # An operation's streams are swept together, once it has settled past the grace.
+                self.fail("streams-replayable", f"the stored stream of {op.id} starts at seq {wire[0]}: "
+                                                "its older model calls were swept without it")
                 return
             if wire is not None:
                 assembler = MessageAssembler(message_id, parts=state.parts if state else None,

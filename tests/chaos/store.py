@@ -93,7 +93,7 @@ class Store:
     def wire(self, request_id: str) -> tuple[int, list[dict[str, Any]]] | None:
         """One operation's stored wire stream: (seq of its first stored chunk, the chunks); None if none.
 
-        The first seq is 0 unless older model calls of the operation were swept.
+        The first seq is 0: an operation's streams are swept together.
         """
         streams = self.streams.get(request_id)
         if not streams:

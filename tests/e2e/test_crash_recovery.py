@@ -218,6 +218,43 @@ async def test_killed_mid_tool_call_reruns_a_rerun_tool(server: Server) -> None:
     await b.close()
 
 
+async def test_a_turn_whose_first_call_ended_past_the_grace_recovers_counting_from_its_first_chunk(
+        tmp_path: Path, db: DbChoice) -> None:
+    """While its tool runs, the turn's first model call's stream has ended past the replay grace (0
+    here) and a sweep runs (another session's turn settles). Its streams stay while it runs: once
+    it is killed, the next life counts on from them, so a tab replays the turn from its ``start``,
+    seq for seq as the first tab got it (the sweep took the first stream alone before: the
+    recovered turn counted from 0 again, and a tab got seq 0 twice, differently)."""
+    name, node = "swept", {"THINK_NODE_ID": "swept-server", "THINK_STREAM_GRACE_S": "0"}
+    srv = Server(tmp_path / "data", tmp_path / "server.log", db)
+    await srv.start(node)
+    try:
+        a = await Client.open(srv.ws(name, "tab-a"))
+        rid, frame, user = chat_request("rerun it")
+        await a.send(frame)
+        await a.wait_for(body_has(rid, "tool-input-available"), timeout=15)
+        async with httpx.AsyncClient(base_url=f"{srv.base}/agents/{AGENT}/{name}", timeout=30) as http:
+            r = await http.post("/submit", params={"session": "other"}, json={"input": "hi"})
+            other = r.json()["operation_id"]
+            r = await http.get(f"/operations/{other}", params={"session": "other", "wait": 10})
+            assert r.json()["status"] == "completed", r.text  # its settlement swept the instance's streams
+        assert srv.tool_runs() == ["slowRerun start"], "the tool still runs"
+        seen = [(f["seq"], json.loads(f["body"])) for f in a.frames if f.get("id") == rid and "seq" in f]
+        assert seen[0] == (0, {"type": "start", "messageId": seen[0][1]["messageId"]})
+        srv.kill()
+        await a.close()
+        await srv.start(node)
+        b = await reconnect_and_finish(srv, name, rid)
+        replayed = [(f["seq"], json.loads(f["body"])) for f in b.frames if f.get("id") == rid and "seq" in f]
+        assert replayed[:len(seen)] == seen
+        assert [seq for seq, _ in replayed] == list(range(len(replayed)))
+        answer = check_one_answer(await get_messages(srv, name), user)
+        assert text_of(answer) == 'Result: {"double":14}.'
+        await b.close()
+    finally:
+        srv.stop()
+
+
 async def test_killed_mid_tool_call_reports_a_report_tool_as_interrupted(server: Server) -> None:
     name = "report"
     rid, user = await kill_while_the_tool_runs(server, name, "report it", "slowReport")

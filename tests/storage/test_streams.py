@@ -314,6 +314,31 @@ async def test_delete_finished_streams_sweeps_only_finished_and_old(db: Database
     assert [s.id for s in await db.read.streaming_streams()] == ["live"]
 
 
+async def test_an_operations_streams_are_swept_together_once_it_has_settled_past_the_grace(db: Database) -> None:
+    """A model call's stream finished long ago stays while its operation runs on (a long tool, a
+    recovery after kills) or settled within the grace: a replay numbers the chunks from the first
+    model call's, so sweeping it alone would renumber the later ones."""
+    async with db.transaction() as tx:
+        for op_id in ("running", "recent", "old"):
+            await tx.insert_operation(op_id, "s", "input", "server", "{}", None, 10)
+            await tx.start_operation(op_id, None, 20)
+        await tx.settle_operation("recent", "completed", "done", None, "x", 1500)
+        await tx.settle_operation("old", "completed", "done", None, "x", 900)
+    for op_id in ("running", "recent", "old", "gone"):  # "gone": its operation row was deleted
+        for step, finished_at in enumerate((100, 800)):
+            await _insert(db, f"{op_id}-{step}", operation_id=op_id, request_id=op_id, first_seq=step, now=10)
+            await _append(db, f"{op_id}-{step}", [_chunk(step)])
+            await _finish(db, f"{op_id}-{step}", now=finished_at)
+    async with db.transaction() as tx:
+        assert await tx.delete_finished_streams(completed_before=1000) == 4
+    for op_id, kept in (("running", True), ("recent", True), ("old", False), ("gone", False)):
+        streams = await db.read.streams_of_request(op_id)
+        assert [s.id for s in streams] == ([f"{op_id}-0", f"{op_id}-1"] if kept else []), op_id
+    async with db.transaction() as tx:
+        await tx.settle_operation("running", "completed", "done", None, "x", 2000)
+        assert await tx.delete_finished_streams(completed_before=2001) == 4
+
+
 async def test_delete_session_streams(db: Database, backend: Backend) -> None:
     await _insert(db, "a1", session_id="a")
     await _insert(db, "a2", session_id="a")
