@@ -316,11 +316,15 @@ async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: Socket
     settings, metrics, limits = services.settings, services.metrics, services.limits
     actor, release, conn_id, address = admitted.actor, admitted.release, admitted.conn_id, admitted.address
     chat = None
+    unlist = None
     conn = Connection(ws, conn_id, max_queue=settings.max_send_queue, max_queue_bytes=settings.max_send_queue_bytes,
                       on_too_slow=metrics.refusals.labels("too_slow").inc, order=order)
     bucket = TokenBucket(settings.rate_limit_per_s, settings.rate_burst)
     metrics.connections.inc()
     try:
+        # Listed before the handshake completes: the client's first turn then finds it listed, and
+        # waits for no write of the work index before its first chunk (Instance.listed).
+        unlist = await actor.instance.listed()
         await actor.chat(admitted.session_id)
         await ws.accept()
         chat = await actor.attach(conn, admitted.session_id)  # inside: whatever happens, the places are given back
@@ -334,7 +338,11 @@ async def serve_socket(ws: WebSocket, *, agent: str, name: str, services: Socket
         services.sockets.release()
         if chat is not None:
             chat.disconnect(conn)
-        release()
+        try:
+            if unlist is not None:
+                await unlist()  # while the socket still holds it: not closed meanwhile, so taken off
+        finally:
+            release()
         await conn.finished()
 
 

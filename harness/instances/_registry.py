@@ -318,7 +318,7 @@ class InstanceRegistry:
             instance = Instance(db, self.agents[agent], self._models[agent], self._clock,
                                 stream_grace_ms=self._stream_grace_ms, policy=self._policy,
                                 on_work=functools.partial(self._on_work, agent, name), budget=self.history_budget,
-                                key=key)
+                                key=key, list_connected=self.leases is None)
             instance.models = self.model_cache
             instance.host = self.host
             if lease is not None:

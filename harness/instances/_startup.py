@@ -69,8 +69,8 @@ class StartupRecovery:
         if not keys:
             self.state = RecoveryState.DONE
             return
-        log.info("recovering %d instance(s) with unfinished work in the background, %d at a time",
-                 len(keys), self._concurrency)
+        log.info("recovering %d instance(s) the work index lists (unfinished work, or a client connected) in the "
+                 "background, %d at a time", len(keys), self._concurrency)
         self._task = asyncio.create_task(self._run(deque(keys)), name="startup-recovery")
 
     async def _run(self, keys: deque[tuple[str, str]]) -> None:

@@ -4,9 +4,10 @@ The harness does not know about the server's work index; an :class:`Instance`
 is given an ``on_work(opened)`` callable and calls it through a
 :class:`WorkNotices`. ``on_work(True)`` is awaited **before** the operation
 that opens work is written, so a crash at any point after it finds the
-instance listed; ``on_work(False)`` once no operation is pending or running.
-One lock orders the two: an instance that drains its work while a new
-submission arrives ends up listed.
+instance listed; ``on_work(False)`` once no operation is pending or running
+(and nothing else keeps it listed: the instance's ``has_open_work`` says so,
+a connected client counting as work, ``Instance.listed``). One lock orders the
+two: an instance that drains its work while a new submission arrives ends up listed.
 """
 
 from __future__ import annotations

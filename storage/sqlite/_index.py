@@ -4,7 +4,8 @@ An instance is marked before its first open operation is written and
 unmarked once it has none left, so at startup the server reopens only the
 instances a crash or a shutdown left with work, without opening every file.
 A mark without work (a crash between the two) costs one reopen; work without
-a mark cannot happen.
+a mark cannot happen. (The harness also keeps an instance marked while a chat
+socket is connected to it: ``Instance.listed``.)
 
 Writes made while another is in flight wait for it and then go together, in one
 transaction: fifty turns starting at once would otherwise queue fifty commits one after

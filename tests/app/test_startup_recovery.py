@@ -1,4 +1,5 @@
-"""The work index lists only instances with open work; at start they are reopened in the background.
+"""The work index lists only instances with open work or a chat socket; at start they are reopened in the
+background.
 
 Each busy instance here runs a turn that waits in a ``gate`` tool (``rerun``
 on recovery) until the test opens the gate. A stop leaves those operations
@@ -83,6 +84,8 @@ async def idle_and_busy(srv: RunningServer, idle: list[str], busy: list[str]) ->
         await c.send(frame)
         await c.wait_for(is_done(rid))
         await c.close()
+    # A socket keeps its instance listed until the server has seen it go.
+    await until(lambda: not marked(srv.data_dir) & set(idle), "the idle instances taken off")
     for name in busy:
         c = await Client.open(url(srv, name))
         rid, frame, _ = chat_request(f"wait-{name}")
@@ -102,10 +105,34 @@ async def test_only_instances_with_open_work_are_in_the_index(serve: Any, tmp_pa
     gate = Gate(busy)
     srv = await serve(gate.agents, data_dir=data)
     await idle_and_busy(srv, idle, busy)
-    assert marked(data) == set(busy), "an instance that was only opened, or whose work is done, is not listed"
+    await until(lambda: marked(data) == set(busy), "an instance only opened, or whose work is done, not listed")
     gate.open.set()
     await until(lambda: marked(data) == set(), "the index empties once the work is done")
     assert all(status(data, n) == ["completed"] for n in busy)
+
+
+async def test_a_connected_instance_stays_listed_and_its_turns_write_nothing_to_the_index(
+        serve: Any, tmp_path: Path) -> None:
+    """Listed from the connect (a server that holds its store alone): the turns its socket sends
+    find it listed, so no write of the index lies between a request and its first chunk."""
+    data = tmp_path / "data"
+    srv = await serve(Gate([]).agents, data_dir=data)
+    c = await Client.open(url(srv, "chat"))
+    await until(lambda: marked(data) == {"chat"}, "listed from the connect")
+    index = sqlite3.connect(data / "index.sqlite3")
+    try:
+        before = index.execute("PRAGMA data_version").fetchone()[0]
+        for text in ("one", "two"):
+            rid, frame, _ = chat_request(text)
+            await c.send(frame)
+            await c.wait_for(is_done(rid))
+        await asyncio.sleep(0.1)  # the worker's housekeeping after the turns
+        assert index.execute("PRAGMA data_version").fetchone()[0] == before, "its turns wrote nothing to the index"
+    finally:
+        index.close()
+    assert marked(data) == {"chat"}
+    await c.close()
+    await until(lambda: marked(data) == set(), "taken off once its socket has gone")
 
 
 async def test_the_port_opens_at_once_and_readyz_reports_recovery_until_it_is_done(

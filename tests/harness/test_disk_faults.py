@@ -211,3 +211,80 @@ async def test_an_instance_reopened_with_open_work_is_listed_again(tmp_path: Pat
         assert index.heard == [(True, 1)], "an index that lost it (rebuilt, say) lists it again"
     finally:
         await again.close()
+
+
+async def test_a_connected_client_keeps_the_instance_listed_and_its_turns_tell_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite3"
+    index = Index(path)
+    inst = await instance_at(path, Agent(), FakeModel(text("t", "hello"), text("t", "again")), on_work=index)
+    try:
+        session = await inst.session()
+        first_client = await inst.listed()
+        second_client = await inst.listed()
+        assert index.heard == [(True, 0)], "listed at the first connect, once"
+        for i in (1, 2):
+            receipt = await session.submit([user(f"u{i}", "hi")])
+            await settle(session, receipt.operation_id)
+        await asyncio.sleep(0.05)  # the worker's housekeeping after the turns
+        assert index.heard == [(True, 0)], "a listed instance's turns neither mark nor unmark it"
+        await first_client()
+        await first_client()  # the release is idempotent
+        assert index.heard == [(True, 0)], "another client still keeps it"
+        await second_client()
+        assert index.heard == [(True, 0), (False, 2)], "off once the last client has gone"
+    finally:
+        await inst.close()
+
+
+async def test_a_client_gone_while_a_turn_runs_leaves_it_listed_until_the_turn_ends(tmp_path: Path) -> None:
+    path = tmp_path / "g.sqlite3"
+    index = Index(path)
+    pause = Pause()
+    inst = await instance_at(path, Agent(), FakeModel([*text("t", "a"), pause]), on_work=index)
+    try:
+        session = await inst.session()
+        client = await inst.listed()
+        receipt = await session.submit([user("u1", "hi")])
+        await asyncio.wait_for(pause.reached.wait(), GUARD)
+        await client()
+        assert index.heard == [(True, 0)], "its work is open"
+        pause.go.set()
+        await settle(session, receipt.operation_id)
+        await until(lambda: len(index.heard) == 2, "the unmark")
+        assert index.heard[1][0] is False
+    finally:
+        await inst.close()
+
+
+async def test_in_a_store_servers_share_a_connected_client_lists_nothing(tmp_path: Path) -> None:
+    # There the index also says which instances a dead node left for others to take over.
+    path = tmp_path / "s.sqlite3"
+    index = Index(path)
+    inst = await instance_at(path, Agent(), FakeModel(text("t", "hello")), on_work=index, list_connected=False)
+    try:
+        session = await inst.session()
+        client = await inst.listed()
+        assert index.heard == []
+        receipt = await session.submit([user("u1", "hi")])
+        await settle(session, receipt.operation_id)
+        await until(lambda: len(index.heard) == 2, "the unmark")
+        assert [opened for opened, _ in index.heard] == [True, False], "as for any instance: its work alone"
+        await client()
+        assert len(index.heard) == 2
+    finally:
+        await inst.close()
+
+
+async def test_a_closing_instance_keeps_what_it_lists(tmp_path: Path) -> None:
+    # Closed with a turn running, the instance must stay listed for the next start to resume it.
+    path = tmp_path / "k.sqlite3"
+    index = Index(path)
+    pause = Pause()
+    inst = await instance_at(path, Agent(), FakeModel([*text("t", "a"), pause]), on_work=index)
+    session = await inst.session()
+    client = await inst.listed()
+    await session.submit([user("u1", "hi")])
+    await asyncio.wait_for(pause.reached.wait(), GUARD)
+    await inst.close()
+    await client()  # the socket's end comes after its instance closed
+    assert [opened for opened, _ in index.heard] == [True]
