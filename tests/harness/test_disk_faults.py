@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.faultydisk import KINDS, FaultyDisk, faulty_disk
 from tests.harness._doubles import GUARD, FakeModel, Pause, Recorder, settle, text, user
-from think_server.harness import Agent, ChunksCommitted, Model, ModelEvent, ModelRequest, TextDelta, TextStart
+from think_server.harness import Agent, ChunksCommitted, Instance, Model, ModelEvent, ModelRequest, TextDelta, TextStart
 
 from ._instances import instance_at
 
@@ -236,20 +236,24 @@ async def test_a_connected_client_keeps_the_instance_listed_and_its_turns_tell_n
         await inst.close()
 
 
-async def test_a_client_gone_while_a_turn_runs_leaves_it_listed_until_the_turn_ends(tmp_path: Path) -> None:
-    path = tmp_path / "g.sqlite3"
-    index = Index(path)
+async def paused_with_a_client(index: Index) -> tuple[Instance, Pause, Callable[[], Awaitable[None]], str]:
+    """An instance a client is connected to (its release), its turn (the id) stopped in its model call."""
     pause = Pause()
-    inst = await instance_at(path, Agent(), FakeModel([*text("t", "a"), pause]), on_work=index)
+    inst = await instance_at(index.path, Agent(), FakeModel([*text("t", "a"), pause]), on_work=index)
+    client = await inst.listed()
+    receipt = await (await inst.session()).submit([user("u1", "hi")])
+    await asyncio.wait_for(pause.reached.wait(), GUARD)
+    return inst, pause, client, receipt.operation_id
+
+
+async def test_a_client_gone_while_a_turn_runs_leaves_it_listed_until_the_turn_ends(tmp_path: Path) -> None:
+    index = Index(tmp_path / "g.sqlite3")
+    inst, pause, client, op_id = await paused_with_a_client(index)
     try:
-        session = await inst.session()
-        client = await inst.listed()
-        receipt = await session.submit([user("u1", "hi")])
-        await asyncio.wait_for(pause.reached.wait(), GUARD)
         await client()
         assert index.heard == [(True, 0)], "its work is open"
         pause.go.set()
-        await settle(session, receipt.operation_id)
+        await settle(await inst.session(), op_id)
         await until(lambda: len(index.heard) == 2, "the unmark")
         assert index.heard[1][0] is False
     finally:
@@ -277,14 +281,8 @@ async def test_in_a_store_servers_share_a_connected_client_lists_nothing(tmp_pat
 
 async def test_a_closing_instance_keeps_what_it_lists(tmp_path: Path) -> None:
     # Closed with a turn running, the instance must stay listed for the next start to resume it.
-    path = tmp_path / "k.sqlite3"
-    index = Index(path)
-    pause = Pause()
-    inst = await instance_at(path, Agent(), FakeModel([*text("t", "a"), pause]), on_work=index)
-    session = await inst.session()
-    client = await inst.listed()
-    await session.submit([user("u1", "hi")])
-    await asyncio.wait_for(pause.reached.wait(), GUARD)
+    index = Index(tmp_path / "k.sqlite3")
+    inst, _, client, _ = await paused_with_a_client(index)
     await inst.close()
     await client()  # the socket's end comes after its instance closed
     assert [opened for opened, _ in index.heard] == [True]
