@@ -135,6 +135,24 @@ async def test_a_connected_instance_stays_listed_and_its_turns_write_nothing_to_
     await until(lambda: marked(data) == set(), "taken off once its socket has gone")
 
 
+async def test_a_stop_with_sockets_open_leaves_only_open_work_listed(serve: Any, tmp_path: Path) -> None:
+    """The server closes its sockets before its instances: a socket's end takes an idle instance off
+    the index, so a deploy's next start reopens only the instances with work."""
+    data = tmp_path / "data"
+    gate = Gate(["busy"])
+    srv = await serve(gate.agents, data_dir=data)
+    idle = [await Client.open(url(srv, f"idle-{i}")) for i in range(3)]
+    busy = await Client.open(url(srv, "busy"))
+    rid, frame, _ = chat_request("wait-busy")
+    await busy.send(frame)
+    await busy.wait_for(lambda f: f.get("id") == rid and "tool-input-available" in f.get("body", ""))
+    await until(lambda: marked(data) == {"idle-0", "idle-1", "idle-2", "busy"}, "every connected instance listed")
+    await srv.stop()
+    assert marked(data) == {"busy"}
+    for c in [*idle, busy]:
+        await c.close()
+
+
 async def test_the_port_opens_at_once_and_readyz_reports_recovery_until_it_is_done(
         serve: Any, tmp_path: Path) -> None:
     data = tmp_path / "data"
