@@ -52,7 +52,7 @@ class Actor:
 
     def on_session(self, session: Session) -> None:
         # Before the session's queue runs: recovered work reaches the sockets from its first chunk.
-        self.chats[session.id] = ThinkChat(session, now_ms=self.instance.clock.now_ms)
+        self.chats[session.id] = ThinkChat(session)
 
     def on_unload(self, session_id: str) -> None:
         events = self._events.pop(session_id, None)

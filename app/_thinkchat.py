@@ -64,7 +64,7 @@ from think_server.protocol import (
 
 from ._connection import Connection, Later
 from ._offload import off_loop
-from ._wirestream import Recent, Stream, answers_claimed, error_frame, retrieved, settled_of
+from ._wirestream import Recent, Stream, answers_claimed, error_frame, past_grace, retrieved, settled_of
 
 __all__ = ["MAX_ACKED_PER_CONNECTION", "RESUME_ACK_WAIT_S", "ThinkChat", "error_frame"]
 
@@ -88,9 +88,8 @@ MAX_ACKED_PER_CONNECTION = 64
 
 
 class ThinkChat:
-    def __init__(self, session: Session, *, now_ms: Callable[[], int]) -> None:
+    def __init__(self, session: Session) -> None:
         self.session = session
-        self._now_ms = now_ms
         self.connections: dict[str, Connection] = {}
         self._awaiting_ack: set[str] = set()  # told `resuming`, excluded from live frames until they ACK
         # Told `resuming` for a stream that ended before they ACKed: its end waits for their ACK
@@ -397,8 +396,7 @@ class ThinkChat:
         op = await db.read.operation(request_id)
         # The grace is the operation's, from its settlement: its streams go together (one of a model
         # call that ended long ago, the operation running on since, is replayed with the rest).
-        expired = op is None or (op.completed_at is not None
-                                 and op.completed_at < self._now_ms() - self.session.stream_grace_ms)
+        expired = op is None or past_grace(self.session, op)
         for row in [] if expired else await db.read.streams_of_request(request_id):
             if row.session_id != self.session.id:
                 break

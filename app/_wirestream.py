@@ -35,6 +35,7 @@ __all__ = [
     "answers_claimed",
     "continued_base",
     "error_frame",
+    "past_grace",
     "retrieved",
     "settled_of",
     "stream_snapshot",
@@ -180,6 +181,12 @@ class Snapshot:
     rebuilt: bool = False  # the chunks were swept: ``bodies`` build the stored message instead
 
 
+def past_grace(session: Session, op: OperationRow) -> bool:
+    """Whether the operation settled longer than the replay grace ago: its chunks are swept (all of
+    them together) or about to be, and a replay no longer serves them."""
+    return op.completed_at is not None and op.completed_at < session.clock.now_ms() - session.stream_grace_ms
+
+
 async def stream_snapshot(session: Session, op_id: str, live: Stream | None) -> Snapshot | None:
     """What is known of an operation's stream now: from memory while it runs (``live``), else
     from storage. None if the session has no such operation."""
@@ -200,8 +207,7 @@ async def stream_snapshot(session: Session, op_id: str, live: Stream | None) -> 
                                await session.waiting_on(op))
     if bodies or op.target_message_id is None or op.status == "skipped":
         return Snapshot(bodies, settled)
-    expired = session.clock.now_ms() - session.stream_grace_ms
-    if op.completed_at is None or op.completed_at >= expired:
+    if not past_grace(session, op):
         return Snapshot(bodies, settled)  # it ended with no chunk of its own
     stored = await db.read.message(session.id, op.target_message_id)
     if stored is None:
