@@ -62,6 +62,12 @@ class TurnHooks:
         self._where = HookContext(agent=agent_name, instance=instance, session=session, operation=operation)
         self._resolve_model = resolve_model
 
+    @property
+    def chooses(self) -> bool:
+        """Whether :meth:`choose` asks the agent anything (its model, system or tools are functions)."""
+        agent = self.agent
+        return agent.dynamic_model or callable(agent.system) or callable(agent.tools)
+
     def context(self, step: int = 0) -> HookContext:
         return dataclasses.replace(self._where, step=step)
 

@@ -14,19 +14,19 @@ from think_server.harness import (
     Agent,
     Finish,
     Instance,
-    MessagePersisted,
     MessageUpdated,
     Model,
     ModelEvent,
     ModelRequest,
     RecoveryPolicy,
+    StepContext,
     TextDelta,
     TextEnd,
     TextStart,
     Tool,
 )
 from think_server.harness._answers import INTERRUPTED_TOOL_ERROR, Answer
-from think_server.protocol import ToolPart
+from think_server.protocol import ToolPart, UIMessage
 
 from .._doubles import FakeModel, Pause, call, script, settle, text, user
 from .._instances import instance_at
@@ -268,21 +268,25 @@ async def test_a_call_a_crash_stopped_before_it_started_runs_after_the_restart(d
 
     model = script({"match": "*", "steps": [[{"tool_call": {"name": "ping", "input": {}}}],
                                             [{"text": ["got {result}"]}]]})
-    agent = Agent(tools=[Tool("ping", execute=ping)], recovery=RecoveryPolicy(backoff_ms=1))
+    stored: list[UIMessage] = []
+
+    async def die_as_the_step_ends(ctx: StepContext) -> None:
+        # The step's message is committed by now; the worker is cancelled while it waits for this hook,
+        # which it stops at: the call never gets to start. Once: the next life runs the call.
+        if not stored:
+            stored.append(ctx.message)
+            assert s._worker is not None
+            s._worker.cancel()
+
+    agent = Agent(tools=[Tool("ping", execute=ping)], recovery=RecoveryPolicy(backoff_ms=1),
+                  on_step_finish=die_as_the_step_ends)
     inst = await instance_at(db_path, agent, model)
     s = await inst.session()
-
-    def die_once_the_call_is_stored(event: Any) -> None:
-        if isinstance(event, MessagePersisted) and any(
-                isinstance(p, ToolPart) and p.state == "input-available" for p in event.message.parts):
-            assert s._worker is not None
-            s._worker.cancel()  # the worker stops at its next await: the call never gets to start
-
-    s.subscribe(die_once_the_call_is_stored)
     r = await s.submit([user("u1", "go")])
     assert s._worker is not None
     await asyncio.gather(s._worker, return_exceptions=True)
     await crash(inst)
+    assert [p.state for m in stored for p in m.parts if isinstance(p, ToolPart)] == ["input-available"]
     assert runs == [] and peek.count("tool_calls") == 0 and peek.operation_status(r.operation_id) == "running"
 
     restarted = await instance_at(db_path, agent, model)
