@@ -129,3 +129,71 @@ async def test_a_conversation_past_the_big_message_size_reads_back_whole(serve) 
     assert [m["role"] for m in last] == ["user", "assistant"] * 4
     assert last[0]["parts"][0]["text"] == said
     await c.close()
+
+
+def _negotiated() -> tuple[Any, Any]:
+    """The server's permessage-deflate as it answers a websockets client's offer, and that client's."""
+    from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
+
+    from think_server.app._wsprotocol import _ChatDeflateFactory
+
+    server_factory = _ChatDeflateFactory(server_max_window_bits=12, client_max_window_bits=12,
+                                         compress_settings={"memLevel": 5, "level": 1})
+    client_factory = ClientPerMessageDeflateFactory(client_max_window_bits=True)
+    response, server = server_factory.process_request_params(client_factory.get_request_params(), [])
+    return server, client_factory.process_response_params(response, [])
+
+
+def test_requests_are_inflated_by_zlib_ng_and_read_whole_message_after_message() -> None:
+    """The client's messages (a transcript sent back, then short ones whose back-references reach
+    into it) are read by zlib-ng's inflater, kept for the socket's life as zlib's was."""
+    from websockets.frames import Opcode
+    from zlib_ng import zlib_ng
+
+    server, client = _negotiated()
+    decoder = server.decoder
+    assert type(decoder._decoder) is type(zlib_ng.decompressobj(wbits=-12))  # zlib-ng's
+    transcript = b'{"type":"cf_agent_use_chat_request","init":{"body":"' + b",".join(
+        b'{\\"id\\":\\"m%05d\\",\\"role\\":\\"user\\"}' % i for i in range(3000)) + b'"}}'
+    for data in (transcript, transcript[:500], b'{"type":"cf_agent_chat_clear"}', transcript):
+        sent = client.encode(Frame(Opcode.TEXT, data))
+        assert sent.rsv1
+        assert server.decode(sent, max_size=None).data == data
+    assert server.decoder is decoder
+
+
+def test_a_request_that_does_not_inflate_or_inflates_past_the_limit_is_a_protocol_error() -> None:
+    """What zlib-ng refuses is raised as zlib's error is (websockets closes the socket with 1002),
+    and the size limit still stops an inflation at the limit (1009), as it did with zlib."""
+    import zlib
+
+    import pytest
+    from websockets.exceptions import PayloadTooBig, ProtocolError
+    from websockets.frames import Opcode
+
+    server, client = _negotiated()
+    with pytest.raises(ProtocolError, match="decompression failed"):
+        server.decode(Frame(Opcode.TEXT, b"\xff\xfe not deflate at all", rsv1=True), max_size=1000)
+    with pytest.raises(zlib.error):
+        server.decoder.decompress(b"\xff\xfe not deflate at all")
+    server, client = _negotiated()
+    bomb = client.encode(Frame(Opcode.TEXT, b"0" * 1_000_000))
+    assert len(bomb.data) < 5_000
+    with pytest.raises(PayloadTooBig):
+        server.decode(bomb, max_size=100_000)
+
+
+async def test_a_socket_whose_frame_does_not_inflate_closes_1002_and_the_server_serves_on(serve) -> None:
+    srv = await serve()
+    bad, good = await Client.open(url(srv, "bad-deflate")), await Client.open(url(srv, "good-deflate"))
+    assert bad.ws.protocol.extensions, "deflate negotiated"
+    # A text frame that says it is compressed (RSV1), masked as a client's must be, that is not deflate.
+    payload, key = b"\xff\xfe not deflate", b"\x01\x02\x03\x04"
+    masked = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+    bad.ws.transport.write(bytes((0xC1, 0x80 | len(payload))) + key + masked)
+    await asyncio.wait_for(bad.ws.wait_closed(), 10)
+    assert bad.ws.close_code == 1002
+    rid, frame, _ = chat_request("hi")
+    await good.send(frame)
+    await good.wait_for(is_done(rid), timeout=30)
+    await good.close()
