@@ -424,6 +424,7 @@ async def w_concurrent(a) -> dict:
             agg_chunks_per_s=round(chunks / span, 1),
             turn_latency_ms=summ([r.latency for r in done], 1000),
             ttfc_ms=summ([r.ttfc for r in done if r.ttfc is not None], 1000),
+            ttf_delta_ms=summ([r.t_first_delta - r.t_send for r in done if r.t_first_delta is not None], 1000),
         )
     if a.interval_ms and done:
         gaps = []
