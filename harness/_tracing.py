@@ -1,7 +1,7 @@
 """OpenTelemetry spans of the harness (README "Tracing").
 
 Only the API package is needed: with no SDK configured every span is a no-op that costs a
-function call. A turn is a span (``think.turn``) with the model calls
+function call (not even the API's no-op span is made). A turn is a span (``think.turn``) with the model calls
 (``think.model_call``), tool calls (``think.tool_call``), approval waits
 (``think.approval_wait``) and recoveries (``think.recovery``) in it, each with the agent,
 instance, session and operation ids. Message content is left out unless
@@ -66,6 +66,12 @@ def span(name: str, attributes: Mapping[str, Any] | None = None, *,
          parent: otel_context.Context | None = None, start_time: int | None = None) -> Iterator[Span]:
     """A span named ``name`` with the ids of the work it is part of; an exception that leaves it
     marks it failed (and is raised on)."""
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        # No SDK set up (yet: asked each time): the API's span would record nothing either, and
+        # nothing here propagates a context onwards. Its making cost 18 us (its attributes, a context
+        # attached and detached), four times a turn.
+        yield trace.INVALID_SPAN
+        return
     attrs = {**_ids(), **{k: v for k, v in (attributes or {}).items() if v is not None}}
     with _tracer.start_as_current_span(name, context=parent, attributes=attrs, start_time=start_time,
                                        record_exception=True, set_status_on_exception=True) as current:

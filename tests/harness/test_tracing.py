@@ -189,3 +189,19 @@ async def test_a_recovery_is_a_span(tmp_path: Path, spans: InMemorySpanExporter)
         await settle(s2, op)
     finally:
         await again.close()
+
+
+def test_without_an_sdk_a_span_costs_no_context_and_exceptions_pass_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No SDK set up (the API's proxy provider): ``span`` yields the API's invalid span, attaches no
+    context and builds no attributes; what is raised inside is raised on. An SDK set up later is used
+    from then on (the tests above set one up after this module imported the tracer)."""
+    from think_server.harness._tracing import span
+
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: trace.ProxyTracerProvider())
+    before = trace.get_current_span()
+    with span("think.turn", {"think.step": 0}) as current:
+        assert current is trace.INVALID_SPAN and not current.is_recording()
+        assert trace.get_current_span() is before
+        current.set_attribute("think.status", "completed")  # the callers' calls do nothing
+    with pytest.raises(KeyError), span("think.model_call"):
+        raise KeyError("the model call failed")
