@@ -218,3 +218,63 @@ def test_an_insert_keeps_what_an_update_keeps() -> None:
 def test_a_new_rows_insert_is_a_plain_statement() -> None:
     """Compiled with the short form's CASE, the INSERT held 16 KB of every open file's statement cache."""
     assert "CASE" not in INSERT_MESSAGE and "substr" not in INSERT_MESSAGE
+
+
+# Inputs as the harness writes them, and of every other shape a file may hold: each is kept, once its
+# operation settles, as the SQL rule (``_operations._SETTLED_INPUT``) keeps it.
+SETTLED_INPUTS = [
+    ("input", json.dumps({"messages": [{"id": "u-1", "role": "user", "parts": []}]}, separators=(",", ":"))),
+    ("input", json.dumps({"messages": [{"id": "u-1"}], "regenerate_from": None})),
+    ("input", json.dumps({"messages": [{"id": "u-2"}, {"id": "u-3"}]})),
+    ("regenerate", json.dumps({"messages": [], "regenerate_from": "a-0"})),
+    ("input", json.dumps({"messages": [{"id": "u-4"}], "regenerate_from": ""})),
+    ("input", json.dumps({"messages": [{"id": 'q"'}]})),  # escaped in JSON: the SQL's
+    ("input", json.dumps({"messages": [{"id": "é"}]}, ensure_ascii=False)),  # not ASCII: the SQL's
+    ("input", json.dumps({"messages": [{"id": 7}]})),  # not a string: the SQL's
+    ("input", json.dumps({"messages": [{"role": "user"}]})),  # no id: the SQL's
+    ("input", json.dumps({"messages": ["u-5"]})),  # not an object: the SQL's
+    ("input", json.dumps({"messages": {"a": {"id": "u-6"}}})),  # not a list: the SQL's
+    ("input", json.dumps({"other": 1})),  # no messages: the SQL's
+    ("input", "[1, 2]"), ("input", "not json"), ("input", '{"messages": [{"id": NaN}]}'), ("input", ""),
+    ("continue", "{}"), ("tool_result", json.dumps({"answer": {"id": "c1"}, "autoContinue": True})),
+    ("continue", '{"messages":[{"id":"u-7"}]}'),  # another kind: only the one-id rule
+]
+
+
+@pytest.mark.parametrize(("kind", "input_json"), SETTLED_INPUTS)
+async def test_what_a_settled_input_keeps_is_what_the_sql_rule_keeps(
+        db: SqliteDatabase, db_path: Path, kind: str, input_json: str) -> None:
+    from think_server.storage.sqlite._operations import SETTLE_OPERATION_SQL, settled_input
+
+    async with db.transaction() as tx:
+        await tx.ensure_session("", 1)
+        for op in ("ours", "sql"):
+            await tx.insert_operation(op, "", kind, "client", input_json, None, 10)
+            await tx.start_operation(op, None, 11)
+    conn = sqlite3.connect(db_path)
+    try:
+        conn.execute(SETTLE_OPERATION_SQL, ("completed", "done", None, None, 0, 12, "sql"))
+        conn.commit()
+        sql: str | None = _op_row(db_path, "sql")[0]
+    except sqlite3.OperationalError:  # a damaged input the rule cannot read ("malformed JSON")
+        sql = None
+    finally:
+        conn.close()
+    try:
+        async with db.transaction() as tx:
+            assert await tx.settle_operation("ours", "completed", "done", None, None, 12, 0)
+        ours: str | None = _op_row(db_path, "ours")[0]
+    except sqlite3.OperationalError:
+        ours = None
+    assert ours == sql
+    plain = settled_input(kind, input_json)
+    assert plain is None or plain == sql, "worked out here only where it is the SQL's"
+
+
+def test_the_harness_inputs_are_worked_out_in_python_not_left_to_the_sql() -> None:
+    from think_server.storage.sqlite._operations import settled_input
+
+    assert settled_input("input", SETTLED_INPUTS[0][1]) == "\x01u-1"
+    assert settled_input("input", SETTLED_INPUTS[2][1]) == '{"messages":[{"id":"u-2"},{"id":"u-3"}]}'
+    assert settled_input("regenerate", SETTLED_INPUTS[3][1]) == '{"messages":[],"regenerate_from":"a-0"}'
+    assert settled_input("input", SETTLED_INPUTS[5][1]) is None
