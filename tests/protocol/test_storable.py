@@ -106,3 +106,30 @@ def test_shorten_value_forms() -> None:
     assert isinstance(items, list) and items[-1].startswith("... [truncated") and len(json.dumps(items)) < 200
     odd = shorten_value({"k" * 3000: 1}, 100)
     assert odd["__truncated"] is True
+
+
+def test_looking_at_parts_reads_fields_and_extras_without_failed_lookups(monkeypatch: Any) -> None:
+    """Whether a part needs sanitizing is read from its fields and its extras as ``getattr`` would read
+    them, but without asking for a key its model lacks (each such ask raised AttributeError twice, in
+    Python's lookup and pydantic's ``__getattr__``: most of what storing an answer cost here)."""
+    import pydantic
+
+    asked: list[str] = []
+    missing = pydantic.BaseModel.__getattr__
+
+    def counted(self: Any, name: str) -> Any:
+        asked.append(name)
+        return missing(self, name)
+
+    monkeypatch.setattr(pydantic.BaseModel, "__getattr__", counted)
+    answer = _m("assistant", {"type": "step-start"}, {"type": "text", "text": "Hello!", "state": "done"},
+                {"type": "tool-getWeather", "toolCallId": "c1", "state": "output-available", "input": {},
+                 "output": {"sky": "clear"}}, {"type": "data-x", "data": {"n": 1}})
+    assert sanitize_message(answer) is answer and asked == []
+    # Extras are read as fields: an item id there is dropped, an empty reasoning part too.
+    odd = _m("assistant", {"type": "custom-x", "providerMetadata": {"openai": {"itemId": "i1"}}},
+             {"type": "data-y", "data": {}, "callProviderMetadata": {"openai": {"itemId": "i2"}}},
+             {"type": "reasoning", "text": " "}, {"type": "text", "text": "kept"})
+    assert _dump(sanitize_message(odd))["parts"] == [{"type": "custom-x"}, {"type": "data-y", "data": {}},
+                                                      {"type": "text", "text": "kept"}]
+    assert asked == []
