@@ -6,6 +6,7 @@ import pytest
 
 from think_server.protocol import MAX_JSON_DEPTH, ProtocolError, parse_chat_request_body, parse_client_frame
 from think_server.protocol._jsontext import (
+    SMALL_JSON,
     check_value,
     has_surrogate_escape,
     is_unicode_text,
@@ -104,3 +105,41 @@ def test_what_is_not_an_object_is_decoded_whole_or_refused_at_once() -> None:
         load_json_object("[" + "{}," * 200_000 + "{}]", "body", "messages", lambda item: None)
     with pytest.raises(ProtocolError, match="nested too deeply"):
         load_json_object('{"messages":[' + nested(100_000) + "]}", "body", "messages", lambda item: None)
+
+
+def _padded(text: str) -> str:
+    """``text`` (an object) past SMALL_JSON, with a member of its own first: walked, not decoded whole."""
+    pad = '{"pad":"' + "x" * SMALL_JSON + '"'
+    return pad + "}" if load_json(text, "x") == {} else pad + "," + text.lstrip()[1:]
+
+
+@pytest.mark.parametrize("text", [t for t in WELL_FORMED if t.strip().startswith("{")])
+def test_a_small_object_decoded_whole_hands_on_what_the_walk_hands_on(text: str) -> None:
+    small: list[object] = []
+    big: list[object] = []
+    got = load_json_object(text, "x", "messages", small.append)
+    walked = load_json_object(_padded(text), "x", "messages", big.append)
+    assert len(_padded(text)) > SMALL_JSON >= len(text)
+    walked.pop("pad")
+    assert got == walked and small == big
+
+
+@pytest.mark.parametrize("size", ["small", "big"])
+def test_a_refusal_by_the_items_callback_is_raised_at_the_same_item_either_way(size: str) -> None:
+    text = '{"messages":[{"id":"a"},{"id":"b"},{"id":"c"},{"id":"d"}],"trigger":"submit-message"}'
+    seen: list[object] = []
+
+    def each(item: object) -> None:
+        seen.append(item)
+        if len(seen) == 3:
+            raise ProtocolError("3 or more new messages is over the limit of 2 per request")
+
+    with pytest.raises(ProtocolError, match="3 or more"):
+        load_json_object(text if size == "small" else _padded(text), "body", "messages", each)
+    assert seen == [{"id": "a"}, {"id": "b"}, {"id": "c"}]
+
+
+def test_a_small_object_naming_the_array_twice_is_walked_and_each_array_counts() -> None:
+    seen: list[object] = []
+    obj = load_json_object('{"messages":[1,2],"messages":[3]}', "x", "messages", seen.append)
+    assert obj == {"messages": [3]} and seen == [1, 2, 3]
