@@ -76,17 +76,18 @@ def sanitize_message(msg: UIMessage) -> UIMessage:
     return parse_message(whole)
 
 
+def _read(fields: dict[str, Any], extra: dict[str, Any], key: str, default: Any = None) -> Any:
+    """A part's value as getattr() reads it: its model's field, else an extra."""
+    return fields[key] if key in fields else extra.get(key, default)
+
+
 def _needs_look(part: Any) -> bool:
     # A part's fields are in its __dict__, what its model does not declare in model_extra: read there,
     # not with getattr(), which for a key the part's model lacks raised and caught AttributeError twice
     # (pydantic's __getattr__ after Python's): 18 -> 3 us to look at an answer of a step and a text.
     fields, extra = vars(part), part.model_extra or {}
-
-    def value(key: str, default: Any = None) -> Any:  # as getattr() reads it: a field, else an extra
-        return fields[key] if key in fields else extra.get(key, default)
-
-    if (value("type") == "reasoning" and not str(value("text", "")).strip()
-            and not value("providerMetadata")):
+    if (_read(fields, extra, "type") == "reasoning" and not str(_read(fields, extra, "text", "")).strip()
+            and not _read(fields, extra, "providerMetadata")):
         return True  # an empty part with nothing else: dropped
     for key in _REFERENCE_KEYS:
         meta = fields.get(key)

@@ -171,10 +171,7 @@ class Turn(TurnChunks, TurnTools):
 
     async def _run_inner(self, coro: Awaitable[Any]) -> Any:
         """Run a cancellable piece of the turn; abort() cancels it, not the turn."""
-        if self._aborting or self._suspending:
-            if asyncio.iscoroutine(coro):
-                coro.close()  # never started: do not leave it unawaited
-            raise TurnSuspended if self._suspending else _Aborted
+        self._refuse_if_stopping(coro)
         self._inner = asyncio.ensure_future(coro)
         try:
             return await asyncio.shield(self._inner)
@@ -194,10 +191,15 @@ class Turn(TurnChunks, TurnTools):
         through the event loop (the task's start, its end, the shield's), each behind everything the
         loop has ready: under 50 sessions starting at once, a turn took 60 ms from its start frame to
         its model call, 20 ms a trip. An abort or a shutdown meanwhile is seen by the next piece."""
-        if self._aborting or self._suspending:
-            coro.close()  # never started: do not leave it unawaited
-            raise TurnSuspended if self._suspending else _Aborted
+        self._refuse_if_stopping(coro)
         return await coro
+
+    def _refuse_if_stopping(self, coro: Awaitable[Any]) -> None:
+        """Raise how the turn stops (a shutdown's suspension, an abort) if it is stopping, ``coro`` closed."""
+        if self._aborting or self._suspending:
+            if asyncio.iscoroutine(coro):
+                coro.close()  # never started: do not leave it unawaited
+            raise TurnSuspended if self._suspending else _Aborted
 
     # -- the loop -------------------------------------------------------------
 

@@ -81,22 +81,30 @@ async def test_frames_are_compressed_at_level_one(serve) -> None:
     await c.close()
 
 
+def _negotiated() -> tuple[Any, Any]:
+    """The server's permessage-deflate as it answers a websockets client's offer, and that client's."""
+    from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
+
+    from think_server.app._wsprotocol import _ChatDeflateFactory
+
+    server_factory = _ChatDeflateFactory(server_max_window_bits=12, client_max_window_bits=12,
+                                         compress_settings={"memLevel": 5, "level": 1})
+    client_factory = ClientPerMessageDeflateFactory(client_max_window_bits=True)
+    response, server = server_factory.process_request_params(client_factory.get_request_params(), [])
+    return server, client_factory.process_response_params(response, [])
+
+
 def test_a_big_message_is_compressed_alone_and_the_stream_around_it_stays_whole() -> None:
     """A message past BIG_MESSAGE is compressed by a zlib-ng compressor of its own; the connection's
     starts afresh after it. The client's inflater (websockets', as the hook's browser) reads every
     message back, the small ones after it included: had the connection's compressor gone on with
     its window, its back-references would land in the big message's bytes, which the client's
     window holds and the compressor never saw."""
-    from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
     from websockets.frames import Opcode
 
-    from think_server.app._wsprotocol import BIG_MESSAGE, _ChatDeflateFactory
+    from think_server.app._wsprotocol import BIG_MESSAGE
 
-    server_factory = _ChatDeflateFactory(server_max_window_bits=12, client_max_window_bits=12,
-                                         compress_settings={"memLevel": 5, "level": 1})
-    client_factory = ClientPerMessageDeflateFactory(client_max_window_bits=True)
-    response, server = server_factory.process_request_params(client_factory.get_request_params(), [])
-    client = client_factory.process_response_params(response, [])
+    server, client = _negotiated()
     chunk = b'{"type":"cf_agent_use_chat_response","id":"r1","body":"{\\"type\\":\\"text-delta\\"}","seq":%d}'
     transcript = b'{"type":"cf_agent_chat_messages","messages":[' + b",".join(
         b'{"id":"m%05d","role":"user","parts":[{"type":"text","text":"hello there"}]}' % i for i in range(400)) + b"]}"
@@ -129,19 +137,6 @@ async def test_a_conversation_past_the_big_message_size_reads_back_whole(serve) 
     assert [m["role"] for m in last] == ["user", "assistant"] * 4
     assert last[0]["parts"][0]["text"] == said
     await c.close()
-
-
-def _negotiated() -> tuple[Any, Any]:
-    """The server's permessage-deflate as it answers a websockets client's offer, and that client's."""
-    from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
-
-    from think_server.app._wsprotocol import _ChatDeflateFactory
-
-    server_factory = _ChatDeflateFactory(server_max_window_bits=12, client_max_window_bits=12,
-                                         compress_settings={"memLevel": 5, "level": 1})
-    client_factory = ClientPerMessageDeflateFactory(client_max_window_bits=True)
-    response, server = server_factory.process_request_params(client_factory.get_request_params(), [])
-    return server, client_factory.process_response_params(response, [])
 
 
 def test_requests_are_inflated_by_zlib_ng_and_read_whole_message_after_message() -> None:
