@@ -87,6 +87,23 @@ def raw_connections(port: int, n: int) -> Iterator[list[socket.socket]]:
             s.close()
 
 
+async def served_once_drained(http: httpx.AsyncClient, path: str, within_s: float = 15.0) -> httpx.Response:
+    """``path``'s answer once the flood's connections are gone from the server's count.
+
+    The flood's sockets are closed, but those the kernel queued and asyncio had no descriptor to
+    accept are still in the listen queue: asyncio accepts them in bursts, a second apart after each
+    EMFILE, and each counts toward uvicorn's ``limit_concurrency`` until its EOF is read. A request
+    within such a burst is answered 503 ("Exceeded concurrency limit", seen under CI load); the
+    server must serve again once the queue is drained, not within a fixed time.
+    """
+    deadline = asyncio.get_running_loop().time() + within_s
+    while True:
+        r = await http.get(path)
+        if r.status_code != 503 or asyncio.get_running_loop().time() > deadline:
+            return r
+        await asyncio.sleep(0.2)
+
+
 async def test_under_a_low_descriptor_limit_the_server_refuses_clearly_and_keeps_serving(tmp_path: Path) -> None:
     async with running(tmp_path, nofile=256) as srv:
         said = re.search(r"file descriptor limit 256 allows about (\d+) open instances and (\d+) chat sockets",
@@ -137,11 +154,9 @@ async def test_under_a_low_descriptor_limit_the_server_refuses_clearly_and_keeps
         done = await c.wait_for(is_done(rid), timeout=20)
         assert done.get("outcome") == "completed", done
         async with httpx.AsyncClient(base_url=srv.base, timeout=20) as http:
-            r = await http.get(f"/agents/{AGENT}/i1/get-messages")
-            if r.status_code != 200:  # printed whole (an assertion's message is cut): seen once under CI load
-                print(f"get-messages answered {r.status_code} {r.text!r}; the server's log:\n{srv.log()[-8000:]}")
+            r = await served_once_drained(http, f"/agents/{AGENT}/i1/get-messages")
             assert r.status_code == 200 and len(r.json()) == 2, (r.status_code, r.text, srv.log()[-3000:])
-            assert (await http.get("/healthz")).text == "ok"
+            assert (await served_once_drained(http, "/healthz")).text == "ok"
         for c in held:
             await c.close()
         assert srv.proc is not None and srv.proc.poll() is None, "still running"
