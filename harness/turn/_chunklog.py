@@ -54,6 +54,8 @@ class ChunkLog:
         self._operation_id = operation_id
         self._publish = publish
         self._pending: list[str] = []
+        # The last chunks of ``_pending`` that were added lazily: no flush takes them on their own.
+        self._lazy = 0
         self._held: list[str] = []  # for the next commit() only
         self._in_flight = 0  # buffered chunks the transaction in progress is writing
         self._next_seq = first_seq  # seq of the first pending chunk; a resumed operation continues its count
@@ -90,17 +92,28 @@ class ChunkLog:
 
         ``hold`` keeps it for the caller's next :meth:`commit`, so it lands in
         the same transaction as that commit's writes (the ``finish`` chunk and
-        the settlement, say). ``lazy`` starts no commit for it: it goes with the
-        next chunk that does (a model call's ``start-step`` waits for the model's
-        first event, rather than be a transaction of its own).
+        the settlement, say). ``lazy`` starts no commit for it, and no flush started
+        before takes it: it goes with the next chunk that starts one, or with
+        :meth:`commit` (a model call's ``start-step`` waits for the model's first
+        event, rather than be a transaction of its own). So a continuation's first
+        batch is its ``start`` alone however soon its turn reaches the model call: a
+        tab that resumes it before the model's first event is replayed ``start``
+        only, a shape the hook renders itself (a replay of ``start`` and
+        ``start-step`` made ai@6's hook put the continuation in a message of its own).
         """
         if hold or self._held:
             self._held.append(body)  # order is kept: nothing overtakes a held chunk
             return
         self._pending.append(body)
         if lazy:
+            self._lazy += 1
             return
+        self._lazy = 0
         self._kick()
+
+    def _flushable(self) -> int:
+        """How many buffered chunks a flush takes: all but the lazy ones at the end."""
+        return len(self._pending) - self._lazy
 
     def _idle(self) -> bool:
         """No commit in progress or about to start, and none failed: the buffer is nobody's yet."""
@@ -109,7 +122,7 @@ class ChunkLog:
 
     def _kick(self) -> None:
         """Have the buffer committed once the producer's step ends (chunks it adds meanwhile go too)."""
-        if self._pending and self._idle():
+        if self._flushable() > 0 and self._idle():
             if self._stream is not None and self._stream.inserted:
                 self._soon = True
                 asyncio.get_running_loop().call_soon(self._flush_soon)
@@ -120,7 +133,7 @@ class ChunkLog:
         # A callback, not a task: a lone batch the database commits at once (``Database.append_now``)
         # then costs no task of its own; only one it cannot (the file busy) starts the flusher.
         self._soon = False
-        if not self._pending or not self._idle():
+        if self._flushable() <= 0 or not self._idle():
             return
         try:
             if self._commit_now():
@@ -137,10 +150,12 @@ class ChunkLog:
         return s is not None and s.inserted and self._db.append_now(s.id, batch, self._clock.now_ms())
 
     def _commit_now(self) -> bool:
-        if not self._append_now(self._pending):
+        n = self._flushable()
+        batch = self._pending[:n] if self._lazy else self._pending
+        if not self._append_now(batch):
             return False
-        batch, first_seq = self._pending, self._next_seq
-        self._pending = []
+        first_seq = self._next_seq
+        self._pending = self._pending[n:] if self._lazy else []
         self._next_seq += len(batch)
         self._announce(batch, first_seq)
         return True
@@ -178,7 +193,7 @@ class ChunkLog:
 
     async def _flush_loop(self) -> None:
         try:
-            while self._pending and self._committers == 0:
+            while self._flushable() > 0 and self._committers == 0:
                 await self._commit_batch(with_held=False)
         except Exception as exc:
             # Kept for the turn (backpressure, its next commit), not left for the loop to log
@@ -186,8 +201,9 @@ class ChunkLog:
             self._failure = exc
 
     async def _commit_batch(self, *, with_held: bool, extra: Callable[[Tx], Awaitable[None]] | None = None) -> None:
-        # The buffer is only taken once the transaction has committed.
-        n_pending = len(self._pending)
+        # The buffer is only taken once the transaction has committed. A commit() takes the lazy
+        # chunks too (held chunks follow them); a flush leaves them for the next chunk.
+        n_pending = len(self._pending) if with_held else self._flushable()
         n_held = len(self._held) if with_held else 0
         batch = self._pending[:n_pending] + self._held[:n_held]
         if batch and self._stream is None:
@@ -205,6 +221,7 @@ class ChunkLog:
         if s is not None and batch:
             s.inserted = True
         del self._pending[:n_pending]
+        self._lazy = min(self._lazy, len(self._pending))
         del self._held[:n_held]
         self._next_seq += len(batch)
         self._announce(batch, first_seq)

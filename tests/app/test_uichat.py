@@ -357,6 +357,43 @@ async def test_a_socket_told_resuming_gets_the_replay_before_the_end_of_a_fast_c
         await ws.close()
 
 
+
+async def test_a_continuation_resumed_before_its_first_event_is_replayed_start_only(serve: Serve) -> None:
+    """The tab that answered a client tool ACKs the continuation while its model waits for its first
+    event (the script's 150 ms): the replay is the stream's `start` alone, then `replayComplete`, and
+    the rest comes live. Not `start` and `start-step` (CI, ai@6, a loaded machine): the hook took that
+    replay for content and put the continuation in a message of its own."""
+    srv = await serve()
+    ws = await Client.open(f"{srv.ws_base}/agents/{AGENT}/early")
+    try:
+        await ws.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages")
+        rid, frame, _ = chat_request("ask where I am")
+        await ws.send(frame)
+        await ws.wait_for(is_done(rid))
+        call = next(x for x in chunks_of(ws, rid) if x["type"] == "tool-input-available")
+        await ws.send({"type": "cf_agent_tool_result", "toolCallId": call["toolCallId"], "toolName": "getLocation",
+                       "output": "Rome", "autoContinue": True})
+        # As the hook does: its resume request right after the result, then the ACK of what it is told.
+        await ws.send({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
+        resuming = await ws.wait_for(lambda f: f.get("type") == "cf_agent_stream_resuming")
+        cont = resuming["id"]
+        acked = len(ws.frames)
+        await ws.send({"type": "cf_agent_stream_resume_ack", "id": cont})
+        await ws.wait_for(is_done(cont), start=acked)
+        after = [f for f in ws.frames[acked:] if f.get("type") == "cf_agent_use_chat_response" and f.get("id") == cont]
+        replay_end = next(i for i, f in enumerate(after) if f.get("replayComplete") or f.get("done"))
+        replayed = [json.loads(f["body"])["type"] for f in after[:replay_end] if f.get("body")]
+        # A model call's `start-step` goes out with its first event, never as the last of a replay (the
+        # ACK nearly always comes within the model's wait: the replay is then `start` alone).
+        assert replayed[0] == "start" and replayed[-1] != "start-step", [
+            (f.get("body"), f.get("replay"), f.get("replayComplete")) for f in after]
+        streamed = [json.loads(f["body"]) for f in after if f.get("body")]
+        assert [x["type"] for x in streamed][:3] == ["start", "start-step", "text-start"], streamed
+        assert "".join(x.get("delta", "") for x in streamed if x["type"] == "text-delta") == "You are in Rome."
+    finally:
+        await ws.close()
+
+
 # -- /events: a chunk's position survives a restart ----------------------------------------------
 
 

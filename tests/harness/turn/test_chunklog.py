@@ -330,3 +330,26 @@ async def test_a_stream_whose_row_is_written_gets_its_first_chunks_as_one_statem
     async with h.txs.db.transaction() as tx:
         await h.log.finish_stream(tx, "completed")
     assert (await h.txs.read.stream("st1")).status == "completed"  # type: ignore[union-attr]
+
+
+async def test_a_lazy_chunk_is_not_taken_by_a_flush_started_before_it(h: Harness, peek: Any) -> None:
+    """A continuation's ``start`` starts the first flush (its stream's row to write); its model call's
+    ``start-step`` (lazy) comes before that flush runs. The flush takes ``start`` alone; ``start-step``
+    goes with the model's first event, so a tab resumed meanwhile is replayed ``start`` only."""
+    start, step = '{"type":"start"}', '{"type":"start-step"}'
+    h.log.open_stream("m1", continuation=True)
+    h.log.add(start)
+    h.log.add(step, lazy=True)  # in the same step of the producer: the flush has not run yet
+    await asyncio.wait_for(h.all_published(1), GUARD)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert [b.bodies for b in h.batches] == [[start]]
+    h.log.add(chunk(0))
+    await asyncio.wait_for(h.all_published(3), GUARD)
+    assert [(b.first_seq, b.bodies) for b in h.batches] == [(0, [start]), (1, [step, chunk(0)])]
+    h.log.add(chunk(1), lazy=True)
+    await h.log.commit()  # a commit takes what is lazy too
+    assert h.published() == [start, step, chunk(0), chunk(1)]
+    stream_id = h.log.stream_id
+    assert stream_id is not None
+    assert await h.txs.read.chunk_bodies(stream_id) == [start, step, chunk(0), chunk(1)]
