@@ -319,6 +319,18 @@ async def test_positions_hold_across_a_restart(serve: Serve) -> None:
 # -- the chat socket's `resuming` race ------------------------------------------------------------
 
 
+async def answer_location(ws: Client, prompt: str) -> None:
+    """Ask (``prompt``: the script's "ask" rule) for the client tool ``getLocation`` and answer it with
+    "Rome", continuing the turn, as a tab running ``onToolCall`` does."""
+    await ws.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages")
+    rid, frame, _ = chat_request(prompt)
+    await ws.send(frame)
+    await ws.wait_for(is_done(rid))
+    call = next(x for x in chunks_of(ws, rid) if x["type"] == "tool-input-available")
+    await ws.send({"type": "cf_agent_tool_result", "toolCallId": call["toolCallId"], "toolName": "getLocation",
+                   "output": "Rome", "autoContinue": True})
+
+
 async def test_a_socket_told_resuming_gets_the_replay_before_the_end_of_a_fast_continuation(serve: Serve) -> None:
     """A client tool's result continues the turn with no model latency: the continuation can end
     between `resuming` and the socket's ACK. Its end must wait for the ACK, or the hook closes the
@@ -326,13 +338,7 @@ async def test_a_socket_told_resuming_gets_the_replay_before_the_end_of_a_fast_c
     srv = await serve()
     ws = await Client.open(f"{srv.ws_base}/agents/{AGENT}/race")
     try:
-        await ws.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages")
-        rid, frame, _ = chat_request("ask fast")
-        await ws.send(frame)
-        await ws.wait_for(is_done(rid))
-        call = next(x for x in chunks_of(ws, rid) if x["type"] == "tool-input-available")
-        await ws.send({"type": "cf_agent_tool_result", "toolCallId": call["toolCallId"], "toolName": "getLocation",
-                       "output": "Rome", "autoContinue": True})
+        await answer_location(ws, "ask fast")
         resuming = await ws.wait_for(lambda f: f.get("type") == "cf_agent_stream_resuming")
         cont = resuming["id"]
         told = len(ws.frames)
@@ -357,7 +363,6 @@ async def test_a_socket_told_resuming_gets_the_replay_before_the_end_of_a_fast_c
         await ws.close()
 
 
-
 async def test_a_continuation_resumed_before_its_first_event_is_replayed_start_only(serve: Serve) -> None:
     """The tab that answered a client tool ACKs the continuation while its model waits for its first
     event (the script's 150 ms): the replay is the stream's `start` alone, then `replayComplete`, and
@@ -366,13 +371,7 @@ async def test_a_continuation_resumed_before_its_first_event_is_replayed_start_o
     srv = await serve()
     ws = await Client.open(f"{srv.ws_base}/agents/{AGENT}/early")
     try:
-        await ws.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages")
-        rid, frame, _ = chat_request("ask where I am")
-        await ws.send(frame)
-        await ws.wait_for(is_done(rid))
-        call = next(x for x in chunks_of(ws, rid) if x["type"] == "tool-input-available")
-        await ws.send({"type": "cf_agent_tool_result", "toolCallId": call["toolCallId"], "toolName": "getLocation",
-                       "output": "Rome", "autoContinue": True})
+        await answer_location(ws, "ask where I am")
         # As the hook does: its resume request right after the result, then the ACK of what it is told.
         await ws.send({"type": "cf_agent_stream_resume_request", "probeId": "p1"})
         resuming = await ws.wait_for(lambda f: f.get("type") == "cf_agent_stream_resuming")
