@@ -94,6 +94,13 @@ class ThinkChat:
         self._awaiting_ack: set[str] = set()  # told `resuming`, excluded from live frames until they ACK
         # Told `resuming` for a stream that ended before they ACKed: its end waits for their ACK
         # (after the replay), or the hook would close the stream at done:true and drop the replay.
+        # So does the transcript of its end, which goes after the replay's end: the hook's resumed
+        # stream builds the message on its own copy, taken before the answer that continued it, and
+        # wrote it over a transcript that came before the replay (a denied call's card stayed
+        # `approval-responded`), or beside one that came between the replay and the end (the answer
+        # shown twice). After the end, the transcript is the last word (PROTOCOL §4.3, step 9: the
+        # hook handles both orders of the end and the transcript). A socket that never ACKs gets
+        # them as a live one does, the transcript first.
         self._held: dict[str, tuple[Stream, OperationSettled, asyncio.TimerHandle]] = {}
         # Told `pending` (by the probe id they asked with, if any): told `resuming` when the stream
         # starts, or `none` when the work ends without one.
@@ -369,8 +376,10 @@ class ThinkChat:
                 self._acked_by(conn).add(request_id)
                 conn.send_replay(stream.replay())
                 conn.send(stream.terminal(settled, replay=True))
+                self._send_transcript(conn)
                 return True
-            conn.send(stream.terminal(settled))  # it ACKed another: the end goes out now
+            self._send_transcript(conn)  # it ACKed another: the end goes out now, as to a live socket
+            conn.send(stream.terminal(settled))
         active = self._active
         if active is None or active.id == request_id or active.settled is not None:
             # Only the ACK of the running stream lets a socket join it (after its replay): an ACK
@@ -545,7 +554,7 @@ class ThinkChat:
             self._broadcast(dump_frame(MessageUpdatedFrame(message=stream.updated)))
         if stream.bodies:
             if self._clearing is None and self.connections:  # a clear in progress empties every tab right after
-                self._broadcast_transcript()
+                self._broadcast_transcript(exclude=told)  # those told `resuming`: after their end
             terminal = stream.terminal(event)
             for cid, target in self.connections.items():
                 if cid in told:
@@ -587,6 +596,7 @@ class ThinkChat:
         held = self._unhold(conn_id)
         conn = self.connections.get(conn_id)
         if held is not None and conn is not None:
+            self._send_transcript(conn)  # no replay to come: the order a live socket gets
             conn.send(held[0].terminal(held[1]))
 
     def _release_parked(self) -> None:
@@ -621,6 +631,12 @@ class ThinkChat:
         task = asyncio.ensure_future(make())
         task.add_done_callback(retrieved)
         return Later(task)
+
+    def _send_transcript(self, conn: Connection) -> None:
+        """The transcript that the broadcast at a held stream's end left out for this socket (see
+        ``_held``); none while a clear empties every tab."""
+        if self._clearing is None:
+            conn.send_later(self._transcript_frame())
 
     def _broadcast_transcript(self, *, exclude: Iterable[str] = ()) -> None:
         skip = set(exclude)

@@ -334,7 +334,11 @@ async def answer_location(ws: Client, prompt: str) -> None:
 async def test_a_socket_told_resuming_gets_the_replay_before_the_end_of_a_fast_continuation(serve: Serve) -> None:
     """A client tool's result continues the turn with no model latency: the continuation can end
     between `resuming` and the socket's ACK. Its end must wait for the ACK, or the hook closes the
-    stream at done:true and drops the replay that follows."""
+    stream at done:true and drops the replay that follows; and so must the transcript of its end,
+    which comes last, after the end (sent before the replay, the hook's resumed stream, built on its
+    own copy of the message, overwrote the transcript's: a denied call's card stayed
+    `approval-responded`, CI's browser flake; sent between the replay and the end, the answer showed
+    twice)."""
     srv = await serve()
     ws = await Client.open(f"{srv.ws_base}/agents/{AGENT}/race")
     try:
@@ -342,7 +346,7 @@ async def test_a_socket_told_resuming_gets_the_replay_before_the_end_of_a_fast_c
         resuming = await ws.wait_for(lambda f: f.get("type") == "cf_agent_stream_resuming")
         cont = resuming["id"]
         told = len(ws.frames)
-        # The continuation ends before this socket ACKs (the transcript of its end goes to every tab).
+        # The continuation ends before this socket ACKs (get-messages shows its end).
         async with httpx.AsyncClient(base_url=srv.base, timeout=10) as c:
             for _ in range(200):
                 r = await c.get(f"/agents/{AGENT}/race/get-messages")
@@ -351,9 +355,19 @@ async def test_a_socket_told_resuming_gets_the_replay_before_the_end_of_a_fast_c
                 await asyncio.sleep(0.02)
         await asyncio.sleep(0.2)
         assert not [f for f in ws.frames[told:] if is_done(cont)(f)], "the end went out before the ACK"
+        assert not [f for f in ws.frames[told:] if f.get("type") == "cf_agent_chat_messages"], (
+            "the transcript of the end went out before the ACK's replay")
         acked = len(ws.frames)
         await ws.send({"type": "cf_agent_stream_resume_ack", "id": cont})
         await ws.wait_for(is_done(cont), start=acked)
+        await ws.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages", start=acked)
+        kinds = ["chunk" if f.get("id") == cont and f.get("body") else "end" if is_done(cont)(f) else f["type"]
+                 for f in ws.frames[acked:]]
+        assert kinds[0] == "chunk" and kinds[-2:] == ["end", "cf_agent_chat_messages"], kinds
+        assert [f.get("type") for f in ws.frames[:acked]].count("cf_agent_chat_messages") == 2, (
+            "the transcripts of connect and of the asking turn only, not yet the continuation's")
+        transcript = next(f for f in ws.frames[acked:] if f.get("type") == "cf_agent_chat_messages")
+        assert transcript["messages"][-1]["parts"][-1].get("text") == "You are in Rome."
         replayed = [json.loads(f["body"]) for f in ws.frames[acked:]
                     if f.get("type") == "cf_agent_use_chat_response" and f.get("id") == cont and f.get("body")
                     and not f.get("done")]
