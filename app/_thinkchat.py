@@ -378,8 +378,7 @@ class ThinkChat:
                 conn.send(stream.terminal(settled, replay=True))
                 self._send_transcript(conn)
                 return True
-            self._send_transcript(conn)  # it ACKed another: the end goes out now, as to a live socket
-            conn.send(stream.terminal(settled))
+            self._end_unreplayed(conn, stream, settled)  # it ACKed another: the end goes out now
         active = self._active
         if active is None or active.id == request_id or active.settled is not None:
             # Only the ACK of the running stream lets a socket join it (after its replay): an ACK
@@ -596,8 +595,12 @@ class ThinkChat:
         held = self._unhold(conn_id)
         conn = self.connections.get(conn_id)
         if held is not None and conn is not None:
-            self._send_transcript(conn)  # no replay to come: the order a live socket gets
-            conn.send(held[0].terminal(held[1]))
+            self._end_unreplayed(conn, *held)
+
+    def _end_unreplayed(self, conn: Connection, stream: Stream, settled: OperationSettled) -> None:
+        """A held end with no replay to come: the transcript, then the end, as a live socket gets them."""
+        self._send_transcript(conn)
+        conn.send(stream.terminal(settled))
 
     def _release_parked(self) -> None:
         """The work a parked tab was told to wait for ended without a stream: it is idle now."""

@@ -54,8 +54,8 @@ class ChunkLog:
         self._operation_id = operation_id
         self._publish = publish
         self._pending: list[str] = []
-        # The last chunks of ``_pending`` that were added lazily: no flush takes them on their own.
-        self._lazy = 0
+        # Chunks added lazily since the last one that was not: no flush takes them on their own.
+        self._deferred: list[str] = []
         self._held: list[str] = []  # for the next commit() only
         self._in_flight = 0  # buffered chunks the transaction in progress is writing
         self._next_seq = first_seq  # seq of the first pending chunk; a resumed operation continues its count
@@ -80,7 +80,7 @@ class ChunkLog:
         """Start the stream of the next model call; its row is written with its first batch, unless
         ``written`` names it: a row the caller committed (with ``message_id``, ``continuation`` and
         this log's next seq), which the first batch then only appends to."""
-        if self._pending or self._held:
+        if self._pending or self._deferred or self._held:
             raise RuntimeError("open_stream() with chunks of the previous model call not committed")
         self._stream = _Stream(
             written or self._clock.new_id(), message_id, continuation, first_seq=self._next_seq,
@@ -104,16 +104,18 @@ class ChunkLog:
         if hold or self._held:
             self._held.append(body)  # order is kept: nothing overtakes a held chunk
             return
-        self._pending.append(body)
         if lazy:
-            self._lazy += 1
+            self._deferred.append(body)
             return
-        self._lazy = 0
+        self._take_deferred()
+        self._pending.append(body)
         self._kick()
 
-    def _flushable(self) -> int:
-        """How many buffered chunks a flush takes: all but the lazy ones at the end."""
-        return len(self._pending) - self._lazy
+    def _take_deferred(self) -> None:
+        """The lazy chunks join the buffer, in order, with the next chunk or commit."""
+        if self._deferred:
+            self._pending += self._deferred
+            self._deferred = []
 
     def _idle(self) -> bool:
         """No commit in progress or about to start, and none failed: the buffer is nobody's yet."""
@@ -122,7 +124,7 @@ class ChunkLog:
 
     def _kick(self) -> None:
         """Have the buffer committed once the producer's step ends (chunks it adds meanwhile go too)."""
-        if self._flushable() > 0 and self._idle():
+        if self._pending and self._idle():
             if self._stream is not None and self._stream.inserted:
                 self._soon = True
                 asyncio.get_running_loop().call_soon(self._flush_soon)
@@ -133,7 +135,7 @@ class ChunkLog:
         # A callback, not a task: a lone batch the database commits at once (``Database.append_now``)
         # then costs no task of its own; only one it cannot (the file busy) starts the flusher.
         self._soon = False
-        if self._flushable() <= 0 or not self._idle():
+        if not self._pending or not self._idle():
             return
         try:
             if self._commit_now():
@@ -150,12 +152,10 @@ class ChunkLog:
         return s is not None and s.inserted and self._db.append_now(s.id, batch, self._clock.now_ms())
 
     def _commit_now(self) -> bool:
-        n = self._flushable()
-        batch = self._pending[:n] if self._lazy else self._pending
-        if not self._append_now(batch):
+        if not self._append_now(self._pending):
             return False
-        first_seq = self._next_seq
-        self._pending = self._pending[n:] if self._lazy else []
+        batch, first_seq = self._pending, self._next_seq
+        self._pending = []
         self._next_seq += len(batch)
         self._announce(batch, first_seq)
         return True
@@ -193,7 +193,7 @@ class ChunkLog:
 
     async def _flush_loop(self) -> None:
         try:
-            while self._flushable() > 0 and self._committers == 0:
+            while self._pending and self._committers == 0:
                 await self._commit_batch(with_held=False)
         except Exception as exc:
             # Kept for the turn (backpressure, its next commit), not left for the loop to log
@@ -203,7 +203,9 @@ class ChunkLog:
     async def _commit_batch(self, *, with_held: bool, extra: Callable[[Tx], Awaitable[None]] | None = None) -> None:
         # The buffer is only taken once the transaction has committed. A commit() takes the lazy
         # chunks too (held chunks follow them); a flush leaves them for the next chunk.
-        n_pending = len(self._pending) if with_held else self._flushable()
+        if with_held:
+            self._take_deferred()
+        n_pending = len(self._pending)
         n_held = len(self._held) if with_held else 0
         batch = self._pending[:n_pending] + self._held[:n_held]
         if batch and self._stream is None:
@@ -221,7 +223,6 @@ class ChunkLog:
         if s is not None and batch:
             s.inserted = True
         del self._pending[:n_pending]
-        self._lazy = min(self._lazy, len(self._pending))
         del self._held[:n_held]
         self._next_seq += len(batch)
         self._announce(batch, first_seq)
