@@ -15,7 +15,7 @@ from .._input import InputPolicy
 from .._model import Model
 from ..agent import Agent
 from ..memory import HistoryBudget
-from ..session import ModelCache, OnWork, Session, WorkNotices
+from ..session import ModelCache, OnWork, Session, StartGate, WorkNotices
 from ..toolsets import Workspace
 
 __all__ = ["Instance"]
@@ -70,6 +70,8 @@ class Instance:
         self.workspace = Workspace(db, self.clock, agent.workspace.limits if agent.workspace else None)
         #: The harness that opened it (set by its registry): its sessions' tools may drive other instances.
         self.host: Any = None
+        #: Sessions starting at once, counted for the turns that started (its registry shares one).
+        self.starts = StartGate()
 
     # -- use ------------------------------------------------------------------
 
@@ -174,6 +176,7 @@ class Instance:
             session.instance_key = (self.agent_name, self.name)
             session.host = self.host
             session.models = self.models
+            session.starts = self.starts
             await session.load()
         except BaseException as exc:
             fut.set_exception(exc)

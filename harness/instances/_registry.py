@@ -50,7 +50,7 @@ from .._logcontext import current_agent, current_instance
 from .._model import Model
 from ..agent import Agent
 from ..memory import HistoryBudget
-from ..session import ModelCache
+from ..session import ModelCache, StartGate
 from ._instance import Instance
 
 __all__ = ["CapacityError", "InstanceRegistry"]
@@ -71,6 +71,8 @@ class InstanceRegistry:
                  budget: HistoryBudget, clock: Clock, hibernate_after_s: float = 0.0) -> None:
         #: The transcripts all open instances keep in memory, together.
         self.history_budget = budget
+        #: Every instance's sessions starting at once: a turn that started lets them start first.
+        self.starts = StartGate()
         self._stream_grace_ms = stream_grace_ms
         self._policy = policy
         self._clock = clock
@@ -321,6 +323,7 @@ class InstanceRegistry:
                                 key=key, list_connected=self.leases is None)
             instance.models = self.model_cache
             instance.host = self.host
+            instance.starts = self.starts
             if lease is not None:
                 lease.on_lost.append(lambda _: self._lost(key, instance))
             try:

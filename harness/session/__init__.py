@@ -6,13 +6,14 @@ parts, each a mixin of :class:`Session`: ``_session_busy`` (the queue's side of 
 strategies), ``_session_transcript`` (the transcript, held in part, read back),
 ``_session_compaction`` and ``_session_memory``; ``_pending``: what queued operations carry;
 ``_unwritten``: ends told to clients but not written yet; ``_work``: telling the work index;
-``_models``: models named per turn.
+``_models``: models named per turn; ``_gate``: turns that start before turns that stream.
 
 May import: the top and ``turn``, ``agent``, ``toolsets``, ``memory``, ``providers``.
 """
 
 from __future__ import annotations
 
+from ._gate import StartGate
 from ._models import ModelCache
 from ._session import Session
 from ._session_memory import BlockState
@@ -25,5 +26,6 @@ __all__ = [
     "ModelCache",
     "OnWork",
     "Session",
+    "StartGate",
     "WorkNotices",
 ]

@@ -51,6 +51,7 @@ from ..agent import Agent, HookError
 from ..memory import History, parse_text
 from ..toolsets import McpConnections, Workspace, workspace_tools
 from ..turn import CONTINUING, Outcome, Recovered, Turn, TurnHooks, TurnPlan, calls_introduced, without_outcome
+from ._gate import StartGate
 from ._models import ModelCache
 from ._pending import Pending
 from ._session_busy import MERGED
@@ -85,6 +86,7 @@ class OperationRuns:
     _unwritten: UnwrittenEnds
     _pending: Pending
     _starting: StartingInputs
+    starts: StartGate
     workspace: Workspace
     policy: InputPolicy
     host: Any
@@ -193,6 +195,7 @@ class OperationRuns:
             self.publish(StreamStarted(op_id))
             self.publish(ChunksCommitted(op_id, 0, [opened[1]]))
             await asyncio.sleep(0)  # the sockets' writers send it now, before the turn is made
+            await self.starts.others_started()  # other sessions' starts before this turn's model call
         carried = [m.id for m in new_messages]
         if not takes_turn:
             await self._settle_without_turn(op_id, carried)

@@ -21,7 +21,7 @@ from think_server.storage import CompactionRow, Database, LeaseLost, OperationRo
 
 from .._answers import Answer, AnswerRefused
 from .._clock import Clock
-from .._events import HarnessEvent, Listener, MessagePersisted, OperationQueued, SessionReset
+from .._events import HarnessEvent, Listener, MessagePersisted, OperationQueued, SessionReset, StreamStarted
 from .._input import InputPolicy, check_client_messages
 from .._inputs import check_input_id
 from .._json import dumps, storable
@@ -34,6 +34,7 @@ from ..agent import Agent
 from ..memory import History, HistoryBudget
 from ..toolsets import Workspace
 from ..turn import Outcome, Recovered, Turn, TurnSuspended, Unsettled, recover_operation
+from ._gate import StartGate
 from ._models import ModelCache
 from ._pending import Pending
 from ._runs import OperationRuns
@@ -104,6 +105,10 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
         self._init_busy()
         self._traces: dict[str, dict[str, str]] = {}  # queued operation -> the trace context it continues
         self._starting = StartingInputs()  # an idle session's input, written with its start
+        #: Sessions starting at once (the instance's registry shares one among all): a turn that has
+        #: started lets the others start before it streams (``_gate``).
+        self.starts = StartGate()
+        self._leave_starts: Callable[[], None] | None = None  # counted as starting until called
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -228,6 +233,8 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
     def publish(self, event: HarnessEvent) -> None:
+        if type(event) is StreamStarted:
+            self._not_starting()
         for listener in list(self._listeners):
             try:
                 listener(event)
@@ -422,9 +429,23 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
         if self._closed or self._resetting or not self._queue:
             return
         if self._worker is None or self._worker.done():
+            self._not_starting()
+            self._leave_starts = self.starts.arriving()  # an idle session woken: its start comes next
             self._worker = asyncio.create_task(self._work(), name=f"session-worker:{self.id}")
 
+    def _not_starting(self) -> None:
+        """The session's start is told, or its worker waits for or does something else: uncounted."""
+        leave, self._leave_starts = self._leave_starts, None
+        if leave is not None:
+            leave()
+
     async def _work(self) -> None:
+        try:
+            await self._work_queue()
+        finally:
+            self._not_starting()
+
+    async def _work_queue(self) -> None:
         while True:
             await self._drain()
             if self._closed or self._resetting:
@@ -490,6 +511,7 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
                 # An input held for its start that never got there (the session closed, the
                 # lease was lost): its submitter hears that it did not start, not silence.
                 self._starting.drop(op_id, _not_started())
+                self._not_starting()  # its run is over, its stream started or not
                 self._running_id = None
                 self._streaming_id = None
                 self._turn = None

@@ -58,6 +58,7 @@ class SessionBusyStrategies:
                                    held: str | None = None) -> None: ...
         def _finish(self, op_id: str, outcome: Outcome, message_ids: Sequence[str]) -> None: ...
         def _submission_written(self, held: HeldSubmission) -> None: ...
+        def _not_starting(self) -> None: ...
 
     def _init_busy(self) -> None:
         self._queued_inputs: dict[str, _Queued] = {}  # queued inputs (kind "input") by operation
@@ -162,6 +163,7 @@ class SessionBusyStrategies:
             delay = (quiet_at - self.clock.now_ms()) / 1000
             if delay <= 0 or self._closed or self._resetting:
                 break
+            self._not_starting()  # not starting for a while: started turns need not wait for it
             await asyncio.sleep(delay)  # input that comes meanwhile moves the end of the wait
         if self._closed or self._resetting:
             return op_id
