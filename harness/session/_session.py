@@ -429,8 +429,8 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
         if self._closed or self._resetting or not self._queue:
             return
         if self._worker is None or self._worker.done():
-            self._not_starting()
-            self._leave_starts = self.starts.arriving()  # an idle session woken: its start comes next
+            # An idle session woken: its start comes next (the last worker's count went with it: _work).
+            self._leave_starts = self.starts.arriving()
             self._worker = asyncio.create_task(self._work(), name=f"session-worker:{self.id}")
 
     def _not_starting(self) -> None:
