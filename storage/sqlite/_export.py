@@ -74,11 +74,16 @@ _DERIVED = {("streams", "next_segment"): NEXT_SEGMENT, ("streams", "chunk_count"
             ("operations", "target_message_id"): operation_target()}
 
 
+# A table without a rowid (``_schema``'s migration 13), in its key's order: its rows' order means nothing.
+_KEY_ORDER = {"stream_chunks": "stream_id, segment"}
+
+
 class _Dump(Access):
     async def table(self, name: str, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
         # rowid: the order the rows were written in (a seq where the table has one: its alias).
         selected = ", ".join(_DERIVED.get((name, c), c) for c in columns)
-        rows = await self._fetchall(f"SELECT {selected} FROM {name} ORDER BY rowid")
+        order = _KEY_ORDER.get(name, "rowid")
+        rows = await self._fetchall(f"SELECT {selected} FROM {name} ORDER BY {order}")
         flags = [i for i, c in enumerate(columns) if c in _BOOLEANS]
         content = columns.index("content") if name == "workspace_files" else -1
         out: list[tuple[Any, ...]] = []

@@ -360,5 +360,24 @@ DROP INDEX operations_session_status;
 CREATE INDEX operations_open ON operations (session_id, seq) WHERE status IN ('pending', 'running');
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12)
+# A stream's segments are a table keyed by (stream, segment) and nothing else: as a rowid table that key
+# was a second B-tree beside the rows, and every commit of chunks wrote a page of each (a lone chunk's
+# commit, one per chunk at a real model's pace: two WAL frames, four writes to the file). Kept in
+# the key's own order, a commit writes the one page the segment lands on.
+_V13 = """
+CREATE TABLE stream_chunks_13 (
+  stream_id TEXT NOT NULL REFERENCES streams(id) ON DELETE CASCADE,
+  segment INTEGER NOT NULL,
+  first_chunk INTEGER NOT NULL,
+  body TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (stream_id, segment)
+) WITHOUT ROWID;
+INSERT INTO stream_chunks_13 (stream_id, segment, first_chunk, body, created_at)
+SELECT stream_id, segment, first_chunk, body, created_at FROM stream_chunks;
+DROP TABLE stream_chunks;
+ALTER TABLE stream_chunks_13 RENAME TO stream_chunks;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from think_server.storage.sqlite import SqliteDatabase
+from think_server.storage.sqlite import SqliteDatabase, _db
+from think_server.storage.sqlite._schema import MIGRATIONS
+from think_server.storage.sqlite._template import PAGE_SIZE
 
 from ..test_streams import _append, _chunk, _finish, _get, _insert
 
@@ -124,6 +126,55 @@ async def test_shrinking_memory_gives_the_page_cache_back(db: SqliteDatabase) ->
 
 
 # -- a lone batch: Database.append_now ------------------------------------------------------------
+
+
+def _wal_frames(path: Path) -> int:
+    """Frames in the file's WAL (each a 24-byte header and a page, after the WAL's 32-byte header)."""
+    wal = path.with_name(path.name + "-wal")
+    return max(0, wal.stat().st_size - 32) // (24 + PAGE_SIZE)
+
+
+async def test_a_lone_chunk_writes_the_page_its_segment_lands_on_and_no_index_page(db_path: Path) -> None:
+    """Segments are kept in their key's order (no rowid, so no second B-tree for the key): a lone
+    chunk's commit is one WAL frame, and now and then the pages a full leaf is balanced with (68
+    frames for these 40 chunks; a rowid table and its key's index wrote two every commit, 96)."""
+    db = await SqliteDatabase.open(db_path)
+    try:
+        await _insert(db, "a-stream-id-as-long-as-a-real-one")
+        await db.wake()
+        before = _wal_frames(db_path)
+        for i in range(40):
+            assert db.append_now("a-stream-id-as-long-as-a-real-one", [_chunk(i)], 200 + i)
+        frames = _wal_frames(db_path) - before
+    finally:
+        await db.close()
+    assert 40 <= frames < 80, f"{frames} WAL frames for 40 lone chunks"
+
+
+async def test_an_older_servers_segments_are_kept_in_their_keys_order(
+        db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_db, "MIGRATIONS", MIGRATIONS[:12])
+    monkeypatch.setattr(_db, "SCHEMA_VERSION", 12)
+    db = await SqliteDatabase.open(db_path)
+    try:
+        await _insert(db, "st")
+        await _append(db, "st", [_chunk(0), _chunk(1)])
+        await _append(db, "st", [_chunk(2)])
+    finally:
+        await db.close()
+    monkeypatch.undo()
+    db = await SqliteDatabase.open(db_path)
+    try:
+        assert await db.read.chunk_bodies("st") == [_chunk(0), _chunk(1), _chunk(2)]
+        assert db.append_now("st", [_chunk(3)], 300)
+        assert (await _get(db, "st")).chunk_count == 4
+    finally:
+        await db.close()
+    assert _segments(db_path, "st") == [(0, 0, 2), (1, 2, 1), (2, 3, 1)]
+    with sqlite3.connect(db_path) as raw:
+        (sql,) = raw.execute("SELECT sql FROM sqlite_schema WHERE name = 'stream_chunks'").fetchone()
+        assert sql.rstrip().endswith("WITHOUT ROWID")
+        assert raw.execute("PRAGMA foreign_key_check").fetchall() == []
 
 
 async def test_a_lone_batch_is_one_call_on_the_loop_thread(db: SqliteDatabase, db_path: Path) -> None:
