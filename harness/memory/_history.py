@@ -181,6 +181,9 @@ class History:
         # `_frame` as a JSON string holds it (see sent_text), made at the first request that looks for
         # it and kept in step from then on; None when not made.
         self._frame_escaped: str | None = None
+        # Counts the path's changes (a message placed, replaced, cut): what was read from storage
+        # across an await is kept only if the path did not change meanwhile.
+        self._version = 0
 
     @classmethod
     async def load(cls, db: Database, session_id: str, *, on_unreadable: Callable[[str], None],
@@ -208,9 +211,12 @@ class History:
 
     async def load_messages(self) -> list[UIMessage]:
         """The path as parsed messages, older ones read from storage; held until :meth:`release`."""
-        if self._parsed is None:
+        while self._parsed is None:
+            version = self._version
             texts = await self.read_texts()
-            if self._parsed is None:
+            # A message placed while storage was read is not in ``texts``, and ``_add`` keeps no parsed
+            # list in step until there is one: read again rather than hold a path without it.
+            if self._parsed is None and self._version == version:
                 self._parsed = [parse_text(t) for t in texts]
         return self._parsed
 
@@ -291,7 +297,14 @@ class History:
             if self._frame_escaped is not None:
                 self._frame_escaped = ",".join([self._frame_escaped, *map(SentText.escape, added)])
         else:
-            joined = await self._joined_texts()
+            while True:
+                version = self._version
+                joined = await self._joined_texts()
+                # A turn may place, replace or cut messages while storage is read: kept as the frame,
+                # a text read before that would stand for the path after it, and every next frame
+                # (built from it) would lack what changed. Read again.
+                if self._version == version:
+                    break
             self._frame_escaped = None
         self._frame, self._framed = joined, len(self._ids)
         return "".join((head, "[", joined, "]", tail))
@@ -377,6 +390,7 @@ class History:
         if self._parsed is not None:
             self._parsed.append(msg)
         self.stored_ids.add(msg.id)
+        self._version += 1
 
     def index_of(self, message_id: str) -> int | None:
         if message_id not in self.stored_ids:  # a new message (every one on the path is stored)
@@ -411,6 +425,7 @@ class History:
             self._texts[index] = text
         if self._parsed is not None:
             self._parsed[index] = msg
+        self._version += 1
 
     def extend(self, base_len: int, msgs: Iterable[UIMessage]) -> None:
         """Cut the path to its first ``base_len`` messages and add ``msgs`` after them, each the parent of the next."""
@@ -434,6 +449,7 @@ class History:
         del self._texts[keep:]
         if self._parsed is not None:
             del self._parsed[keep:]
+        self._version += 1
 
     def _cut_frame(self, keep: int) -> None:
         """Keep of the last frame's text only its first ``keep`` messages (they stay as they were)."""

@@ -84,6 +84,7 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
         self.model = model
         self._compactions: list[CompactionRow] | None = None  # read when first needed
         self._history: History | None = None  # None while dropped to keep within the budget
+        self._drops = 0  # how often it was let go of: history() reads again if it was while it read
         self._listeners: list[Listener] = []
         self._queue: deque[str] = deque()
         self._worker: asyncio.Task[None] | None = None
@@ -616,6 +617,7 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
             self._budget.used(self, 0)
         else:
             self._history = None
+            self._drops += 1
             await self.history()  # the note, read back as the whole transcript
         self._client_tools = []
         self._forget_compactions()

@@ -30,6 +30,7 @@ class SessionTranscript:
     db: Database
     id: str
     _history: History | None
+    _drops: int
     _budget: HistoryBudget
     _running_id: str | None
     _queue: deque[str]
@@ -117,12 +118,15 @@ class SessionTranscript:
 
     async def history(self) -> History:
         """The transcript in memory, read back from storage if it was dropped."""
-        history = self._history
-        if history is None:
+        while self._history is None:
+            drops = self._drops
             history = await self._read_history()
-            if self._history is None:  # not loaded by another caller meanwhile
+            # Loaded by another caller meanwhile: that one is used. Let go of again meanwhile (a reset,
+            # the budget), after another caller's load and maybe a turn: what this read found may
+            # be older than what that turn wrote, and is read again.
+            if self._history is None and self._drops == drops:
                 self._history = history
-            history = self._history
+        history = self._history
         self._budget.used(self, history.weight())
         return history
 
@@ -155,6 +159,7 @@ class SessionTranscript:
         if self._history is None or self._running_id is not None or self._queue or self._pending.reserved:
             return False
         self._history = None
+        self._drops += 1
         return True
 
     def _unreadable(self, message_id: str) -> None:

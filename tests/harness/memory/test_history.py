@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,7 +23,7 @@ from think_server.harness import (
     TextEnd,
     TextStart,
 )
-from think_server.harness.memory._history import ParsedOnRead
+from think_server.harness.memory._history import History, ParsedOnRead
 from think_server.protocol import SentText, TextPart, UIMessage, dump_message_text, message_text, parse_message
 
 from .._instances import instance_at
@@ -275,4 +276,104 @@ async def test_an_older_message_changed_stays_in_storage_and_the_transcript_whol
     assert texts[0] == "turn 0, edited" and len(texts) == 6
     path = json.loads(await history.json_array())
     assert [m["id"] for m in path] == history.ids and path[0]["parts"][0]["text"] == "turn 0, edited"
+    await inst.close()
+
+
+# -- the path changing while storage is read ----------------------------------------------------
+
+
+def _answer(i: int) -> UIMessage:
+    return parse_message({"id": f"a{i}", "role": "assistant", "parts": [{"type": "text", "text": f"answer {i}"}]})
+
+
+class _SlowStorage:
+    """The texts of stored messages, read by id; a read waits until :attr:`go` is set, having said
+    it started (:attr:`reading`): what a turn does meanwhile happens during the read."""
+
+    def __init__(self, messages: list[UIMessage]) -> None:
+        self.texts = {m.id: dump_message_text(m) for m in messages}
+        self.reading = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def fetch(self, ids: list[str]) -> dict[str, str]:
+        self.reading.set()
+        await self.go.wait()
+        return {i: self.texts[i] for i in ids}
+
+    def history(self, messages: list[UIMessage]) -> History:
+        """A transcript of ``messages`` as one read back holds it: texts from the last user message on."""
+        history = History(set(self.texts), self.fetch)
+        parent = None
+        for m in messages:
+            history.place(m, parent)
+            parent = m.id
+        history.trim()
+        assert not history.complete
+        return history
+
+    def frame(self, messages: list[UIMessage]) -> str:
+        return "[" + ",".join(self.texts[m.id] for m in messages) + "]"
+
+
+async def test_a_message_placed_while_a_frame_reads_storage_is_in_the_next_frames() -> None:
+    """A frame that reads older texts from storage while the turn places its answer (the chaos run
+    found this: a recovered turn's frame read back while the next turn ran to its end) must not
+    keep, as the next frame's start, a text that says it holds the new answer and does not."""
+    path: list[UIMessage] = [user(0), _answer(0), user(1), _answer(1)]  # type: ignore[list-item]
+    storage = _SlowStorage(path)
+    history = storage.history(path)
+    building = asyncio.create_task(history.json_array())
+    await storage.reading.wait()
+    newer: list[UIMessage] = [user(2), _answer(2)]  # type: ignore[list-item]
+    storage.texts.update((m.id, dump_message_text(m)) for m in newer)
+    history.place(newer[0], "a1")
+    history.place(newer[1], "u2")
+    storage.go.set()
+    assert await building in (storage.frame(path), storage.frame([*path, *newer])), "the path then, or now"
+    assert await history.json_array() == storage.frame([*path, *newer])
+    sent = history.sent_text()
+    assert sent is not None and sent.plain == storage.frame([*path, *newer])[1:-1]
+
+
+async def test_messages_parsed_while_a_message_is_placed_are_the_path_with_it() -> None:
+    path: list[UIMessage] = [user(0), _answer(0), user(1), _answer(1)]  # type: ignore[list-item]
+    storage = _SlowStorage(path)
+    history = storage.history(path)
+    loading = asyncio.create_task(history.load_messages())
+    await storage.reading.wait()
+    newer = user(2)
+    history.place(newer, "a1")  # type: ignore[arg-type]
+    storage.go.set()
+    assert [m.id for m in await loading] == ["u0", "a0", "u1", "a1", "u2"]
+    assert [m.id for m in history.messages] == ["u0", "a0", "u1", "a1", "u2"]
+
+
+async def test_a_transcript_read_back_while_it_was_let_go_of_again_is_read_again(tmp_path: Path) -> None:
+    """A read back that started while the transcript was dropped, and ends after another caller's
+    read back, a turn and another drop: what it found predates that turn, and is not installed."""
+    inst, s = await _three_turns(tmp_path)
+    assert s.drop_history()
+    before = await s._read_history()  # storage before the next turn, as the slow read will have found it
+    real = s._read_history
+    go = asyncio.Event()
+    reads = 0
+
+    async def read() -> History:
+        nonlocal reads
+        reads += 1
+        if reads == 1:
+            await go.wait()
+            return before
+        return await real()
+
+    s._read_history = read  # type: ignore[method-assign]
+    slow = asyncio.create_task(s.history())
+    await asyncio.sleep(0)
+    receipt = await s.submit([user(3, "turn 3")])  # type: ignore[list-item]
+    await s.wait(receipt.operation_id)
+    assert s.drop_history()
+    go.set()
+    history = await slow
+    stored = [r.id for r in await inst.db.read.active_path(s.id)]
+    assert len(stored) == 8 and history.ids == stored
     await inst.close()
