@@ -63,7 +63,10 @@ class SessionCompaction:
     async def compactions(self) -> list[CompactionRow]:
         """The session's compaction overlays, oldest first (read once, then kept)."""
         if self._compactions is None:
-            self._compactions = [] if self.db.fresh else await self.db.read.compactions(self.id)
+            rows = [] if self.db.fresh else await self.db.read.compactions(self.id)
+            # Set meanwhile (a reset forgot them all, another caller read them): what is set stands.
+            if self._compactions is None:
+                self._compactions = rows
         return self._compactions
 
     async def compact(self) -> Compacted | None:

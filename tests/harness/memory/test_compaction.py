@@ -137,6 +137,30 @@ async def test_compactions_survive_a_restart_and_a_reset_forgets_them(open_insta
     assert await inst.db.conn.execute_fetchall("SELECT count(*) FROM compactions") == [(0,)]
 
 
+async def test_a_reset_during_the_first_read_of_the_compactions_forgets_them(open_instance: Any) -> None:
+    """The overlays are read once, when first needed; a reset that lands while that read waits
+    deletes them, and what the read found before it is not kept."""
+    agent = Agent(compaction=Compaction(keep_tokens=0, keep_messages=2, summarize=lambda r: "SUMMARY"))
+    inst = await open_instance(FakeModel(text("t", "answer")), agent)
+    s = await inst.session()
+    await _chat(s, 3)
+    assert await s.compact() is not None
+    s._compactions = None  # as after the instance was woken: read at the next need
+    read, go = inst.db.read.compactions, asyncio.Event()
+
+    async def slow(session_id: str) -> list[CompactionRow]:
+        rows = await read(session_id)
+        await go.wait()
+        return rows
+
+    inst.db.read.compactions = slow
+    reading = asyncio.create_task(s.compactions())
+    await asyncio.sleep(0.05)
+    await s.reset()
+    go.set()
+    assert await reading == [] and await s.compactions() == []
+
+
 async def test_a_conversation_past_the_threshold_is_compacted_after_its_turn(open_instance: Any) -> None:
     model = FakeModel(text("t", "answer"))
     agent = Agent(compaction=Compaction(after_messages=6, keep_tokens=0, keep_messages=2,
