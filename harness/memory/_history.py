@@ -22,12 +22,14 @@ import json
 from array import array
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from typing import Protocol, overload
+from typing import Protocol, TypeVar, overload
 
 from think_server.protocol import SentText, UIMessage, dump_message_text, parse_message
 from think_server.storage import Database
 
 __all__ = ["Context", "Fetch", "History", "HistoryBudget", "Holder", "MessageSequence", "ParsedOnRead", "parse_text"]
+
+_T = TypeVar("_T")
 
 # Parsed messages cost several times their JSON text (measured: about 6x for short chat
 # messages); the budget counts this many bytes per byte of JSON while they are held.
@@ -211,14 +213,22 @@ class History:
 
     async def load_messages(self) -> list[UIMessage]:
         """The path as parsed messages, older ones read from storage; held until :meth:`release`."""
-        while self._parsed is None:
-            version = self._version
-            texts = await self.read_texts()
-            # A message placed while storage was read is not in ``texts``, and ``_add`` keeps no parsed
-            # list in step until there is one: read again rather than hold a path without it.
-            if self._parsed is None and self._version == version:
+        if self._parsed is None:
+            texts = await self._read_unchanged(self.read_texts)
+            if self._parsed is None:
                 self._parsed = [parse_text(t) for t in texts]
         return self._parsed
+
+    async def _read_unchanged(self, read: Callable[[], Awaitable[_T]]) -> _T:
+        """What ``read`` gives from storage, read again until the path did not change while it read:
+        a turn may place, replace or cut messages meanwhile, and what was read before that, kept
+        (as the frame the next ones are built from, as the parsed path), would stand for the path
+        after it, without what changed."""
+        while True:
+            version = self._version
+            got = await read()
+            if self._version == version:
+                return got
 
     @property
     def parsed(self) -> bool:
@@ -297,14 +307,7 @@ class History:
             if self._frame_escaped is not None:
                 self._frame_escaped = ",".join([self._frame_escaped, *map(SentText.escape, added)])
         else:
-            while True:
-                version = self._version
-                joined = await self._joined_texts()
-                # A turn may place, replace or cut messages while storage is read: kept as the frame,
-                # a text read before that would stand for the path after it, and every next frame
-                # (built from it) would lack what changed. Read again.
-                if self._version == version:
-                    break
+            joined = await self._read_unchanged(self._joined_texts)
             self._frame_escaped = None
         self._frame, self._framed = joined, len(self._ids)
         return "".join((head, "[", joined, "]", tail))

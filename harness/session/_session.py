@@ -616,8 +616,7 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
             self._history = self._new_history()
             self._budget.used(self, 0)
         else:
-            self._history = None
-            self._drops += 1
+            self._let_go()
             await self.history()  # the note, read back as the whole transcript
         self._client_tools = []
         self._forget_compactions()

@@ -158,9 +158,13 @@ class SessionTranscript:
         """Let go of the transcript unless the session is working; whether it did."""
         if self._history is None or self._running_id is not None or self._queue or self._pending.reserved:
             return False
+        self._let_go()
+        return True
+
+    def _let_go(self) -> None:
+        """The transcript no longer held: read back at its next use (a read back under way reads again)."""
         self._history = None
         self._drops += 1
-        return True
 
     def _unreadable(self, message_id: str) -> None:
         log.warning("session %r: skipping unreadable message %r", self.id, message_id)
