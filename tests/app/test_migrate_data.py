@@ -191,8 +191,10 @@ async def test_a_data_dir_copied_interrupted_and_copied_again_is_served_from_pos
         await pg.ready()
         async with httpx.AsyncClient(base_url=pg.base, timeout=30) as http:
             at = "/agents/crash-agent/cut"
-            done = (await http.get(f"{at}/operations/{cut}", params={"wait": 20})).json()
-            assert done["status"] == "completed", done
+            got = await http.get(f"{at}/operations/{cut}", params={"wait": 20})
+            done = got.json()
+            # A refusal (no status) says what it was: CI saw one once, which 9 runs here did not repeat.
+            assert done.get("status") == "completed", (got.status_code, done, pg.log_tail())
             answer = (await http.get(f"{at}/get-messages")).json()[-1]
             text = "".join(p.get("text", "") for p in answer["parts"])
             assert all(f"w{i} " in text for i in range(40)), text
