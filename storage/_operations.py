@@ -61,8 +61,10 @@ class OperationWrites(Protocol):
         ...
 
     async def insert_operation(self, operation_id: str, session_id: str, kind: str, source: str, input_json: str,
-                               options_json: str | None, now: int) -> bool:
-        """Record an accepted operation as pending; False if the id is taken."""
+                               options_json: str | None, now: int, *, running_for: str | None = None) -> bool:
+        """Record an accepted operation as pending; False if the id is taken. ``running_for``: recorded
+        as started now instead (its first run, answered in that message), as :meth:`start_operation`
+        would make it: an idle session's input, written in its start's transaction."""
         ...
 
     async def start_operation(self, operation_id: str, target_message_id: str | None, now: int) -> bool:

@@ -170,7 +170,8 @@ class OperationRuns:
         # before the turn is even made (and the turn's next chunks are one statement, ``ChunkLog``).
         opened = (self.clock.new_id(), dump_chunk(StartChunk(messageId=message_id))) if takes_turn else None
         async with self.db.transaction() as tx:
-            starting = await self._starting.write_in(tx, op_id)  # an idle session's input: written now
+            # An idle session's input: written now, as started (one statement, not an INSERT and an UPDATE).
+            starting = await self._starting.write_in(tx, op_id, running_for=message_id)
             for _, msg, text in ended:
                 await tx.update_message(self.id, msg.id, text, now)
             for m, text in stored:
@@ -178,7 +179,8 @@ class OperationRuns:
                 parent = m.id
             for older, _ in merged:
                 await self.write_settlement(tx, older, MERGED)
-            await tx.start_operation(op_id, message_id, now)
+            if starting is None:
+                await tx.start_operation(op_id, message_id, now)
             if opened is not None:
                 await tx.insert_stream(opened[0], self.id, op_id, op_id, message_id, False, 0, now)
                 await tx.append_chunks(opened[0], [opened[1]], now)

@@ -304,9 +304,10 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
             await self._work_notices.opened()
             now = self.clock.now_ms()
 
-            async def write(tx: Tx) -> bool:
+            async def write(tx: Tx, running_for: str | None = None) -> bool:
                 await tx.ensure_session(self.id, now)
-                if not await tx.insert_operation(op_id, self.id, kind, source, payload, dumps(options), now):
+                if not await tx.insert_operation(op_id, self.id, kind, source, payload, dumps(options), now,
+                                                 running_for=running_for):
                     return False
                 if client_tools is not None:
                     await tx.set_client_tools(self.id, dumps(client_tools) if client_tools else None, now)

@@ -32,8 +32,9 @@ class IdTaken(Exception):
 @dataclass(slots=True, eq=False)
 class HeldSubmission:
     op_id: str
-    #: The submission's statements; False if the operation's id is taken.
-    write: Callable[[Tx], Awaitable[bool]]
+    #: The submission's statements; False if the operation's id is taken. Given the id of the message
+    #: its start answers in, the operation is written as started (else as pending: withdrawn first).
+    write: Callable[[Tx, str | None], Awaitable[bool]]
     #: Whether it was accepted (committed), once known; or why it was not stored.
     outcome: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
@@ -44,7 +45,7 @@ class StartingInputs:
     def __init__(self) -> None:
         self.held: HeldSubmission | None = None
 
-    def hold(self, op_id: str, write: Callable[[Tx], Awaitable[bool]]) -> HeldSubmission:
+    def hold(self, op_id: str, write: Callable[[Tx, str | None], Awaitable[bool]]) -> HeldSubmission:
         if self.held is not None:
             raise RuntimeError("a session holds one submission at a time")
         held = self.held = HeldSubmission(op_id, write)
@@ -55,13 +56,14 @@ class StartingInputs:
     def holds(self, op_id: str) -> bool:
         return self.held is not None and self.held.op_id == op_id
 
-    async def write_in(self, tx: Tx, op_id: str) -> HeldSubmission | None:
-        """Write ``op_id``'s held statements in ``tx`` (first: the rest of it refers to the row);
+    async def write_in(self, tx: Tx, op_id: str, running_for: str | None = None) -> HeldSubmission | None:
+        """Write ``op_id``'s held statements in ``tx`` (first: the rest of it refers to the row),
+        the operation started if ``running_for`` (the message its start answers in) is given;
         None if it holds none. Call :meth:`committed` once ``tx`` has."""
         held = self.held
         if held is None or held.op_id != op_id:
             return None
-        if not await held.write(tx):
+        if not await held.write(tx, running_for):
             raise IdTaken(op_id)
         return held
 

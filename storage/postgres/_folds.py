@@ -15,6 +15,7 @@ first writes (a foreign key is checked at the statement's end, when both rows ar
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,8 +33,10 @@ _FIELDS_OF: dict[str, tuple[str, ...]] = {
     _sessions.set_fields(cols): cols for n in range(1, len(_SESSION_FIELDS) + 1)
     for cols in itertools.combinations(_SESSION_FIELDS, n)}
 
-_ENSURED_INSERT = (f"WITH session_ AS ({_sessions.ENSURE.replace('$2', '$9').replace('$3', '$10')}) "
-                   f"{_operations.INSERT}")
+# The session's session id and time follow the operation's arguments (instance first: ``$1`` is shared).
+_INSERT_ARGS = max(int(n) for n in re.findall(r"\$(\d+)", _operations.INSERT))
+_ENSURE_AFTER = _sessions.ENSURE.replace("$2", f"${_INSERT_ARGS + 1}").replace("$3", f"${_INSERT_ARGS + 2}")
+_ENSURED_INSERT = f"WITH session_ AS ({_ENSURE_AFTER}) {_operations.INSERT}"
 
 
 def _stream_start(last_sql: str, insert: Args, append: Args) -> tuple[str, Args] | None:

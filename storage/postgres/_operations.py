@@ -17,8 +17,10 @@ _COLUMNS = (
 )
 
 
+# Pending, or running already (``running_for``: an idle session's input, written with its start).
 INSERT = ("INSERT INTO operations (instance, id, session_id, kind, source, status, input_json, options_json, "
-          "created_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8) ON CONFLICT (instance, id) DO NOTHING")
+          "created_at, started_at, runs, target_message_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
+          "ON CONFLICT (instance, id) DO NOTHING")
 
 
 # What a settled operation keeps of its input (``OperationWrites.settle_operation``): an input's
@@ -82,8 +84,11 @@ class PostgresOperationWrites(Access):
             "AND target_message_id = $3 AND reason = 'continue_deferred'", session_id, message_id)
 
     async def insert_operation(self, operation_id: str, session_id: str, kind: str, source: str, input_json: str,
-                               options_json: str | None, now: int) -> bool:
-        changed = await self._execute(INSERT, operation_id, session_id, kind, source, input_json, options_json, now)
+                               options_json: str | None, now: int, *, running_for: str | None = None) -> bool:
+        started = running_for is not None
+        changed = await self._execute(
+            INSERT, operation_id, session_id, kind, source, "running" if started else "pending", input_json,
+            options_json, now, now if started else None, int(started), running_for)
         return changed > 0
 
     async def start_operation(self, operation_id: str, target_message_id: str | None, now: int) -> bool:

@@ -22,16 +22,19 @@ from __future__ import annotations
 import sqlite3
 
 from ._messages import INSERT_MESSAGE, LEAF_FOLLOWS
-from ._operations import INSERT_OPERATION, OPEN_INPUT, SETTLE_OPERATION, START_OPERATION
+from ._operations import INSERT_OPERATION, OPEN_INPUT, SETTLE_OPERATION
 from ._sessions import ENSURE_SESSION
 from ._streams import FINISH_STREAM, INSERT_AT, INSERT_STREAM
 
 __all__ = ["NEW_FILE_TURN", "TURN_END", "TURN_START", "prepare_turn_start"]
 
-#: In the order an idle session's input runs them: the submission, the start, the stream's row and its
-#: start chunk (one transaction), then each batch of chunks after it, each at the place the one before
-#: said (``_places``: the look-up of a place, ``APPEND``, is for a stream whose place is not known).
-TURN_START = (ENSURE_SESSION, INSERT_OPERATION, INSERT_MESSAGE, LEAF_FOLLOWS, START_OPERATION, INSERT_STREAM, INSERT_AT)
+#: In the order an idle session's input runs them: the submission (written as started), the user's message,
+#: the stream's row and its start chunk (one transaction), then each batch of chunks after it, each at
+#: the place the one before said (``_places``: the look-up of a place, ``APPEND``, is for a stream whose
+#: place is not known). Another operation's start (``START_OPERATION``: a queued input, an answer's
+#: continuation) is prepared by the first that needs it: every open file holds what is listed here, some
+#: 2-9 KB of SQLite's memory a statement, and an idle session's input does not run it.
+TURN_START = (ENSURE_SESSION, INSERT_OPERATION, INSERT_MESSAGE, LEAF_FOLLOWS, INSERT_STREAM, INSERT_AT)
 #: What its last transaction adds to them: the stream's end, then (after the answer's message) the settlement
 #: (the input it keeps read first: ``_operations.settled_input``).
 TURN_END = (FINISH_STREAM, OPEN_INPUT, SETTLE_OPERATION)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -64,6 +65,24 @@ async def test_insert_records_a_pending_operation(db: Database) -> None:
     assert (op.input_json, op.options_json) == ('{"a":1}', '{"b":2}')
     assert (op.outcome, op.reason, op.result_text, op.target_message_id) == (None, None, None, None)
     assert (op.attempts, op.created_at, op.started_at, op.completed_at) == (0, 123, None, None)
+
+
+async def test_an_operation_inserted_running_is_the_row_an_insert_and_a_start_make(db: Database) -> None:
+    """An idle session's input is written in its start's transaction, as started: one statement where
+    two were, and the same row (``runs`` counts the start, as a crash recovery reads it)."""
+    async with db.transaction() as tx:
+        await tx.ensure_session(S, 100)
+        assert await tx.insert_operation("both", S, "input", "client", "{}", None, 100)
+        assert await tx.start_operation("both", "msg-1", 100)
+        assert await tx.insert_operation("one", S, "input", "client", "{}", None, 100, running_for="msg-1")
+    both, one = await _get(db, "both"), await _get(db, "one")
+    assert (one.status, one.started_at, one.runs, one.target_message_id) == ("running", 100, 1, "msg-1")
+    assert one == dataclasses.replace(both, id="one", seq=one.seq)
+    assert [op.id for op in await db.read.open_operations(S)] == ["both", "one"]
+    # Its id taken, it is refused as a pending one is, and the row stays as it was.
+    async with db.transaction() as tx:
+        assert not await tx.insert_operation("one", S, "continue", "server", "{}", None, 200, running_for="msg-2")
+    assert await _get(db, "one") == one
 
 
 async def test_unknown_operation_is_none(db: Database) -> None:

@@ -372,6 +372,8 @@ async def test_an_idle_sessions_input_is_written_with_its_start(open_instance: A
     receipt = await s.submit([user("u1", "hi")], operation_id="op1")
     assert receipt.accepted
     assert committed[0] == "running", committed  # never committed as pending
+    row = await inst.db.read.operation("op1")
+    assert row is not None and (row.runs, row.started_at) == (1, row.created_at)  # its first run, begun as written
     assert await stored(inst, s.id, "u1") == dump(user("u1", "hi"))
     queued, started = rec.events.index(OperationQueued("op1")), rec.of(RunStarted)[0]
     assert queued < rec.events.index(started)
@@ -403,11 +405,14 @@ async def test_a_turns_start_commits_its_stream_and_start_chunk_and_the_next_chu
                         ("seq 0", ["start"])], told
     assert told[5][0] == "seq 1"
     heads = [" ".join(sql.split()[:3]) for sql in statements if not sql.startswith("--")]
-    start = next(n for n, h in enumerate(heads) if h == "UPDATE operations SET")
-    assert heads[start:start + 4] == [
-        "UPDATE operations SET", "INSERT INTO streams", "INSERT INTO stream_chunks", "COMMIT"], heads
-    following = heads.index("INSERT INTO stream_chunks", start + 4)  # the model's first chunks
+    # The input written as started (no UPDATE of it: one statement less before the first chunk).
+    start = heads.index("INSERT INTO operations")
+    assert heads[start - 2:start + 5] == [
+        "BEGIN IMMEDIATE", "INSERT INTO sessions", "INSERT INTO operations", "INSERT INTO messages",
+        "INSERT INTO streams", "INSERT INTO stream_chunks", "COMMIT"], heads
+    following = heads.index("INSERT INTO stream_chunks", start + 5)  # the model's first chunks
     assert heads[following - 1] != "BEGIN IMMEDIATE", heads
+    assert heads.count("UPDATE operations SET") == 1, heads  # its settlement
     assert heads.count("INSERT INTO streams") == 1
     row = (await inst.db.read.streams_of_request("op1"))[0]
     assert (row.status, row.first_seq, row.is_continuation) == ("completed", 0, False)

@@ -197,8 +197,11 @@ async def test_file_of_the_first_schema_upgrades_to_the_current_one(
     monkeypatch.setattr(_db, "MIGRATIONS", MIGRATIONS[:1])
     monkeypatch.setattr(_db, "SCHEMA_VERSION", 1)
     async with _opened(db_path) as db:
-        await _add_operation(db, "v1-op")
+        async with db.transaction() as tx:
+            await tx.ensure_session("s", 1)
     with sqlite3.connect(db_path) as raw:  # as the first release wrote it (today's statements know newer columns)
+        raw.execute("INSERT INTO operations (id, session_id, kind, source, status, input_json, options_json, "
+                    "created_at) VALUES ('v1-op', 's', 'input', 'server', 'pending', '{}', NULL, 1)")
         raw.execute("INSERT INTO messages (session_id, id, parent_id, role, content, operation_id, created_at, "
                     "updated_at) VALUES ('s', 'm1', NULL, 'user', '{\"text\":\"hi\"}', 'v1-op', 1, 1)")
     assert _pragma(db_path, "user_version") == 1

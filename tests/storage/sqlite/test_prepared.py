@@ -6,6 +6,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from think_server.storage.sqlite import SqliteDatabase
 from think_server.storage.sqlite._messages import LEAF_FOLLOWS
 from think_server.storage.sqlite._prepared import NEW_FILE_TURN, TURN_END, TURN_START, prepare_turn_start
@@ -69,11 +71,10 @@ async def _first_turn(db: SqliteDatabase) -> list[str]:
     ran: list[str] = []
     db.conn._connection.set_trace_callback(ran.append)
     try:
-        async with db.transaction() as tx:
+        async with db.transaction() as tx:  # an idle session's input: written as started
             await tx.ensure_session("s", 1)
-            assert await tx.insert_operation("op", "s", "input", "client", "{}", "{}", 1)
+            assert await tx.insert_operation("op", "s", "input", "client", "{}", "{}", 1, running_for="m2")
             assert await tx.insert_message("s", "m1", None, "user", '{"parts": []}', "op", 1)
-            assert await tx.start_operation("op", "m2", 1)
         async with db.transaction() as tx:
             await tx.insert_stream("st", "s", "op", "op", "m2", False, 0, 2)
             await tx.append_chunks("st", ['{"type":"start"}'], 2)
@@ -93,7 +94,7 @@ async def test_a_turn_starts_with_no_statement_of_its_own_to_prepare(tmp_path: P
     ran = await _first_turn(db)
     written = [" ".join(s.split()) for s in ran if s.split()[0] in ("INSERT", "UPDATE")]
     assert {s.split(" (")[0].split(" SET")[0] for s in written} == {
-        "INSERT INTO sessions", "INSERT INTO operations", "INSERT INTO messages", "UPDATE operations",
+        "INSERT INTO sessions", "INSERT INTO operations", "INSERT INTO messages",
         "INSERT INTO streams", "INSERT INTO stream_chunks"}, "no leaf chosen by hand in a new file: none ended"
 
 
@@ -135,9 +136,9 @@ async def test_a_turns_last_transaction_has_no_statement_of_its_own_to_prepare(t
     try:
         async with db.transaction() as tx:
             await tx.ensure_session("s", 1)
-            assert await tx.insert_operation("op", "s", "input", "client", '{"messages":[{"id":"m1"}]}', "{}", 1)
+            assert await tx.insert_operation("op", "s", "input", "client", '{"messages":[{"id":"m1"}]}', "{}", 1,
+                                             running_for="m2")
             assert await tx.insert_message("s", "m1", None, "user", '{"parts": []}', "op", 1)
-            assert await tx.start_operation("op", "m2", 1)
             await tx.insert_stream("st", "s", "op", "op", "m2", False, 0, 2)
             await tx.append_chunks("st", ['{"type":"start"}'], 2)
         held = _prepared(db)
@@ -160,5 +161,58 @@ async def test_a_new_file_woken_may_have_a_leaf_chosen_again(tmp_path: Path) -> 
         assert await db.sleep()
         await db.wake()
         assert db.leaf_chosen
+    finally:
+        await db.close()
+
+
+async def test_an_open_file_holds_its_turns_statements_and_no_other(tmp_path: Path) -> None:
+    """Every statement ``sqlite3`` runs stays prepared in its connection's cache, 1-9 KB of SQLite's memory
+    each, in every open file: what a file runs once (its schema read, its WAL mode) or at rest (giving its
+    page cache back) runs as a script, which is not kept."""
+    path = tmp_path / "held.sqlite3"
+    db = await SqliteDatabase.open(path, ("agent", "one"))
+    try:
+        await _first_turn_and_rest(db)
+        assert _prepared(db) == set(NEW_FILE_TURN) | {"BEGIN IMMEDIATE", "COMMIT"}
+    finally:
+        await db.close()
+    db = await SqliteDatabase.open(path)  # found there
+    try:
+        await db.shrink_memory()
+        assert not {s for s in _prepared(db) if "journal_mode" in s or "shrink_memory" in s}
+        assert set(TURN_START) <= _prepared(db)
+    finally:
+        await db.close()
+
+
+async def _first_turn_and_rest(db: SqliteDatabase) -> None:
+    async with db.transaction() as tx:
+        await tx.ensure_session("s", 1)
+        assert await tx.insert_operation("op", "s", "input", "client", '{"messages":[{"id":"m1"}]}', "{}", 1,
+                                         running_for="m2")
+        assert await tx.insert_message("s", "m1", None, "user", '{"parts": []}', "op", 1)
+        await tx.insert_stream("st", "s", "op", "op", "m2", False, 0, 2)
+        await tx.append_chunks("st", ['{"type":"start"}'], 2)
+    async with db.transaction() as tx:
+        await tx.finish_stream("st", "completed", 3)
+        assert await tx.insert_message("s", "m2", "m1", "assistant", '{"parts": []}', "op", 3)
+        assert await tx.settle_operation("op", "completed", "done", None, None, 3, 0)
+    await db.shrink_memory()
+
+
+async def test_giving_the_page_cache_back_inside_a_transaction_does_not_commit_it(tmp_path: Path) -> None:
+    """A session at rest gives the file's page cache back while another session of the instance may be
+    inside a transaction: a script would commit that first; the statement does not."""
+    db = await SqliteDatabase.open(tmp_path / "shrink.sqlite3")
+    try:
+        with pytest.raises(RuntimeError, match="rolled back"):
+            async with db.transaction() as tx:
+                await tx.ensure_session("s", 1)
+                await db.shrink_memory()
+                raise RuntimeError("rolled back")
+        assert await db.read.session("s") is None
+        async with db.transaction() as tx:
+            await tx.ensure_session("s", 2)
+        assert await db.read.session("s") is not None
     finally:
         await db.close()
