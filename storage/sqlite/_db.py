@@ -253,7 +253,7 @@ class SqliteDatabase(Database):
 
         def read_schema(c: sqlite3.Connection) -> None:
             if made:
-                c.execute(_LOAD_SCHEMA).close()
+                c.executescript(_LOAD_SCHEMA).close()  # a script: not kept prepared (_shrink says why)
 
         # Autocommit mode: we issue BEGIN/COMMIT ourselves, one per state change.
         try:
@@ -359,7 +359,9 @@ class SqliteDatabase(Database):
             return
         # Freeing cached pages does no I/O: at once on the loop when the lane is idle (a session does
         # this after each turn that empties its queue), else queued behind what the lane runs.
-        if isinstance(conn, LaneConnection) and conn.run_now(_shrink)[0]:
+        if isinstance(conn, LaneConnection):
+            if not conn.run_now(_shrink)[0]:
+                await conn.run(_shrink)
             return
         await conn.execute_fetchall("PRAGMA shrink_memory")
 
@@ -402,7 +404,14 @@ class SqliteDatabase(Database):
 
 
 def _shrink(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA shrink_memory").close()
+    # As a script: ``sqlite3`` keeps every statement it executes prepared, in the connection's cache, and
+    # a statement run once in a while (here, and a file's first reads) held 1.3-1.6 KB of SQLite's memory
+    # in every open file. A script would commit a transaction under way first: inside one (another
+    # session's, between two of its statements), the statement.
+    if conn.in_transaction:
+        conn.execute("PRAGMA shrink_memory").close()
+    else:
+        conn.executescript("PRAGMA shrink_memory").close()
 
 
 async def _settle_found(conn: aiosqlite.Connection, path: Path, instance: tuple[str, str] | None) -> None:
@@ -415,7 +424,7 @@ async def _settle_found(conn: aiosqlite.Connection, path: Path, instance: tuple[
     # left with a row to read would stay "in progress" and stop a migration's COMMIT).
     migrated = version == SCHEMA_VERSION
     if migrated and isinstance(conn, LaneConnection):  # its schema read by _our_version, on the file's thread
-        await conn.execute_fetchall("PRAGMA journal_mode=WAL")
+        await conn.executescript("PRAGMA journal_mode=WAL")  # a script: not kept prepared (_shrink says why)
         await _set_up_here(conn, _WOKEN_HERE, TURN_START)
         return
     await conn.executescript(_SETTINGS.format(busy=0 if migrated else BUSY_WAIT_MS)
