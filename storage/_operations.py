@@ -82,8 +82,11 @@ class OperationWrites(Protocol):
         ...
 
     async def settle_operation(self, operation_id: str, status: str, outcome: str, reason: str | None,
-                               result_text: str | None, now: int, result_length: int | None = None) -> bool:
+                               result_text: str | None, now: int, result_length: int | None = None, *,
+                               written: tuple[str, str] | None = None) -> bool:
         """Move an open operation to a terminal state; a settled one is never changed again.
+        ``written``: its kind and input as they were written, when the caller has them (the process
+        that wrote it), so that they need not be read back.
 
         Its answer's text is either ``result_text`` or, when the answer's message holds it (the
         usual case: no second copy of every answer), ``result_length``: that many characters of the

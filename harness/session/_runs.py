@@ -458,7 +458,8 @@ class OperationRuns:
         text is then stored as a length: :func:`~think_server.harness._outcomes.text_to_store`)."""
         now = self.clock.now_ms()
         text, length = text_to_store(outcome.text, held)
-        await tx.settle_operation(operation_id, outcome.status, outcome.outcome, outcome.reason, text, now, length)
+        await tx.settle_operation(operation_id, outcome.status, outcome.outcome, outcome.reason, text, now, length,
+                                  written=self._pending.written(operation_id))
         if outcome.status == "error":
             terminal = {"operationId": operation_id, "body": describe_reason(outcome.reason)}
             await tx.set_last_terminal(self.id, dumps(terminal), now)

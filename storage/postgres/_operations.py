@@ -113,7 +113,9 @@ class PostgresOperationWrites(Access):
             "WHERE instance = $1 AND id = $3", now, operation_id)
 
     async def settle_operation(self, operation_id: str, status: str, outcome: str, reason: str | None,
-                               result_text: str | None, now: int, result_length: int | None = None) -> bool:
+                               result_text: str | None, now: int, result_length: int | None = None, *,
+                               written: tuple[str, str] | None = None) -> bool:
+        # (What the input keeps is worked out by the statement: ``written`` saves no read here.)
         changed = await self._execute(
             "UPDATE operations SET status = $2, outcome = $3, reason = $4, result_text = $5, result_length = $6, "
             f"completed_at = $7, input_json = {_SETTLED_INPUT}, options_json = NULL "

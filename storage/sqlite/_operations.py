@@ -211,11 +211,16 @@ class SqliteOperationWrites(Access):
         result_text: str | None,
         now: int,
         result_length: int | None = None,
+        *,
+        written: tuple[str, str] | None = None,
     ) -> bool:
-        rows = await self._fetchall_by_key(OPEN_INPUT, (operation_id,))
-        if not rows:
-            return False  # settled already, or none: the statement would change nothing
-        kept = settled_input(rows[0][0], rows[0][1])
+        if written is None:
+            rows = await self._fetchall_by_key(OPEN_INPUT, (operation_id,))
+            if not rows:
+                return False  # settled already, or none: the statement would change nothing
+            written = rows[0][0], rows[0][1]
+        # (Given, it is not read: a settled one is left as it is by the statement's own WHERE.)
+        kept = settled_input(*written)
         if kept is None:
             changed = await self._execute(
                 SETTLE_OPERATION_SQL, (status, outcome, reason, result_text, result_length, now, operation_id))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import sqlite3
 
 from ._messages import INSERT_MESSAGE, LEAF_FOLLOWS
-from ._operations import INSERT_OPERATION, OPEN_INPUT, SETTLE_OPERATION
+from ._operations import INSERT_OPERATION, SETTLE_OPERATION
 from ._sessions import ENSURE_SESSION
 from ._streams import FINISH_STREAM, INSERT_AT, INSERT_STREAM
 
@@ -36,8 +36,9 @@ __all__ = ["NEW_FILE_TURN", "TURN_END", "TURN_START", "prepare_turn_start"]
 #: 2-9 KB of SQLite's memory a statement, and an idle session's input does not run it.
 TURN_START = (ENSURE_SESSION, INSERT_OPERATION, INSERT_MESSAGE, LEAF_FOLLOWS, INSERT_STREAM, INSERT_AT)
 #: What its last transaction adds to them: the stream's end, then (after the answer's message) the settlement
-#: (the input it keeps read first: ``_operations.settled_input``).
-TURN_END = (FINISH_STREAM, OPEN_INPUT, SETTLE_OPERATION)
+#: (what the input keeps worked out from the input as the process wrote it: ``_operations.settled_input``;
+#: an operation another process wrote has it read first, ``OPEN_INPUT``, prepared by the first that needs it).
+TURN_END = (FINISH_STREAM, SETTLE_OPERATION)
 #: A new file's: its whole first turn, but the statement that ends a leaf chosen by hand, which a file
 #: made just now has none of (it is not run there: ``SqliteDatabase.leaf_chosen``).
 NEW_FILE_TURN = tuple(sql for sql in TURN_START if sql != LEAF_FOLLOWS) + TURN_END

@@ -212,6 +212,31 @@ async def test_a_settled_input_keeps_only_its_message_ids_and_no_options(db: Dat
     assert json.loads((await _get(db, "answer")).input_json) == json.loads(answer), "an answer's input stays"
 
 
+async def test_a_settlement_given_the_input_as_written_reads_nothing_and_writes_the_same(db: Database) -> None:
+    """The process that wrote an operation settles it with its kind and input as written (``written``):
+    the row comes out as one whose input was read back, and a settled one is left as it was."""
+    cases = {
+        "input": ("input", json.dumps({"messages": [{"id": "u1", "role": "user", "parts": []}]})),
+        "regenerate": ("regenerate", json.dumps({"messages": [], "regenerate_from": "u1"})),
+        "answer": ("tool_result", '{"answer":{"type":"tool-result","toolCallId":"c1","output":1},"autoContinue":true}'),
+        "quoted": ("input", json.dumps({"messages": [{"id": 'say "hi"', "role": "user"}]})),  # the SQL's own rule
+    }
+    for name, (kind, input_json) in cases.items():
+        for op_id in (f"{name}-read", f"{name}-given"):
+            await _insert(db, op_id, kind=kind, input_json=input_json, options_json='{"when_busy":"queue"}')
+            await _start(db, op_id, "a1")
+        await _settle(db, f"{name}-read")
+        async with db.transaction() as tx:
+            assert await tx.settle_operation(f"{name}-given", "completed", "done", None, "ok", 300,
+                                             written=(kind, input_json))
+        read, given = await _get(db, f"{name}-read"), await _get(db, f"{name}-given")
+        assert given == dataclasses.replace(read, id=given.id, seq=given.seq), name
+        async with db.transaction() as tx:
+            assert not await tx.settle_operation(f"{name}-given", "error", "unanswered", "late", None, 999,
+                                                 written=(kind, input_json))
+        assert await _get(db, f"{name}-given") == given
+
+
 async def test_settle_pending_operation_directly(db: Database) -> None:
     await _insert(db, "op")
     assert await _settle(db, "op", "skipped", "unanswered", "superseded", None, now=300) is True

@@ -412,7 +412,8 @@ async def test_a_turns_start_commits_its_stream_and_start_chunk_and_the_next_chu
         "INSERT INTO streams", "INSERT INTO stream_chunks", "COMMIT"], heads
     following = heads.index("INSERT INTO stream_chunks", start + 5)  # the model's first chunks
     assert heads[following - 1] != "BEGIN IMMEDIATE", heads
-    assert heads.count("UPDATE operations SET") == 1, heads  # its settlement
+    assert heads.count("UPDATE operations SET") == 1, heads  # its settlement, which reads nothing back
+    assert "SELECT kind, input_json" not in heads, heads  # (the input it keeps, from the input as written)
     assert heads.count("INSERT INTO streams") == 1
     row = (await inst.db.read.streams_of_request("op1"))[0]
     assert (row.status, row.first_seq, row.is_continuation) == ("completed", 0, False)

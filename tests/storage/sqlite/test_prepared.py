@@ -12,6 +12,9 @@ from think_server.storage.sqlite import SqliteDatabase
 from think_server.storage.sqlite._messages import LEAF_FOLLOWS
 from think_server.storage.sqlite._prepared import NEW_FILE_TURN, TURN_END, TURN_START, prepare_turn_start
 
+#: The operation as the process that wrote it holds it (its settlement does not read it back).
+WRITTEN = ("input", '{"messages":[{"id":"m1"}]}')
+
 
 def _prepared(db: SqliteDatabase) -> set[str]:
     """The SQL of the statements the file's connection holds prepared (SQLite's ``sqlite_stmt`` table,
@@ -146,7 +149,7 @@ async def test_a_turns_last_transaction_has_no_statement_of_its_own_to_prepare(t
             await tx.append_chunks("st", ['{"type":"finish"}'], 3)
             await tx.finish_stream("st", "completed", 3)
             assert await tx.insert_message("s", "m2", "m1", "assistant", '{"parts": []}', "op", 3)
-            assert await tx.settle_operation("op", "completed", "done", None, None, 3, 0)
+            assert await tx.settle_operation("op", "completed", "done", None, None, 3, 0, written=WRITTEN)
         assert _prepared(db) - held == set()
         assert (await db.read.operation("op")) is not None
     finally:
@@ -196,7 +199,7 @@ async def _first_turn_and_rest(db: SqliteDatabase) -> None:
     async with db.transaction() as tx:
         await tx.finish_stream("st", "completed", 3)
         assert await tx.insert_message("s", "m2", "m1", "assistant", '{"parts": []}', "op", 3)
-        assert await tx.settle_operation("op", "completed", "done", None, None, 3, 0)
+        assert await tx.settle_operation("op", "completed", "done", None, None, 3, 0, written=WRITTEN)
     await db.shrink_memory()
 
 
