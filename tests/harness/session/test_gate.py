@@ -88,7 +88,9 @@ async def test_a_session_is_uncounted_before_its_start_is_told_and_waits_for_no_
 
 async def test_input_that_waits_for_a_quiet_period_is_not_counted_meanwhile(tmp_path: Path) -> None:
     model = FakeModel(text("t", "hello"))
-    inst, a, _ = await open_two(tmp_path, model, when_busy="debounce", debounce_ms=300)
+    # A quiet period long enough that a loaded machine (CI's, 2 cores) does not end it before the check:
+    # at 300 ms one run found the model called 50 ms after submit() returned.
+    inst, a, _ = await open_two(tmp_path, model, when_busy="debounce", debounce_ms=1000)
     try:
         receipt = await a.submit([user("u1", "hi")])
         await asyncio.sleep(0.05)
