@@ -137,19 +137,9 @@ async def test_a_turns_last_transaction_has_no_statement_of_its_own_to_prepare(t
     on the event loop."""
     db = await SqliteDatabase.open(tmp_path / "end.sqlite3")
     try:
-        async with db.transaction() as tx:
-            await tx.ensure_session("s", 1)
-            assert await tx.insert_operation("op", "s", "input", "client", '{"messages":[{"id":"m1"}]}', "{}", 1,
-                                             running_for="m2")
-            assert await tx.insert_message("s", "m1", None, "user", '{"parts": []}', "op", 1)
-            await tx.insert_stream("st", "s", "op", "op", "m2", False, 0, 2)
-            await tx.append_chunks("st", ['{"type":"start"}'], 2)
+        await _start_turn(db)
         held = _prepared(db)
-        async with db.transaction() as tx:
-            await tx.append_chunks("st", ['{"type":"finish"}'], 3)
-            await tx.finish_stream("st", "completed", 3)
-            assert await tx.insert_message("s", "m2", "m1", "assistant", '{"parts": []}', "op", 3)
-            assert await tx.settle_operation("op", "completed", "done", None, None, 3, 0, written=WRITTEN)
+        await _end_turn(db, last_chunks=True)
         assert _prepared(db) - held == set()
         assert (await db.read.operation("op")) is not None
     finally:
@@ -189,18 +179,30 @@ async def test_an_open_file_holds_its_turns_statements_and_no_other(tmp_path: Pa
 
 
 async def _first_turn_and_rest(db: SqliteDatabase) -> None:
+    await _start_turn(db)
+    await _end_turn(db)
+    await db.shrink_memory()
+
+
+async def _start_turn(db: SqliteDatabase) -> None:
+    """A new input's start, as an idle session writes it: the operation (started), the user's message,
+    the stream and its start chunk, in one transaction."""
     async with db.transaction() as tx:
         await tx.ensure_session("s", 1)
-        assert await tx.insert_operation("op", "s", "input", "client", '{"messages":[{"id":"m1"}]}', "{}", 1,
-                                         running_for="m2")
+        assert await tx.insert_operation("op", "s", WRITTEN[0], "client", WRITTEN[1], "{}", 1, running_for="m2")
         assert await tx.insert_message("s", "m1", None, "user", '{"parts": []}', "op", 1)
         await tx.insert_stream("st", "s", "op", "op", "m2", False, 0, 2)
         await tx.append_chunks("st", ['{"type":"start"}'], 2)
+
+
+async def _end_turn(db: SqliteDatabase, *, last_chunks: bool = False) -> None:
+    """Its last transaction: (its last chunks,) the stream's end, the answer, the settlement."""
     async with db.transaction() as tx:
+        if last_chunks:
+            await tx.append_chunks("st", ['{"type":"finish"}'], 3)
         await tx.finish_stream("st", "completed", 3)
         assert await tx.insert_message("s", "m2", "m1", "assistant", '{"parts": []}', "op", 3)
         assert await tx.settle_operation("op", "completed", "done", None, None, 3, 0, written=WRITTEN)
-    await db.shrink_memory()
 
 
 async def test_giving_the_page_cache_back_inside_a_transaction_does_not_commit_it(tmp_path: Path) -> None:
