@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["OperationReads", "OperationRow", "OperationWrites"]
+__all__ = ["OperationReads", "OperationRow", "OperationWrites", "inserted_state"]
+
+
+def inserted_state(now: int, running_for: str | None) -> tuple[str, int | None, int]:
+    """(status, started_at, runs) of an operation inserted pending, or, given ``running_for``, inserted as
+    :meth:`OperationWrites.start_operation` would leave it: running, started now, its first run."""
+    return ("pending", None, 0) if running_for is None else ("running", now, 1)
 
 
 @dataclass(frozen=True, slots=True)

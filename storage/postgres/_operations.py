@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._operations import OperationRow
+from .._operations import OperationRow, inserted_state
 from ._base import Access, free_text
 
 __all__ = ["INSERT", "PostgresOperationReads", "PostgresOperationWrites"]
@@ -85,10 +85,9 @@ class PostgresOperationWrites(Access):
 
     async def insert_operation(self, operation_id: str, session_id: str, kind: str, source: str, input_json: str,
                                options_json: str | None, now: int, *, running_for: str | None = None) -> bool:
-        started = running_for is not None
-        changed = await self._execute(
-            INSERT, operation_id, session_id, kind, source, "running" if started else "pending", input_json,
-            options_json, now, now if started else None, int(started), running_for)
+        status, started_at, runs = inserted_state(now, running_for)
+        changed = await self._execute(INSERT, operation_id, session_id, kind, source, status, input_json, options_json,
+                                      now, started_at, runs, running_for)
         return changed > 0
 
     async def start_operation(self, operation_id: str, target_message_id: str | None, now: int) -> bool:

@@ -359,11 +359,10 @@ class SqliteDatabase(Database):
             return
         # Freeing cached pages does no I/O: at once on the loop when the lane is idle (a session does
         # this after each turn that empties its queue), else queued behind what the lane runs.
-        if isinstance(conn, LaneConnection):
-            if not conn.run_now(_shrink)[0]:
-                await conn.run(_shrink)
-            return
-        await conn.execute_fetchall("PRAGMA shrink_memory")
+        if not isinstance(conn, LaneConnection):
+            await conn.execute_fetchall("PRAGMA shrink_memory")
+        elif not conn.run_now(_shrink)[0]:
+            await conn.run(_shrink)
 
     async def reclaim_free_pages(self) -> None:
         """Give the pages deleted rows left free back to the file system (files made with

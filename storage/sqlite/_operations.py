@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .._operations import OperationRow
+from .._operations import OperationRow, inserted_state
 from ._base import Access
 from ._schema import ONE_ID as _ONE_ID
 from ._schema import operation_input, operation_target
@@ -177,10 +177,10 @@ class SqliteOperationWrites(Access):
         *,
         running_for: str | None = None,
     ) -> bool:
-        started = running_for is not None
+        status, started_at, runs = inserted_state(now, running_for)
         changed = await self._execute(INSERT_OPERATION, (
-            operation_id, session_id, kind, source, "running" if started else "pending", input_json, options_json,
-            now, now if started else None, int(started), running_for))
+            operation_id, session_id, kind, source, status, input_json, options_json, now, started_at, runs,
+            running_for))
         return changed > 0
 
     async def start_operation(self, operation_id: str, target_message_id: str | None, now: int) -> bool:
