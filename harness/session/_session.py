@@ -22,9 +22,9 @@ from think_server.storage import CompactionRow, Database, LeaseLost, OperationRo
 from .._answers import Answer, AnswerRefused
 from .._clock import Clock
 from .._events import HarnessEvent, Listener, MessagePersisted, OperationQueued, SessionReset, StreamStarted
-from .._input import InputPolicy, check_client_messages
+from .._input import InputPolicy, check_client_input
 from .._inputs import check_input_id
-from .._json import dumps, storable
+from .._json import dumps, input_json, message_json, storable
 from .._logcontext import current_agent, current_instance, current_operation, current_session
 from .._model import Model
 from .._outcomes import OperationResult, Receipt, SubmitRefused, result_of, storage_failure, stored_text
@@ -286,14 +286,14 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
         for m in messages:
             if m.id not in stored and not self.knows(m.id):
                 fresh.setdefault(m.id, m)  # the first of two messages with one id wins
-        new = (check_client_messages(list(fresh.values()), self.policy, server_ids=server_ids) if source == "client"
-               else list(fresh.values()))
+        checked = (check_client_input(list(fresh.values()), self.policy, server_ids=server_ids) if source == "client"
+                   else [(m, message_json(m)) for m in fresh.values()])
+        new = [m for m, _ in checked]
         kind = "regenerate" if regenerate_from is not None else "continue" if continue_last else "input"
         # What is None is left out, of the input and of its options (every reader takes a key that is
         # not there as None): the row of a turn being run is what its page must find room for
         # beside the settled ones (a chat of "hi": 6 rows a page of the file, not 5).
-        payload = dumps({"messages": [m.model_dump(mode="json", exclude_unset=True) for m in new]}
-                        | ({} if regenerate_from is None else {"regenerate_from": regenerate_from}))
+        payload = input_json([text for _, text in checked], regenerate_from)
         strategy = self._when_busy(when_busy) if kind == "input" else "queue"
         self._refuse_if_dropped(strategy)
         was_busy = self.busy()
@@ -306,9 +306,14 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
 
             async def write(tx: Tx, running_for: str | None = None) -> bool:
                 await tx.ensure_session(self.id, now)
-                if not await tx.insert_operation(op_id, self.id, kind, source, payload, dumps(options), now,
+                # Written with its start, its messages are written beside it (_runs._run_input): the row keeps
+                # their ids, as a settled input does, not an image's megabyte twice (and again to settle).
+                row_input = payload if running_for is None else input_json([dumps({"id": m.id}) for m in new], None)
+                if not await tx.insert_operation(op_id, self.id, kind, source, row_input, dumps(options), now,
                                                  running_for=running_for):
                     return False
+                if running_for is not None:
+                    self._pending.wrote(op_id, kind, row_input)  # what its settlement finds in the row
                 if client_tools is not None:
                     await tx.set_client_tools(self.id, dumps(client_tools) if client_tools else None, now)
                 # The request's body is not kept on the session (nothing read it: each operation has
@@ -329,7 +334,7 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
                 ends_written()
                 self.last_terminal = None
             held.queued = True
-            self._pending.wrote(op_id, kind, payload)
+            self._pending.wrote(op_id, kind, payload, checked if starting is not None else None)
         if client_tools is not None:
             self._client_tools = list(client_tools)
         if trace:
@@ -624,3 +629,4 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
         self.last_terminal = None
         self.publish(SessionReset())
         self._kick()
+

@@ -302,7 +302,7 @@ def judge_body(text: str, limits: Limits) -> tuple[bool, list[dict[str, Any]], b
     for m in new:
         if not _user_content(m, limits):
             return False, [], False, "policy: not user content"
-        size = len(json.dumps(m, ensure_ascii=False).encode())
+        size = len(json.dumps(m, ensure_ascii=False, separators=(",", ":")).encode())  # as stored: compact
         if abs(size - limits.max_message_bytes) < 64:
             borderline = True
         elif size > limits.max_message_bytes:
