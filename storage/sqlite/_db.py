@@ -151,8 +151,8 @@ class _FaultyTx(SqliteTx):
         self.plan = plan
         self.writes: list[str] = []
 
-    async def _execute(self, sql: str, params: Params = ()) -> int:
-        changed = await super()._execute(sql, params)
+    async def _execute(self, sql: str, params: Params = (), *, heavy: bool = False) -> int:
+        changed = await super()._execute(sql, params, heavy=heavy)
         write = write_of(sql)
         if write is not None:
             self.writes.append(write)

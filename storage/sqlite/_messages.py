@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._messages import MessageRow
-from ._base import Access
+from ._base import OFF_LOOP_CHARS, Access
 from ._schema import message_content, operation_target, stored_content, stored_text
 
 __all__ = ["INSERT_MESSAGE", "LEAF_FOLLOWS", "SqliteMessageReads", "SqliteMessageWrites"]
@@ -140,7 +140,7 @@ class SqliteMessageWrites(Access):
     ) -> bool:
         changed = await self._execute(
             INSERT_MESSAGE, (session_id, message_id, parent_id, role, stored_text(content, message_id, role),
-                             operation_id, now))
+                             operation_id, now), heavy=len(content) >= OFF_LOOP_CHARS)
         if changed and self._link.leaf_chosen:
             await self._execute(LEAF_FOLLOWS, (session_id,))
         return changed > 0
@@ -156,7 +156,7 @@ class SqliteMessageWrites(Access):
         changed = await self._execute(
             f"UPDATE messages SET content = {stored_content('?1', 'id', 'role')}, updated_at = ?2 "
             "WHERE session_id = ?3 AND id = ?4",
-            (content, now, session_id, message_id),
+            (content, now, session_id, message_id), heavy=len(content) >= OFF_LOOP_CHARS,
         )
         return changed > 0
 

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from .._operations import OperationRow, inserted_state
-from ._base import Access
+from ._base import OFF_LOOP_CHARS, Access
 from ._schema import ONE_ID as _ONE_ID
 from ._schema import operation_input, operation_target
 
@@ -180,7 +180,7 @@ class SqliteOperationWrites(Access):
         status, started_at, runs = inserted_state(now, running_for)
         changed = await self._execute(INSERT_OPERATION, (
             operation_id, session_id, kind, source, status, input_json, options_json, now, started_at, runs,
-            running_for))
+            running_for), heavy=len(input_json) >= OFF_LOOP_CHARS)
         return changed > 0
 
     async def start_operation(self, operation_id: str, target_message_id: str | None, now: int) -> bool:

@@ -82,6 +82,39 @@ async def test_the_statements_of_a_write_transaction_run_on_the_loop_thread(tmp_
         await db.close()
 
 
+async def test_a_message_of_a_megabyte_and_the_rest_of_its_transaction_are_written_off_the_loop(
+        tmp_path: Path) -> None:
+    """A value of OFF_LOOP_CHARS or more (an image as a data: URL) is written on a worker thread, and so
+    are the statements after it and the COMMIT (which writes its megabyte to the WAL); a small one's
+    transaction stays on the loop. Seen from SQLite's own calls back (a trigger on the table)."""
+    from think_server.storage.sqlite._base import OFF_LOOP_CHARS
+
+    db = await SqliteDatabase.open(tmp_path / "heavy.sqlite3")
+    seen: list[str] = []
+    conn = await db.wake()
+    await conn.create_function("where_am_i", 0, lambda: seen.append(threading.current_thread().name) or 1)
+    await conn.execute("CREATE TEMP TRIGGER noted AFTER INSERT ON messages BEGIN SELECT where_am_i(); END")
+    loop_thread = threading.current_thread().name
+    big = '{"id":"b","role":"user","parts":[{"type":"text","text":"' + "x" * OFF_LOOP_CHARS + '"}]}'
+    try:
+        async with db.transaction() as tx:
+            await tx.ensure_session("s", 1)
+            await tx.insert_message("s", "small", None, "user", '{"id":"small","role":"user","parts":[]}', None, 1)
+            await tx.insert_message("s", "b", "small", "user", big, None, 2)
+            await tx.insert_message("s", "after", "b", "user", '{"id":"after","role":"user","parts":[]}', None, 3)
+            assert not conn.runs_here()  # the COMMIT goes to the pool as well
+        assert seen[0] == loop_thread
+        assert seen[1].startswith("think-sqlite") and seen[2].startswith("think-sqlite"), seen
+        async with db.transaction() as tx:
+            await tx.insert_message("s", "next", "after", "user", '{"id":"next","role":"user","parts":[]}', None, 4)
+            assert conn.runs_here()  # the next transaction is back on the loop
+        assert seen[3] == loop_thread
+        row = await db.read.message("s", "b")
+        assert row is not None and len(row.content) == len(big)
+    finally:
+        await db.close()
+
+
 async def test_a_write_in_a_transaction_makes_no_call_through_aiosqlite(tmp_path: Path) -> None:
     """A write run on the loop (the transaction's, the lane idle) is one call on the sqlite3 connection:
     no future and no cursor of aiosqlite's (the statement, then its cursor's close, were two calls)."""
