@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from zlib_ng import zlib_ng
 
-__all__ = ["BigDeflate"]
+__all__ = ["BigDeflate", "Start"]
 
 #: zlib-ng's level 2: smaller than zlib's level 1 on a transcript, in half the time.
 _LEVEL: Final = 2
@@ -39,7 +39,7 @@ _BYTES: Final = 8 * 1024 * 1024
 
 
 @dataclasses.dataclass(slots=True)
-class _Start:
+class Start:
     head: memoryview  # the message's first bytes (a view: the message is not copied)
     out: bytes  # what the compressor emitted for them
     compressor: Any  # zlib-ng's compressor, fed `head`; emits the rest of the stream
@@ -49,7 +49,7 @@ class BigDeflate:
     """Raw deflate (as permessage-deflate sends it: ``wbits`` negative) of big messages, sync-flushed."""
 
     def __init__(self, *, entries: int = _ENTRIES, max_bytes: int = _BYTES) -> None:
-        self._starts: OrderedDict[tuple[int, int, bytes], _Start] = OrderedDict()
+        self._starts: OrderedDict[tuple[int, int, bytes], Start] = OrderedDict()
         self._entries, self._max_bytes = entries, max_bytes
         self._bytes = 0
         self.hits = 0
@@ -60,9 +60,7 @@ class BigDeflate:
         key = (wbits, mem_level, data[:_KEY_BYTES])
         out: bytes
         start = self._pop(key)
-        cut = data.rfind(b"]", max(0, len(data) - _TAIL))
-        if cut < 0:
-            cut = len(data)
+        cut = _cut(data)
         if start is not None and len(start.head) <= cut and data.startswith(start.head):
             self.hits += 1
             compressor, done, out = start.compressor, len(start.head), start.out
@@ -71,22 +69,49 @@ class BigDeflate:
             compressor, done, out = zlib_ng.compressobj(_LEVEL, zlib_ng.DEFLATED, wbits, mem_level), 0, b""
         out = out + compressor.compress(data[done:cut])
         if cut >= _KEY_BYTES and len(data) + len(out) <= self._max_bytes:
-            self._keep(key, _Start(memoryview(data)[:cut], out, compressor.copy()))
+            self._keep(key, Start(memoryview(data)[:cut], out, compressor.copy()))
         end: bytes = compressor.compress(data[cut:]) + compressor.flush(zlib_ng.Z_SYNC_FLUSH)
         return out + end
+
+    def continues(self, data: bytes, wbits: int, mem_level: int) -> bool:
+        """Whether :meth:`compress` would go on from a kept start (and cost only ``data``'s new end)."""
+        start = self._starts.get((wbits, mem_level, data[:_KEY_BYTES]))
+        return start is not None and len(start.head) <= _cut(data) and data.startswith(start.head)
+
+    @staticmethod
+    def start(data: bytes, wbits: int, mem_level: int) -> tuple[tuple[int, int, bytes], Start]:
+        """The start :meth:`compress` keeps of ``data``, made from scratch: the costly part of a miss. It
+        touches nothing of the instance's, so a worker thread may make it (zlib-ng lets go of the GIL
+        while it compresses) and the loop :meth:`keep` it; ``data`` compressed next then continues it."""
+        cut = _cut(data)
+        compressor = zlib_ng.compressobj(_LEVEL, zlib_ng.DEFLATED, wbits, mem_level)
+        out: bytes = compressor.compress(data[:cut])
+        return (wbits, mem_level, data[:_KEY_BYTES]), Start(memoryview(data)[:cut], out, compressor)
+
+    def keep(self, made: tuple[tuple[int, int, bytes], Start]) -> None:
+        key, start = made
+        if len(start.head) >= _KEY_BYTES and len(start.head) + len(start.out) <= self._max_bytes:
+            self._pop(key)
+            self._keep(key, start)
 
     def __len__(self) -> int:
         return len(self._starts)
 
-    def _pop(self, key: tuple[int, int, bytes]) -> _Start | None:
+    def _pop(self, key: tuple[int, int, bytes]) -> Start | None:
         start = self._starts.pop(key, None)
         if start is not None:
             self._bytes -= len(start.head) + len(start.out)
         return start
 
-    def _keep(self, key: tuple[int, int, bytes], start: _Start) -> None:
+    def _keep(self, key: tuple[int, int, bytes], start: Start) -> None:
         self._starts[key] = start
         self._bytes += len(start.head) + len(start.out)
         while self._starts and (len(self._starts) > self._entries or self._bytes > self._max_bytes):
             _, old = self._starts.popitem(last=False)
             self._bytes -= len(old.head) + len(old.out)
+
+
+def _cut(data: bytes) -> int:
+    """Where a kept start of ``data`` ends (see ``_TAIL``)."""
+    cut = data.rfind(b"]", max(0, len(data) - _TAIL))
+    return len(data) if cut < 0 else cut

@@ -34,7 +34,8 @@ import collections
 import contextlib
 import enum
 import logging
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from starlette.types import Scope, Send
@@ -67,8 +68,9 @@ _CLOSE_TIMEOUT_S = 5.0
 
 #: The scope's extension under which the socket's server (app/_wsprotocol.py) offers to send a text
 #: frame at once: ``{"send": send_text_now, "send_many": send_texts_now (several in one write),
-#: "asgi_send": the ASGI send it stands in for}``. An app served by another server finds none, and
-#: sends through ASGI's ``send``.
+#: "asgi_send": the ASGI send it stands in for, "prepare": an awaitable that readies a text of
+#: "prepare_from" characters or more to be sent (its compression made off the loop)}``. An app
+#: served by another server finds none, and sends through ASGI's ``send``.
 SEND_TEXT_NOW = "think.send_text_now"
 
 
@@ -158,6 +160,8 @@ class Connection:
         offer = (ws.scope.get("extensions") or {}).get(SEND_TEXT_NOW) or {}
         self._send_now: Callable[[str], bool] | None = offer.get("send")
         self._send_many: Callable[[Sequence[str]], int] | None = offer.get("send_many")
+        self._prepare: Callable[[str], Awaitable[None]] | None = offer.get("prepare")
+        self._prepare_from: int = offer.get("prepare_from", 0) if self._prepare is not None else sys.maxsize
         self._closer: asyncio.Task[None] | None = None
         self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer:{connection_id}")
 
@@ -174,8 +178,9 @@ class Connection:
         """Queue a frame; never blocks. Past either bound the connection is closed as too slow."""
         if self.state is not ConnectionState.OPEN:
             return
-        if not self._queue and not self._writing and self._send_now is not None and self._send_now(text):
-            return
+        if (not self._queue and not self._writing and self._send_now is not None and len(text) < self._prepare_from
+                and self._send_now(text)):
+            return  # (a big one goes through the writer, which readies it off the loop first)
         frames, queued = self.queued_frames + 1, self.queued_bytes + self._counted(text)
         if frames > self._max_frames or queued > self._max_bytes:
             self._close_too_slow(f"{self.queued_frames} frames / {self.queued_bytes} bytes not read")
@@ -192,7 +197,8 @@ class Connection:
         """Queue frames in order, as :meth:`send` each; to an idle writer they go at once, in one write."""
         if self.state is not ConnectionState.OPEN:
             return
-        sent = self._offered(texts) if texts and not self._queue and not self._writing else 0
+        idle = texts and not self._queue and not self._writing
+        sent = self._offered(texts) if idle and max(map(len, texts)) < self._prepare_from else 0
         for i in range(sent, len(texts)):
             self.send(texts[i])
 
@@ -345,7 +351,12 @@ class Connection:
 
     async def _send_texts(self, texts: list[str]) -> None:
         """``texts`` in order: through the socket's offer while its transport takes them (one write),
-        the rest through ASGI, which waits for a paused transport (and raises for a closed socket)."""
+        the rest through ASGI, which waits for a paused transport (and raises for a closed socket). A big
+        one is readied first, off the loop (``prepare``)."""
+        if self._prepare is not None:
+            for text in texts:
+                if len(text) >= self._prepare_from:
+                    await self._prepare(text)
         for i in range(self._offered(texts), len(texts)):
             await self.ws.send_text(texts[i])
 

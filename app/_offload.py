@@ -1,4 +1,4 @@
-"""Work on a large client input, done beside the event loop.
+"""Work on a large client input (or a large message to send), done beside the event loop.
 
 Decoding and checking a large body is pure CPU (JSON, pydantic): on the loop, a 16 MB request held
 every other client for as long as it took. In a thread it still takes the GIL, but only piece by
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-__all__ = ["OFFLOAD_BYTES", "off_loop"]
+__all__ = ["OFFLOAD_BYTES", "in_thread", "off_loop"]
 
 #: Inputs at least this large (characters or bytes) are decoded off the loop; smaller ones take
 #: less than the trip to a thread would.
@@ -31,5 +31,10 @@ async def off_loop(size: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwa
     """``fn(*args, **kwargs)``: in a thread if ``size`` is at least :data:`OFFLOAD_BYTES`, else here."""
     if size < OFFLOAD_BYTES:
         return fn(*args, **kwargs)
+    return await in_thread(fn, *args, **kwargs)
+
+
+async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)`` on one of this module's threads."""
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
     return await asyncio.get_running_loop().run_in_executor(_pool, call)

@@ -34,12 +34,17 @@ from zlib_ng import zlib_ng
 
 from ._bigdeflate import BigDeflate
 from ._connection import SEND_TEXT_NOW
+from ._offload import in_thread
 
 __all__ = ["ChatWebSocketProtocol"]
 
 #: A message this long (bytes) is compressed on its own by zlib-ng (see _ChatDeflate); below it, a
 #: fresh compressor costs more than it saves (measured: about even at 3 KB).
 BIG_MESSAGE = 8192
+#: A big message this long (bytes) whose start is not kept is compressed on a worker thread before it
+#: is sent (``ChatWebSocketProtocol.prepare_text``): a transcript carrying an image of 700 KB took 7 ms
+#: of the event loop to compress. Below it, the trip to the thread costs about what compressing does.
+PREPARE_FROM = 64 * 1024
 #: The process's kept starts of big messages: every socket's, as any may send what another did.
 _BIG = BigDeflate()
 _EMPTY_BLOCK = b"\x00\x00\xff\xff"
@@ -105,6 +110,15 @@ class _ChatDeflate(PerMessageDeflate):
         return dataclasses.replace(frame, data=data, rsv1=True)
 
 
+    async def prepare(self, data: bytes) -> None:
+        """Make the start :meth:`encode` would compress of ``data`` on a worker thread, unless one is kept
+        (then encoding it costs only its new end); ``data`` encoded next continues it, on the loop."""
+        wbits = -self.local_max_window_bits
+        mem_level = self.compress_settings.get("memLevel", zlib.DEF_MEM_LEVEL)
+        if not _BIG.continues(data, wbits, mem_level):
+            _BIG.keep(await in_thread(_BIG.start, data, wbits, mem_level))
+
+
 class _ChatDeflateFactory(ServerPerMessageDeflateFactory):
     def process_request_params(self, params: Sequence[ExtensionParameter],
                                accepted_extensions: Sequence[Extension]) -> tuple[list[ExtensionParameter],
@@ -128,7 +142,8 @@ class ChatWebSocketProtocol(WebSocketsSansIOProtocol):
         extensions = self.scope.get("extensions")
         if extensions is not None:
             extensions[SEND_TEXT_NOW] = {"send": self.send_text_now, "send_many": self.send_texts_now,
-                                         "asgi_send": self.send}
+                                         "asgi_send": self.send, "prepare": self.prepare_text,
+                                         "prepare_from": PREPARE_FROM}
 
     def connection_lost(self, exc: Exception | None) -> None:
         # The offer refers back to this protocol from its own scope: a cycle, which left every closed
@@ -154,6 +169,14 @@ class ChatWebSocketProtocol(WebSocketsSansIOProtocol):
             return False
         self.transport.write(b"".join(self.conn.data_to_send()))
         return True
+
+    async def prepare_text(self, text: str) -> None:
+        """Before a big text (``PREPARE_FROM`` characters or more) is sent: its compression made off the
+        loop, where the socket compresses (``_ChatDeflate.prepare``). Sending it then costs the loop the
+        message's new end, not the whole of it."""
+        for extension in self.conn.extensions:
+            if isinstance(extension, _ChatDeflate):
+                await extension.prepare(text.encode())
 
     def send_texts_now(self, texts: Sequence[str]) -> int:
         """Several text frames as :meth:`send_text_now` sends one, in one write to the socket (one system

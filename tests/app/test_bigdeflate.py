@@ -94,3 +94,20 @@ def test_what_is_kept_is_bounded_by_count_and_bytes() -> None:
     small.compress(_transcript(400, first="d"), WBITS, MEM)  # 36 KB: the oldest make room
     assert len(small) < 4
     assert small._bytes <= 50_000
+
+
+def test_a_start_made_apart_and_kept_is_continued_as_if_compress_had_made_it() -> None:
+    """``start`` (what a worker thread makes: nothing of the instance's touched) then ``keep`` (on the
+    loop): ``continues`` says so, and compressing the message costs only its end, the same stream."""
+    big = BigDeflate()
+    data = _transcript(400)
+    assert not big.continues(data, WBITS, MEM)
+    big.keep(BigDeflate.start(data, WBITS, MEM))
+    assert big.continues(data, WBITS, MEM) and len(big) == 1
+    assert not big.continues(data.replace(b"hello number 7", b"HELLO NUMBER 7"), WBITS, MEM)
+    out = big.compress(data, WBITS, MEM)
+    assert (big.misses, big.hits) == (0, 1)
+    assert _inflate(out) == data
+    assert out == BigDeflate().compress(data, WBITS, MEM), "the same bytes a compression from scratch makes"
+    grown = _transcript(401)
+    assert big.continues(grown, WBITS, MEM) and _inflate(big.compress(grown, WBITS, MEM)) == grown

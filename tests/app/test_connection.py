@@ -144,6 +144,36 @@ async def test_a_frame_still_being_made_keeps_its_place() -> None:
     await _settle()
 
 
+async def test_a_big_frame_is_readied_off_the_loop_before_it_is_sent_and_keeps_its_place() -> None:
+    """A text of the offer's ``prepare_from`` or more is never sent at once: the writer awaits the
+    offer's ``prepare`` (its compression made on a thread) first; what is sent after it waits."""
+    ws = _Socket()
+    readying: list[str] = []
+    ready = asyncio.Event()
+
+    async def prepare(text: str) -> None:
+        readying.append(text)
+        await ready.wait()
+
+    ws.scope["extensions"][SEND_TEXT_NOW] |= {"prepare": prepare, "prepare_from": 10}
+    conn = _connection(ws)
+    conn.send("small")
+    conn.send("a big transcript")
+    conn.send_all(["chunk"])
+    assert ws.sent == [("now", "small")]  # the big one was queued, and what came after it
+    await _settle()
+    assert readying == ["a big transcript"] and ws.sent == [("now", "small")]
+    ready.set()
+    await _settle()
+    assert ws.sent == [("now", "small"), ("one write", "a big transcript,chunk")]
+    conn.send_all(["x", "another big one"])  # to an idle writer, a big one among them: each as send() would
+    assert ws.sent[-1] == ("now", "x")
+    await _settle()
+    assert readying[-1] == "another big one" and ws.sent[-1] == ("now", "another big one")
+    conn.close()
+    await _settle()
+
+
 async def test_an_app_handed_a_wrapped_send_withdraws_the_offer() -> None:
     """A middleware that wraps ASGI's send (to filter, log or count frames) sees every frame: the offer
     stands only for the socket's own send. (tests/testing/test_check.py's broken servers are such

@@ -8,6 +8,7 @@ import weakref
 from collections.abc import Generator, Iterator
 from typing import Any
 
+import pytest
 from websockets.frames import Frame
 
 from tests.app.test_thinkchat import url
@@ -192,3 +193,39 @@ async def test_a_socket_whose_frame_does_not_inflate_closes_1002_and_the_server_
     await good.send(frame)
     await good.wait_for(is_done(rid), timeout=30)
     await good.close()
+
+
+async def test_a_transcript_carrying_an_image_is_compressed_off_the_loop_and_read_back_whole(
+        serve, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn with an image (a data: URL of 300 KB): the transcript frame after it is past PREPARE_FROM
+    and new, so its compression is made on a worker thread before it is sent; the loop's own encoding
+    then only goes on from it (a hit). A real client's inflater reads it whole."""
+    import base64
+    import json
+    import os
+    import threading
+
+    from tests.app.test_thinkchat import transcripts
+    from think_server.app import _wsprotocol
+    from think_server.app._bigdeflate import BigDeflate
+
+    made_on: list[str] = []
+    real_start = BigDeflate.start
+    monkeypatch.setattr(BigDeflate, "start", staticmethod(
+        lambda *args: made_on.append(threading.current_thread().name) or real_start(*args)))
+    srv = await serve()
+    c = await Client.open(url(srv, "image-transcript"))
+    image = "data:image/png;base64," + base64.b64encode(os.urandom(225_000)).decode()
+    rid, frame, user = chat_request("what is this")
+    body = json.loads(frame["init"]["body"])
+    body["messages"][-1]["parts"].append({"type": "file", "mediaType": "image/png", "url": image})
+    frame["init"]["body"] = json.dumps(body)
+    misses = _wsprotocol._BIG.misses
+    await c.send(frame)
+    await c.wait_for(is_done(rid), timeout=30)
+    await c.wait_for(lambda f: f.get("type") == "cf_agent_chat_messages" and len(f["messages"]) == 2, timeout=30)
+    [sent] = transcripts(c)
+    assert sent[0]["id"] == user["id"] and sent[0]["parts"][1]["url"] == image
+    assert made_on and all(name.startswith("think-decode") for name in made_on), made_on
+    assert _wsprotocol._BIG.misses == misses, "the loop compressed the transcript from scratch"
+    await c.close()
