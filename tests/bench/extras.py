@@ -9,6 +9,11 @@
   disk        the instance files (SQLite file, -wal, -shm) once the finished streams are swept
               (THINK_STREAM_GRACE_S=1, instance closed) against the JSON of GET get-messages
               target: at most about 2x
+  image       a turn carrying a 700 KB image (a data: URL, as the hook attaches a file): its server
+              CPU and the next turn's (whose request carries it again), alone; then 20 sessions
+              at a model's pace (50 deltas/s) without, and with, a client sending such turns
+              target: their jitter p99 at most 15 ms with it (paced-50's line): no request may
+              hold the event loop long enough for the others to feel it
 
     .venv/bin/python -m tests.bench.extras               # full size
     .venv/bin/python -m tests.bench.extras --quick       # small, for a smoke test
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import sqlite3
@@ -37,7 +43,7 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.soak._clients import Conversation, Tally
+from tests.soak._clients import Conversation, Tally, percentile
 from tests.soak._server import AGENT, Server, serve
 
 HI = "hi"  # the reference script's "hi|hello" rule: "Hel", "lo", "!"
@@ -48,7 +54,11 @@ FLOOD_DELTAS = 2000
 # per frame as fast as the server answers (the history is built by one socket).
 LOAD_SETTINGS = {"max_new_instances_per_minute": "0", "rate_limit_per_s": "100000", "rate_burst": "100000"}
 
+PACED = "flood 200 every 20"  # the reference script's paced rule: 200 deltas, 20 ms apart
+PACED_DELTAS = 200
+IMAGE_KB = 700
 TARGET_TURN_RATIO = 1.5
+TARGET_IMAGE_JITTER_MS = 15.0
 TARGET_IDLE_KB = 100.0
 TARGET_DISK_RATIO = 3.0  # issue 32: disk at most 3x the messages' JSON (as tests/bench/targets.py judges it)
 
@@ -316,20 +326,124 @@ async def disk(work: Path, *, chat_turns: int, flood_turns: int) -> dict[str, An
 # ---------------------------------------------------------------- command line
 
 
+# ---------------------------------------------------------------- a turn carrying an image
+
+
+def _image_part() -> dict[str, Any]:
+    data = base64.b64encode(os.urandom(IMAGE_KB * 1024 * 3 // 4)).decode()
+    return {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64," + data}
+
+
+async def _paced_round(server: Server, tally: Tally, sessions: int, name: str) -> list[float]:
+    convs = [Conversation(server.ws, f"{name}-{i}", tally) for i in range(sessions)]
+    for conv in convs:
+        await conv.open()
+    tally.take_gaps()
+    await asyncio.gather(*(conv.turn(PACED, PACED_DELTAS) for conv in convs))
+    for conv in convs:
+        await conv.close()
+    return tally.take_gaps()
+
+
+async def send_images(ws_base: str, seconds: float) -> int:
+    """Image turns, each followed by a "hi" in its conversation, a new conversation each, 0.1 s apart,
+    until ``seconds`` have passed: how many were sent (all checked)."""
+    tally = Tally()
+    sent, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        conv = Conversation(lambda name, pk: f"{ws_base}/agents/{AGENT}/{name}?_pk={pk}", f"beside-{sent}", tally)
+        await conv.open()
+        await conv.turn(HI, HI_DELTAS, attach=[_image_part()])
+        await conv.turn(HI, HI_DELTAS)
+        await conv.close()
+        check(tally)
+        sent += 1
+        await asyncio.sleep(0.1)
+    return sent
+
+
+async def image_turns(work: Path, *, count: int, sessions: int) -> dict[str, Any]:
+    print(f"\n== a turn carrying a {IMAGE_KB} KB image: its server CPU alone ({count} turns, each followed by a "
+          f"\"hi\" in its conversation); then {sessions} sessions at 50 deltas/s, without and with such turns "
+          "sent beside them", flush=True)
+    tally = Tally()
+    async with serve(work, **LOAD_SETTINGS) as server:
+        warm = Conversation(server.ws, "warm", tally)
+        await warm.open()
+        await warm.turn(HI, HI_DELTAS, attach=[_image_part()])
+        await warm.close()
+        convs = [Conversation(server.ws, f"image-{i}", tally) for i in range(count)]
+        for conv in convs:
+            await conv.open()
+        await asyncio.sleep(0.5)
+        image_cpu = next_cpu = 0.0
+        walls = []
+        for conv in convs:
+            c0, t0 = cpu_s(server), time.perf_counter()
+            await conv.turn(HI, HI_DELTAS, attach=[_image_part()])
+            c1 = cpu_s(server)
+            walls.append(time.perf_counter() - t0)
+            await conv.turn(HI, HI_DELTAS)
+            image_cpu, next_cpu = image_cpu + c1 - c0, next_cpu + cpu_s(server) - c1
+        for conv in convs:
+            await conv.close()
+        check(tally)
+        paced = Tally()
+        quiet = await _paced_round(server, paced, sessions, "paced-quiet")
+        # The sender is a process of its own: its client-side work (a megabyte to encode and deflate a
+        # turn) must not delay when these clients read their deltas.
+        sender = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.bench.extras", "--send-images", server.ws_base, "--for-s",
+            str(PACED_DELTAS * 0.02), stdout=asyncio.subprocess.PIPE)
+        beside = await _paced_round(server, paced, sessions, "paced-images")
+        said, _ = await sender.communicate()
+        sent = int(said.decode().strip() or 0) if sender.returncode == 0 else 0
+        if sender.returncode != 0 or not sent:
+            raise Failed(f"the image sender failed (exit {sender.returncode}, {said[-200:]!r})")
+        check(tally)
+        check(paced)
+
+    def jitter(gaps: list[float]) -> float:
+        p99 = percentile(gaps, 99)
+        return float("nan") if p99 is None else round(p99 - 20.0, 2)
+
+    out = {
+        "image_kb": IMAGE_KB, "turns": count,
+        "cpu_ms_image_turn": round(image_cpu / count * 1000, 2), "cpu_ms_next_turn": round(next_cpu / count * 1000, 2),
+        "wall_ms_p50_image_turn": round(statistics.median(walls) * 1000, 2),
+        "sessions": sessions, "jitter_p99_ms_quiet": jitter(quiet), "jitter_p99_ms_with_images": jitter(beside),
+        "gap_max_ms_quiet": round(max(quiet), 2), "gap_max_ms_with_images": round(max(beside), 2),
+        "image_turns_beside": sent, "target_jitter_ms": TARGET_IMAGE_JITTER_MS,
+    }
+    print(f"  server CPU: {out['cpu_ms_image_turn']} ms an image turn (wall p50 {out['wall_ms_p50_image_turn']} ms), "
+          f"{out['cpu_ms_next_turn']} ms the turn after it", flush=True)
+    ok = out["jitter_p99_ms_with_images"] <= TARGET_IMAGE_JITTER_MS
+    print(f"  {sessions} paced sessions' jitter p99: {out['jitter_p99_ms_quiet']} ms alone, "
+          f"{out['jitter_p99_ms_with_images']} ms beside {sent} image turns (longest gap "
+          f"{out['gap_max_ms_quiet']} and {out['gap_max_ms_with_images']} ms); target <= "
+          f"{TARGET_IMAGE_JITTER_MS:g} ms: {verdict(ok)}", flush=True)
+    return out
+
+
 async def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.extras", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
-    parser.add_argument("--only", choices=["turn", "idle", "disk"], action="append")
+    parser.add_argument("--only", choices=["turn", "idle", "disk", "image"], action="append")
     parser.add_argument("--history", type=int, help="turns before the late sample (default 1000; quick 200)")
     parser.add_argument("--sample", type=int, help="turns measured at each end (default 200; quick 30)")
     parser.add_argument("--instances", type=int, help="open idle instances (default 500; quick 100)")
     parser.add_argument("--json-out", help="append the figures as one JSON line to this file")
+    parser.add_argument("--send-images", metavar="WS_BASE", help=argparse.SUPPRESS)  # image's sender process
+    parser.add_argument("--for-s", type=float, default=4.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.send_images:
+        print(await send_images(args.send_images, args.for_s), flush=True)
+        return 0
     history = args.history or (200 if args.quick else 1000)
     sample = args.sample or (30 if args.quick else 200)
     count = args.instances or (100 if args.quick else 500)
-    parts = args.only or ["turn", "idle", "disk"]
+    parts = args.only or ["turn", "idle", "disk", "image"]
     load0 = os.getloadavg()
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in load0)}", flush=True)
     results: dict[str, Any] = {"kind": "extras", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
@@ -345,6 +459,9 @@ async def _main(argv: list[str]) -> int:
                     results["idle"] = await idle_instances(work / "idle", count=count, hibernated=False)
                     results["idle_hibernated"] = await idle_instances(work / "idle-hibernated", count=count,
                                                                       hibernated=True)
+                elif part == "image":
+                    results["image"] = await image_turns(work / "image", count=10 if args.quick else 30,
+                                                         sessions=20)
                 else:
                     results["disk"] = await disk(work / "disk", chat_turns=history,
                                                  flood_turns=10 if not args.quick else 3)

@@ -17,7 +17,8 @@ Steps, each printed as it runs (and all of it to test-artifacts/bench/<tag>.log)
   2. tests/soak/soak.py instances: 10,000 instances touched (1,000 open at most), peak RSS, fds
      and threads sampled (quick: 1,000 and 100)
   3. tests/bench/extras.py: turn cost with history, memory per open idle instance, disk against
-     the transcript, each next to its target; raw figures in test-artifacts/bench/<tag>-extras.jsonl
+     the transcript, paced sessions beside turns carrying an image, each next to its target; raw
+     figures in test-artifacts/bench/<tag>-extras.jsonl
   4. tests/bench/failover.py: three nodes behind HAProxy, the owner of a streaming answer
      SIGKILLed, rounds at the default lease (10 s) and at 2 s: from the kill to the next chunk at
      the resumed client, against the lease plus 2 s; raw figures in test-artifacts/bench/<tag>-failover.jsonl

@@ -9,7 +9,8 @@ taken per repetition (the suite interleaves the targets, so the machine's drift 
 median (min-max), the target and a verdict: "met" or "not met"; "keep-ok" where the target is to
 keep the ratio (at least 0.9 where higher is better, at most 1.1 where lower is); "not run" where
 the file has no ok run of the row's workload (a QUICK run has no stream-10000, conc-200, paced-200).
-The rows of a turn after many turns and of the disk come from tests/bench/extras.py's JSONL.
+The rows of a turn after many turns, of the disk and of paced sessions beside image turns come from
+tests/bench/extras.py's JSONL.
 
 The labels take their sizes from the runs (QUICK's conc-50 runs 20 sessions: the row says 20).
 Only ok runs count; a workload whose runs of ours all failed is "not met".
@@ -104,6 +105,7 @@ ROWS = [
 ]
 TURN_RATIO = Goal("ratio", "max", 1.5)
 DISK_RATIO = Goal("ratio", "max", 3.0)
+IMAGE_JITTER = Goal("absolute", "max", 15.0, " ms")  # paced-50's line, with images sent beside them
 
 
 @dataclass(frozen=True)
@@ -201,13 +203,18 @@ def _kb(n: Any) -> str:
 
 
 def extras_lines(records: list[Run] | None) -> list[Line]:
-    """The turn cost after many turns and the disk, from extras.py's records (the last one that has each part).
+    """The turn cost after many turns, the disk and the paced sessions beside image turns, from extras.py's
+    records (the last one that has each part).
     A part whose checks failed (a turn that went wrong: extras.py's "problems") has no figures and is not met."""
     parts: dict[str, Any] = {}
     failed: set[str] = set()
     for rec in records or []:
         parts.update({k: rec[k] for k in ("turn_cost", "disk") if isinstance(rec.get(k), dict)})
         failed |= {str(p).split(":")[0] for p in rec.get("problems") or []}
+
+    for rec in records or []:
+        if isinstance(rec.get("image"), dict):
+            parts["image"] = rec["image"]
 
     def missing(label: str, target: str, part: str) -> Line:
         if part in failed:
@@ -236,6 +243,16 @@ def extras_lines(records: list[Run] | None) -> list[Line]:
         ours = f"{_kb(one.get('files_total'))} vs {_kb(one.get('get_messages_bytes'))}"
         verdict = "met" if DISK_RATIO.reached(one["ratio"]) else "not met"
         lines.append(Line(label.format(_count(one.get("turns"))), ours, "", "", fmt(one["ratio"]), target, verdict))
+    image = parts.get("image") or {}
+    label = "20 sessions at 50 deltas/s beside 700 KB image turns: jitter p99 ms (alone)"
+    target = IMAGE_JITTER.text("")
+    with_images = image.get("jitter_p99_ms_with_images")
+    if not isinstance(with_images, (int, float)):
+        lines.append(missing(label, target, "image"))
+    else:
+        ours = f"{fmt(with_images)} ({fmt(image.get('jitter_p99_ms_quiet'))})"
+        verdict = "met" if IMAGE_JITTER.reached(with_images) else "not met"
+        lines.append(Line(label, ours, "", "", "-", target, verdict))
     return lines
 
 

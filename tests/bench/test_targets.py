@@ -70,7 +70,8 @@ def extras(tmp_path: Path) -> Path:
     rec = {"kind": "extras", "turn_cost": {"history_turns": 1000, "cpu_ms_per_turn_at_1": 4.0,
                                            "cpu_ms_per_turn_after_history": 9.6, "ratio": 2.4},
            "disk": {"chat": {"turns": 1000, "files_total": 2560 * 1024, "get_messages_bytes": 1024 * 1024,
-                             "ratio": 2.5}}}  # no floods: that row is "not run"
+                             "ratio": 2.5}},  # no floods: that row is "not run"
+           "image": {"jitter_p99_ms_quiet": 3.5, "jitter_p99_ms_with_images": 16.25}}
     path = tmp_path / "extras.jsonl"
     path.write_text(json.dumps(rec) + "\n")
     return path
@@ -88,7 +89,7 @@ def test_each_row_beside_its_target(suite: Path, extras: Path, capsys: pytest.Ca
     assert targets.main([str(suite), "--extras", str(extras)]) == 0
     got = rows(capsys.readouterr().out)
     assert got.pop("row") == ["ours", "sqlite-batch", "bare", "ours / sqlite-batch", "target", "verdict"]
-    assert len(got) == len(targets.ROWS) + 3
+    assert len(got) == len(targets.ROWS) + 4
     # keep: ratios 0.9 and 1.1 per repetition, median 1.0
     assert got["one 10,000-delta turn (stream-10000): chunks/s"] == [
         "100", "100", "250", "1.00 (0.90-1.10)", "keep (≥ 0.9x)", "keep-ok"]
@@ -114,6 +115,8 @@ def test_each_row_beside_its_target(suite: Path, extras: Path, capsys: pytest.Ca
     assert got["disk after the sweep vs the messages' JSON: a 1,000-turn chat"] == [
         "2,560 KiB vs 1,024 KiB", "", "", "2.50", "≤ 3x the JSON", "met"]
     assert got["disk after the sweep vs the messages' JSON: 10 floods of 2,000 deltas"][-1] == "not run"
+    assert got["20 sessions at 50 deltas/s beside 700 KB image turns: jitter p99 ms (alone)"] == [
+        "16.2 (3.50)", "", "", "-", "≤ 15 ms (absolute)", "not met"]
 
 
 def test_other_target_as_ours_and_no_extras(suite: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -69,12 +69,14 @@ class Conversation:
         if self.ws is not None:
             await self.ws.close()
 
-    async def turn(self, text: str, expect_deltas: int, timeout: float = 300.0) -> bool:
-        """Send one message and read its answer; False (and a failure noted) if anything is off."""
+    async def turn(self, text: str, expect_deltas: int, timeout: float = 300.0, *,
+                   attach: list[dict[str, Any]] | None = None) -> bool:
+        """Send one message (``attach``: parts after its text, a file say) and read its answer; False
+        (and a failure noted) if anything is off."""
         assert self.ws is not None
         rid = uuid.uuid4().hex[:8]
         self._transcript = None
-        user = {"id": uuid.uuid4().hex[:16], "role": "user", "parts": [{"type": "text", "text": text}]}
+        user = {"id": uuid.uuid4().hex[:16], "role": "user", "parts": [{"type": "text", "text": text}, *(attach or [])]}
         await self.ws.send(chat_frame(rid, [*self.shown, user]))
         try:
             answer = await asyncio.wait_for(self._read_answer(rid, expect_deltas), timeout)
