@@ -197,7 +197,7 @@ class Connection:
         """Queue frames in order, as :meth:`send` each; to an idle writer they go at once, in one write."""
         if self.state is not ConnectionState.OPEN:
             return
-        idle = texts and not self._queue and not self._writing
+        idle = bool(texts) and not self._queue and not self._writing
         sent = self._offered(texts) if idle and max(map(len, texts)) < self._prepare_from else 0
         for i in range(sent, len(texts)):
             self.send(texts[i])

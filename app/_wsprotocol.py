@@ -109,7 +109,6 @@ class _ChatDeflate(PerMessageDeflate):
             data = data[:-4]
         return dataclasses.replace(frame, data=data, rsv1=True)
 
-
     async def prepare(self, data: bytes) -> None:
         """Make the start :meth:`encode` would compress of ``data`` on a worker thread, unless one is kept
         (then encoding it costs only its new end); ``data`` encoded next continues it, on the loop."""
