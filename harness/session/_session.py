@@ -629,4 +629,3 @@ class Session(SessionEdits, SessionTranscript, SessionCompaction, SessionMemory,
         self.last_terminal = None
         self.publish(SessionReset())
         self._kick()
-
