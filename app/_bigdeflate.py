@@ -57,26 +57,23 @@ class BigDeflate:
 
     def compress(self, data: bytes, wbits: int, mem_level: int) -> bytes:
         """``data`` deflated and sync-flushed, the output of one compressor from its first byte."""
-        key = (wbits, mem_level, data[:_KEY_BYTES])
-        out: bytes
+        key, cut = _key(data, wbits, mem_level), _cut(data)
         start = self._pop(key)
-        cut = _cut(data)
-        if start is not None and len(start.head) <= cut and data.startswith(start.head):
+        if start is not None and _continued(start, data, cut):
             self.hits += 1
-            compressor, done, out = start.compressor, len(start.head), start.out
         else:
             self.misses += 1
-            compressor, done, out = zlib_ng.compressobj(_LEVEL, zlib_ng.DEFLATED, wbits, mem_level), 0, b""
-        out = out + compressor.compress(data[done:cut])
-        if cut >= _KEY_BYTES and len(data) + len(out) <= self._max_bytes:
-            self._keep(key, Start(memoryview(data)[:cut], out, compressor.copy()))
+            _, start = self.start(data, wbits, mem_level)
+        compressor = start.compressor
+        out: bytes = start.out + compressor.compress(data[len(start.head):cut])
+        self.keep((key, Start(memoryview(data)[:cut], out, compressor.copy())))
         end: bytes = compressor.compress(data[cut:]) + compressor.flush(zlib_ng.Z_SYNC_FLUSH)
         return out + end
 
     def continues(self, data: bytes, wbits: int, mem_level: int) -> bool:
         """Whether :meth:`compress` would go on from a kept start (and cost only ``data``'s new end)."""
-        start = self._starts.get((wbits, mem_level, data[:_KEY_BYTES]))
-        return start is not None and len(start.head) <= _cut(data) and data.startswith(start.head)
+        start = self._starts.get(_key(data, wbits, mem_level))
+        return start is not None and _continued(start, data, _cut(data))
 
     @staticmethod
     def start(data: bytes, wbits: int, mem_level: int) -> tuple[tuple[int, int, bytes], Start]:
@@ -86,9 +83,11 @@ class BigDeflate:
         cut = _cut(data)
         compressor = zlib_ng.compressobj(_LEVEL, zlib_ng.DEFLATED, wbits, mem_level)
         out: bytes = compressor.compress(data[:cut])
-        return (wbits, mem_level, data[:_KEY_BYTES]), Start(memoryview(data)[:cut], out, compressor)
+        return _key(data, wbits, mem_level), Start(memoryview(data)[:cut], out, compressor)
 
     def keep(self, made: tuple[tuple[int, int, bytes], Start]) -> None:
+        """Keep a start (in place of the one kept under its key), unless it is too short to be told
+        apart by its key or too big for the bound."""
         key, start = made
         if len(start.head) >= _KEY_BYTES and len(start.head) + len(start.out) <= self._max_bytes:
             self._pop(key)
@@ -109,6 +108,15 @@ class BigDeflate:
         while self._starts and (len(self._starts) > self._entries or self._bytes > self._max_bytes):
             _, old = self._starts.popitem(last=False)
             self._bytes -= len(old.head) + len(old.out)
+
+
+def _key(data: bytes, wbits: int, mem_level: int) -> tuple[int, int, bytes]:
+    return wbits, mem_level, data[:_KEY_BYTES]
+
+
+def _continued(start: Start, data: bytes, cut: int) -> bool:
+    """Whether ``data`` (its kept start ending at ``cut``) begins with every byte of ``start``."""
+    return len(start.head) <= cut and data.startswith(start.head)
 
 
 def _cut(data: bytes) -> int:
